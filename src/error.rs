@@ -1,0 +1,107 @@
+//! Errors the layer itself causes.
+//!
+//! Everything else (the inner service's errors, the last response) is passed through
+//! unchanged; these are the only errors that originate here, and callers can downcast the
+//! [`tower::BoxError`] they receive to them.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The overall deadline of a logical request passed while an attempt was still in flight.
+///
+/// The attempt was dropped. Set with [`RetryPolicy::deadline`](crate::RetryPolicy::deadline).
+#[derive(Debug, Clone)]
+pub struct DeadlineExceeded {
+    deadline: Duration,
+    attempts: u32,
+}
+
+impl DeadlineExceeded {
+    pub(crate) fn new(deadline: Duration, attempts: u32) -> Self {
+        Self { deadline, attempts }
+    }
+
+    /// The deadline that passed, measured from the start of the logical request.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// How many attempts had been started when the deadline passed.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+}
+
+impl fmt::Display for DeadlineExceeded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "request deadline of {:?} exceeded after {} attempt(s)",
+            self.deadline, self.attempts
+        )
+    }
+}
+
+impl std::error::Error for DeadlineExceeded {}
+
+/// One attempt took longer than its per-attempt timeout and was dropped.
+///
+/// The default classification treats it as a retryable timeout. Set with
+/// [`RetryPolicy::attempt_timeout`](crate::RetryPolicy::attempt_timeout).
+#[derive(Debug, Clone)]
+pub struct AttemptTimedOut {
+    timeout: Duration,
+    attempt: u32,
+}
+
+impl AttemptTimedOut {
+    pub(crate) fn new(timeout: Duration, attempt: u32) -> Self {
+        Self { timeout, attempt }
+    }
+
+    /// The time the attempt was given.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Which attempt timed out (1 for the first).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
+
+impl fmt::Display for AttemptTimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "attempt {} timed out after {:?}",
+            self.attempt, self.timeout
+        )
+    }
+}
+
+impl std::error::Error for AttemptTimedOut {}
+
+/// A configuration value was refused at construction.
+///
+/// Returned by the `try_` constructors; the plain constructors panic with the same message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidConfig {
+    message: String,
+}
+
+impl InvalidConfig {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for InvalidConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid retry configuration: {}", self.message)
+    }
+}
+
+impl std::error::Error for InvalidConfig {}

@@ -1,0 +1,417 @@
+//! [`ResponseFuture`]: the attempt / wait / re-ready state machine.
+//!
+//! ```text
+//!   call ──► Attempt ──outcome──► decide ──return──► Done
+//!               ▲                   │
+//!               │                 retry
+//!               │                   ▼
+//!           Readying ◄──timer── Waiting
+//! ```
+//!
+//! One timer serves every state: during an attempt it fires at the attempt timeout or the
+//! deadline, whichever is first; while waiting it is the backoff; while re-readying the
+//! service it is the deadline. Nothing is boxed and no task is spawned: dropping the future
+//! drops the attempt in flight and sends nothing more.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderValue, Request, Response, request};
+use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep, sleep_until};
+use tower::BoxError;
+use tower_service::Service;
+
+use crate::backoff::JitterRng;
+use crate::classify::{Classification, Outcome};
+use crate::error::{AttemptTimedOut, DeadlineExceeded};
+use crate::info::{RetryInfo, RetryRecord, StopReason};
+use crate::layer::{Config, PolicyRef};
+use crate::policy::RetryPolicy;
+use crate::replay::{Replay, ReplayBody};
+use crate::trace::Trace;
+
+pin_project! {
+    /// The response future of [`Retry`](crate::Retry).
+    pub struct ResponseFuture<S, B>
+    where
+        S: Service<Request<ReplayBody<B>>>,
+    {
+        #[pin]
+        state: State<S::Future>,
+        #[pin]
+        timer: Option<Sleep>,
+        // Whether `timer` means anything in the current state.
+        armed: bool,
+        attempts: Attempts,
+        retrying: Option<Retrying<S, B>>,
+        trace: Trace,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Attempt { #[pin] future: F },
+        Waiting,
+        Readying,
+        Done,
+    }
+}
+
+/// Limits and the running record, for every request, retried or not.
+#[derive(Debug)]
+pub(crate) struct Attempts {
+    /// When the deadline passes, and the configured deadline.
+    deadline: Option<(Instant, Duration)>,
+    attempt_timeout: Option<Duration>,
+    info: RetryInfo,
+}
+
+impl Attempts {
+    pub(crate) fn start(policy: &RetryPolicy) -> Self {
+        let deadline = policy
+            .deadline
+            .and_then(|d| Instant::now().checked_add(d).map(|at| (at, d)));
+        Self {
+            deadline,
+            attempt_timeout: policy.attempt_timeout,
+            info: RetryInfo {
+                attempts: 1,
+                ..RetryInfo::default()
+            },
+        }
+    }
+
+    /// When the current attempt must end, if ever.
+    fn attempt_end(&self) -> Option<Instant> {
+        let timeout = self
+            .attempt_timeout
+            .and_then(|t| Instant::now().checked_add(t));
+        match (timeout, self.deadline) {
+            (Some(t), Some((d, _))) => Some(t.min(d)),
+            (t, d) => t.or(d.map(|(at, _)| at)),
+        }
+    }
+
+    /// The error for a timer that fired during an attempt or while re-readying.
+    fn expired(&self) -> BoxError {
+        match self.deadline {
+            Some((at, deadline)) if Instant::now() >= at => {
+                Box::new(DeadlineExceeded::new(deadline, self.info.attempts))
+            }
+            _ => Box::new(AttemptTimedOut::new(
+                self.attempt_timeout.unwrap_or_default(),
+                self.info.attempts,
+            )),
+        }
+    }
+}
+
+/// What a request that may be retried keeps between attempts.
+pub(crate) struct Retrying<S, B> {
+    service: S,
+    head: request::Parts,
+    replay: Replay<B>,
+    config: Arc<Config>,
+    policy: PolicyRef,
+    rng: Option<JitterRng>,
+    /// The previous backoff, for decorrelated jitter.
+    previous: Duration,
+}
+
+enum Step {
+    Return,
+    Retry(Duration),
+}
+
+impl<S, B> ResponseFuture<S, B>
+where
+    S: Service<Request<ReplayBody<B>>>,
+{
+    /// A request that is sent once.
+    pub(crate) fn once(future: S::Future, mut attempts: Attempts, trace: Trace) -> Self {
+        attempts.info.stop = StopReason::Disabled;
+        let end = attempts.attempt_end();
+        Self {
+            state: State::Attempt { future },
+            timer: end.map(sleep_until),
+            armed: end.is_some(),
+            attempts,
+            retrying: None,
+            trace,
+        }
+    }
+
+    /// A request that may be retried.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn retrying(
+        future: S::Future,
+        mut attempts: Attempts,
+        service: S,
+        head: request::Parts,
+        replay: Replay<B>,
+        config: Arc<Config>,
+        policy: PolicyRef,
+        trace: Trace,
+    ) -> Self {
+        attempts.info.idempotency_key = head.headers.get(&config.key_header).cloned();
+        let previous = policy.get(&config).backoff.base();
+        let end = attempts.attempt_end();
+        Self {
+            state: State::Attempt { future },
+            timer: end.map(sleep_until),
+            armed: end.is_some(),
+            attempts,
+            retrying: Some(Retrying {
+                service,
+                head,
+                replay,
+                config,
+                policy,
+                rng: None,
+                previous,
+            }),
+            trace,
+        }
+    }
+}
+
+/// Points the timer at `at`, reusing the one already there.
+fn arm(mut timer: Pin<&mut Option<Sleep>>, armed: &mut bool, at: Option<Instant>) {
+    *armed = at.is_some();
+    if let Some(at) = at {
+        match timer.as_mut().as_pin_mut() {
+            Some(sleep) => sleep.reset(at),
+            None => timer.set(Some(sleep_until(at))),
+        }
+    }
+}
+
+fn timer_fired(timer: Pin<&mut Option<Sleep>>, armed: bool, cx: &mut Context<'_>) -> bool {
+    armed && timer.as_pin_mut().is_some_and(|sleep| sleep.poll(cx).is_ready())
+}
+
+impl<S, B, RB> Future for ResponseFuture<S, B>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
+    S::Error: Into<BoxError>,
+    B: http_body::Body + Unpin,
+{
+    type Output = Result<Response<RB>, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let _entered = this.trace.enter();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Attempt { future } => {
+                    let result = match future.poll(cx) {
+                        Poll::Ready(result) => result.map_err(Into::into),
+                        Poll::Pending => {
+                            if !timer_fired(this.timer.as_mut(), *this.armed, cx) {
+                                return Poll::Pending;
+                            }
+                            let error = this.attempts.expired();
+                            if error.is::<DeadlineExceeded>() {
+                                this.state.set(State::Done);
+                                this.trace.deadline(&*error);
+                                return Poll::Ready(Err(error));
+                            }
+                            Err(error)
+                        }
+                    };
+                    // Drop the attempt (and the body it may hold) before judging it.
+                    this.state.set(State::Done);
+                    let step = match this.retrying.as_mut() {
+                        Some(retrying) => decide(retrying, this.attempts, &result),
+                        None => Step::Return,
+                    };
+                    match step {
+                        Step::Return => {
+                            let info = std::mem::take(&mut this.attempts.info);
+                            this.trace.finish(&info, result.as_ref().err().map(|e| &**e));
+                            return Poll::Ready(result.map(|mut response| {
+                                response.extensions_mut().insert(info);
+                                response
+                            }));
+                        }
+                        Step::Retry(wait) => {
+                            let info = &this.attempts.info;
+                            if let Some(record) = info.retries.last() {
+                                this.trace.retry(info.attempts, record, result.as_ref().err().map(|e| &**e));
+                            }
+                            drop(result);
+                            let at = Instant::now().checked_add(wait);
+                            arm(this.timer.as_mut(), this.armed, at);
+                            this.state.set(State::Waiting);
+                        }
+                    }
+                }
+                StateProj::Waiting => {
+                    if let Some(sleep) = this.timer.as_mut().as_pin_mut() {
+                        if *this.armed {
+                            ready!(sleep.poll(cx));
+                        }
+                    }
+                    let deadline = this.attempts.deadline.map(|(at, _)| at);
+                    arm(this.timer.as_mut(), this.armed, deadline);
+                    this.state.set(State::Readying);
+                }
+                StateProj::Readying => {
+                    let retrying = this
+                        .retrying
+                        .as_mut()
+                        .expect("only requests that may be retried wait");
+                    match retrying.service.poll_ready(cx) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(error)) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(error.into()));
+                        }
+                        Poll::Pending => {
+                            if timer_fired(this.timer.as_mut(), *this.armed, cx) {
+                                this.state.set(State::Done);
+                                let error = this.attempts.expired();
+                                this.trace.deadline(&*error);
+                                return Poll::Ready(Err(error));
+                            }
+                            return Poll::Pending;
+                        }
+                    }
+                    this.attempts.info.attempts += 1;
+                    let attempt = this.attempts.info.attempts;
+                    let mut head = retrying.head.clone();
+                    if let Some(name) = &retrying.config.attempt_header {
+                        head.headers.insert(name.clone(), HeaderValue::from(attempt));
+                    }
+                    let request = Request::from_parts(head, retrying.replay.body());
+                    let future = retrying.service.call(request);
+                    let end = this.attempts.attempt_end();
+                    arm(this.timer.as_mut(), this.armed, end);
+                    this.state.set(State::Attempt { future });
+                }
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
+            }
+        }
+    }
+}
+
+/// Judges one outcome: return it, or retry after a wait. Records the decision in `info`.
+fn decide<S, B, RB>(
+    retrying: &mut Retrying<S, B>,
+    attempts: &mut Attempts,
+    result: &Result<Response<RB>, BoxError>,
+) -> Step {
+    let info = &mut attempts.info;
+    let stop = |info: &mut RetryInfo, reason: StopReason| {
+        info.stop = reason;
+        Step::Return
+    };
+    let config = &*retrying.config;
+    let policy = retrying.policy.get(config);
+
+    let outcome = match result {
+        Ok(response) => Outcome::Response {
+            status: response.status(),
+            headers: response.headers(),
+        },
+        Err(error) => {
+            if retrying.replay.body_failed() {
+                // The caller's own body failed: theirs to handle.
+                return stop(info, StopReason::Final);
+            }
+            Outcome::Error(&**error)
+        }
+    };
+    let reason = match policy.classifier_ref().classify(&retrying.head, outcome) {
+        Classification::Done => return stop(info, StopReason::Final),
+        Classification::Retry(reason) => reason,
+        Classification::RetryOnce(reason) => {
+            if info.retries.iter().any(|r| r.reason == reason) {
+                return stop(info, StopReason::Final);
+            }
+            reason
+        }
+    };
+    if !reason.request_not_processed()
+        && !config.may_repeat(&retrying.head.method, &retrying.head.headers)
+    {
+        return stop(info, StopReason::NotIdempotent);
+    }
+    if info.attempts >= policy.max_attempts {
+        return stop(info, StopReason::MaxAttempts);
+    }
+    if retrying.replay.check(result.is_ok()).is_err() {
+        return stop(info, StopReason::BodyNotReplayable);
+    }
+
+    let n = u32::try_from(info.retries.len() + 1).unwrap_or(u32::MAX);
+    let backoff = retrying
+        .rng
+        .get_or_insert_with(|| policy.jitter_rng())
+        .draw(&policy.backoff, n, retrying.previous);
+    let hint = match result {
+        Ok(response) => retry_after_hint(response),
+        Err(_) => None,
+    };
+    if hint.is_some_and(|hint| hint > policy.max_retry_after) {
+        return stop(info, StopReason::RetryAfterTooLong);
+    }
+    let wait = hint.map_or(backoff, |hint| hint.max(backoff));
+    let from_hint = hint.is_some_and(|hint| hint > backoff);
+    if let Some((at, _)) = attempts.deadline {
+        let ends = Instant::now().checked_add(wait);
+        if ends.is_none_or(|ends| ends >= at) {
+            let reason = if from_hint {
+                StopReason::RetryAfterTooLong
+            } else {
+                StopReason::Deadline
+            };
+            return stop(info, reason);
+        }
+    }
+    if let Some(budget) = config.budget_for(policy) {
+        if !budget.withdraw() {
+            info.budget_exhausted = true;
+            crate::trace::budget_refused(info.attempts, &reason);
+            return stop(info, StopReason::BudgetExhausted);
+        }
+    }
+
+    retrying.previous = backoff;
+    info.total_wait = info.total_wait.saturating_add(wait);
+    info.retries.push(RetryRecord {
+        reason,
+        wait,
+        retry_after: from_hint,
+    });
+    Step::Retry(wait)
+}
+
+fn retry_after_hint<RB>(response: &Response<RB>) -> Option<Duration> {
+    let value = response.headers().get(http::header::RETRY_AFTER)?;
+    let date = response.headers().get(http::header::DATE);
+    crate::retry_after::parse(value, date, SystemTime::now())
+}
+
+impl<S, B> std::fmt::Debug for ResponseFuture<S, B>
+where
+    S: Service<Request<ReplayBody<B>>>,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.state {
+            State::Attempt { .. } => "attempt",
+            State::Waiting => "waiting",
+            State::Readying => "readying",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("info", &self.attempts.info)
+            .finish()
+    }
+}

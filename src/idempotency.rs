@@ -1,0 +1,295 @@
+//! `Idempotency-Key`: one stable key per logical request, so a retried write is applied
+//! once.
+//!
+//! A POST that timed out may or may not have been applied. Sending it again is only safe
+//! when the server can tell the retry from a new request: the layer stamps a fresh random
+//! key on the request before the first attempt and sends the very same key on every retry,
+//! so a server that stores the outcome per key (Stripe's API, and the IETF
+//! `Idempotency-Key` header draft) applies the work once and answers repeats with the
+//! stored result.
+//!
+//! By default the value is a random UUID v4 written as a structured-field string, quotes
+//! included (`"8e03978e-40d5-43e8-bc93-6894a57f9324"`), as the IETF draft specifies; some
+//! APIs (Stripe) document the bare token instead: see [`IdempotencyKey::raw`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::{HeaderName, HeaderValue, Method};
+use rand::RngExt;
+
+use crate::error::InvalidConfig;
+
+/// The default header name, `Idempotency-Key`.
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// Makes the token of an idempotency key. Closures `Fn() -> String` implement it.
+///
+/// The token must be unique per logical request; the layer quotes it (escaping `"` and
+/// `\`) unless [`IdempotencyKey::raw`] is set. A token that is not a valid header value is
+/// not sent (the request goes out without a key, and so is not retried unless its method
+/// is idempotent).
+pub trait MakeIdempotencyKey: Send + Sync + 'static {
+    /// A new token.
+    fn make_key(&self) -> String;
+}
+
+impl<F> MakeIdempotencyKey for F
+where
+    F: Fn() -> String + Send + Sync + 'static,
+{
+    fn make_key(&self) -> String {
+        self()
+    }
+}
+
+/// Random UUID v4 tokens from the thread's cryptographically secure generator
+/// (`rand::rng()`: ChaCha, seeded and reseeded from the operating system).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UuidV4;
+
+impl UuidV4 {
+    fn write(quoted: bool) -> HeaderValue {
+        let bytes: [u8; 16] = rand::rng().random();
+        let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
+        let mut buf = [0u8; 38];
+        let start = usize::from(quoted);
+        uuid.hyphenated()
+            .encode_lower(&mut buf[start..start + 36]);
+        let len = if quoted {
+            buf[0] = b'"';
+            buf[37] = b'"';
+            38
+        } else {
+            36
+        };
+        HeaderValue::from_bytes(&buf[..len]).expect("a UUID is a valid header value")
+    }
+}
+
+impl MakeIdempotencyKey for UuidV4 {
+    fn make_key(&self) -> String {
+        uuid::Builder::from_random_bytes(rand::rng().random())
+            .into_uuid()
+            .hyphenated()
+            .to_string()
+    }
+}
+
+#[derive(Clone)]
+enum Generator {
+    Uuid,
+    Custom(Arc<dyn MakeIdempotencyKey>),
+}
+
+/// How the layer stamps idempotency keys on requests. On by default.
+///
+/// ```
+/// use tower_http_retry::{IdempotencyKey, RetryLayer};
+///
+/// let layer = RetryLayer::new().idempotency_key(
+///     IdempotencyKey::default()
+///         .header_name("x-request-key")
+///         .raw()
+///         .generator(|| format!("order-{}", 42)),
+/// );
+/// # let _ = layer;
+/// ```
+#[derive(Clone)]
+pub struct IdempotencyKey {
+    header: HeaderName,
+    quoted: bool,
+    methods: Option<Arc<[Method]>>,
+    generator: Generator,
+}
+
+impl Default for IdempotencyKey {
+    fn default() -> Self {
+        Self {
+            header: IDEMPOTENCY_KEY,
+            quoted: true,
+            methods: None,
+            generator: Generator::Uuid,
+        }
+    }
+}
+
+impl IdempotencyKey {
+    /// Keys in `Idempotency-Key`, quoted, random UUID v4, on every non-idempotent method
+    /// but `CONNECT`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The header that carries the key.
+    ///
+    /// # Panics
+    ///
+    /// When `name` is not a valid header name. [`IdempotencyKey::try_header_name`] returns
+    /// an error instead.
+    pub fn header_name(self, name: &str) -> Self {
+        match self.try_header_name(name) {
+            Ok(key) => key,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Like [`IdempotencyKey::header_name`], but refuses an invalid name with an error.
+    pub fn try_header_name(mut self, name: &str) -> Result<Self, InvalidConfig> {
+        self.header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            InvalidConfig::new(format!("{name:?} is not a valid header name"))
+        })?;
+        Ok(self)
+    }
+
+    /// Writes the bare token (`8e03978e-...`), as Stripe documents.
+    pub fn raw(mut self) -> Self {
+        self.quoted = false;
+        self
+    }
+
+    /// Writes the token as a structured-field string (`"8e03978e-..."`), as the IETF draft
+    /// specifies. The default.
+    pub fn quoted(mut self) -> Self {
+        self.quoted = true;
+        self
+    }
+
+    /// The methods that get a key. By default every method that is not idempotent, except
+    /// `CONNECT`.
+    pub fn methods<I: IntoIterator<Item = Method>>(mut self, methods: I) -> Self {
+        self.methods = Some(methods.into_iter().collect());
+        self
+    }
+
+    /// Replaces the UUID v4 generator.
+    pub fn generator<G: MakeIdempotencyKey>(mut self, generator: G) -> Self {
+        self.generator = Generator::Custom(Arc::new(generator));
+        self
+    }
+
+    /// The header that carries the key.
+    pub fn header(&self) -> &HeaderName {
+        &self.header
+    }
+
+    /// True when a request with this method gets a key.
+    pub fn applies_to(&self, method: &Method) -> bool {
+        match &self.methods {
+            Some(methods) => methods.contains(method),
+            None => !method.is_idempotent() && method != Method::CONNECT,
+        }
+    }
+
+    /// A new key, written as configured. `None` when a custom generator made a token that
+    /// cannot be sent in a header.
+    pub fn make_value(&self) -> Option<HeaderValue> {
+        match &self.generator {
+            Generator::Uuid => Some(UuidV4::write(self.quoted)),
+            Generator::Custom(generator) => {
+                let token = generator.make_key();
+                let value = if self.quoted {
+                    let mut quoted = String::with_capacity(token.len() + 2);
+                    quoted.push('"');
+                    for c in token.chars() {
+                        if c == '"' || c == '\\' {
+                            quoted.push('\\');
+                        }
+                        quoted.push(c);
+                    }
+                    quoted.push('"');
+                    HeaderValue::try_from(quoted)
+                } else {
+                    HeaderValue::try_from(token)
+                };
+                value.ok()
+            }
+        }
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyKey")
+            .field("header", &self.header)
+            .field("quoted", &self.quoted)
+            .field("methods", &self.methods)
+            .field(
+                "generator",
+                &match self.generator {
+                    Generator::Uuid => "uuid-v4",
+                    Generator::Custom(_) => "custom",
+                },
+            )
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_uuid_v4(s: &str) -> bool {
+        let u = uuid::Uuid::try_parse(s);
+        matches!(u, Ok(u) if u.get_version_num() == 4)
+    }
+
+    #[test]
+    fn default_is_a_quoted_uuid_v4() {
+        let v = IdempotencyKey::default().make_value().unwrap();
+        let s = v.to_str().unwrap();
+        assert!(s.starts_with('"') && s.ends_with('"') && s.len() == 38, "{s}");
+        assert!(is_uuid_v4(&s[1..37]), "{s}");
+    }
+
+    #[test]
+    fn raw_is_a_bare_uuid_v4() {
+        let v = IdempotencyKey::default().raw().make_value().unwrap();
+        assert!(is_uuid_v4(v.to_str().unwrap()));
+    }
+
+    #[test]
+    fn keys_differ() {
+        let k = IdempotencyKey::default();
+        let a = k.make_value().unwrap();
+        let b = k.make_value().unwrap();
+        assert_ne!(a, b);
+        assert!(is_uuid_v4(&UuidV4.make_key()));
+    }
+
+    #[test]
+    fn custom_tokens_are_quoted_and_escaped() {
+        let k = IdempotencyKey::default().generator(|| r#"a"b\c"#.to_string());
+        assert_eq!(k.make_value().unwrap(), r#""a\"b\\c""#);
+        let raw = IdempotencyKey::default().raw().generator(|| "tok-1".to_string());
+        assert_eq!(raw.make_value().unwrap(), "tok-1");
+        let bad = IdempotencyKey::default().raw().generator(|| "line\nbreak".to_string());
+        assert_eq!(bad.make_value(), None);
+    }
+
+    #[test]
+    fn methods_default_to_non_idempotent_without_connect() {
+        let k = IdempotencyKey::default();
+        assert!(k.applies_to(&Method::POST));
+        assert!(k.applies_to(&Method::PATCH));
+        assert!(k.applies_to(&Method::from_bytes(b"PURGE").unwrap()));
+        for m in [Method::GET, Method::PUT, Method::DELETE, Method::HEAD, Method::CONNECT] {
+            assert!(!k.applies_to(&m), "{m}");
+        }
+        let only_patch = k.methods([Method::PATCH]);
+        assert!(only_patch.applies_to(&Method::PATCH));
+        assert!(!only_patch.applies_to(&Method::POST));
+    }
+
+    #[test]
+    fn invalid_header_name_is_refused() {
+        let err = IdempotencyKey::default()
+            .try_header_name("bad name")
+            .unwrap_err();
+        assert!(err.to_string().contains("not a valid header name"), "{err}");
+        assert_eq!(
+            IdempotencyKey::default().header_name("X-Key").header(),
+            "x-key"
+        );
+    }
+}

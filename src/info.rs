@@ -1,0 +1,109 @@
+//! What happened to a logical request, attached to the response the caller gets.
+
+use std::fmt;
+use std::time::Duration;
+
+use http::HeaderValue;
+
+use crate::classify::RetryReason;
+
+/// The story of one logical request, in the extensions of the response returned to the
+/// caller, whether it succeeded, failed for good, or ran out of retries.
+///
+/// ```
+/// # use tower_http_retry::RetryInfo;
+/// # let response = {
+/// #     let mut r = http::Response::new(());
+/// #     r.extensions_mut().insert(RetryInfo::default());
+/// #     r
+/// # };
+/// let info = response.extensions().get::<RetryInfo>().unwrap();
+/// println!("{} attempt(s), waited {:?}, stopped: {}", info.attempts, info.total_wait, info.stop);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryInfo {
+    /// Attempts made, the first one included.
+    pub attempts: u32,
+    /// Total time slept between attempts.
+    pub total_wait: Duration,
+    /// Every retry, in order: why it happened and how long it waited first.
+    pub retries: Vec<RetryRecord>,
+    /// Why the layer stopped and returned this response.
+    pub stop: StopReason,
+    /// True when the retry budget refused a retry.
+    pub budget_exhausted: bool,
+    /// The idempotency key every attempt carried, if the request had one.
+    pub idempotency_key: Option<HeaderValue>,
+}
+
+/// One retry: why, and how long the layer waited before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryRecord {
+    /// The classification of the attempt that failed.
+    pub reason: RetryReason,
+    /// The wait before the retry.
+    pub wait: Duration,
+    /// Whether the wait was set by the server's `Retry-After`, as opposed to the backoff.
+    pub retry_after: bool,
+}
+
+/// Why the layer stopped retrying and returned what it returned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The outcome is final under the classification: a success, or a status or error that
+    /// is not retried (including a second 500).
+    #[default]
+    Final,
+    /// Retries are off for this request (`max_attempts(1)`, `never()`, or `CONNECT`).
+    Disabled,
+    /// The attempt limit was reached.
+    MaxAttempts,
+    /// The outcome was retryable, but the method is not idempotent and the request carries
+    /// no idempotency key, and the failure does not prove the server never saw it.
+    NotIdempotent,
+    /// The body could not be sent again (over the replay cap, or not fully sent before the
+    /// response).
+    BodyNotReplayable,
+    /// The retry budget refused the retry.
+    BudgetExhausted,
+    /// The next wait would have ended after the deadline.
+    Deadline,
+    /// The server's `Retry-After` asked for longer than `max_retry_after`, or for longer
+    /// than the deadline leaves.
+    RetryAfterTooLong,
+}
+
+impl StopReason {
+    /// A short, stable name, for logs and metrics labels.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StopReason::Final => "final",
+            StopReason::Disabled => "disabled",
+            StopReason::MaxAttempts => "max_attempts",
+            StopReason::NotIdempotent => "not_idempotent",
+            StopReason::BodyNotReplayable => "body_not_replayable",
+            StopReason::BudgetExhausted => "budget_exhausted",
+            StopReason::Deadline => "deadline",
+            StopReason::RetryAfterTooLong => "retry_after_too_long",
+        }
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self {
+            StopReason::Final => "final outcome",
+            StopReason::Disabled => "retries disabled",
+            StopReason::MaxAttempts => "attempt limit reached",
+            StopReason::NotIdempotent => "not idempotent and no idempotency key",
+            StopReason::BodyNotReplayable => "body cannot be replayed",
+            StopReason::BudgetExhausted => "retry budget exhausted",
+            StopReason::Deadline => "deadline would pass",
+            StopReason::RetryAfterTooLong => "Retry-After too long",
+        };
+        f.write_str(text)
+    }
+}

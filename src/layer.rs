@@ -1,0 +1,226 @@
+//! [`RetryLayer`]: the configuration and the builder.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::{HeaderName, Method, Request};
+use tower_layer::Layer;
+
+use crate::budget::RetryBudget;
+use crate::error::InvalidConfig;
+use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey};
+use crate::policy::RetryPolicy;
+use crate::route::RouteMatch;
+use crate::service::Retry;
+
+/// Default cap on the bytes of a request body kept for replays: 64 KiB.
+pub const DEFAULT_MAX_REPLAY_BYTES: usize = 64 * 1024;
+
+/// Applies [`Retry`] to a service. See the [crate docs](crate) for what it does.
+///
+/// Every service made by one layer (and every clone of them) shares the layer's
+/// configuration and its [`RetryBudget`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_http_retry::{RetryBudget, RetryLayer, RetryPolicy, RouteMatch};
+///
+/// let budget = RetryBudget::new(0.1, 10, 100);
+/// let layer = RetryLayer::new()
+///     .policy(RetryPolicy::default().max_attempts(3).deadline(Duration::from_secs(10)))
+///     .budget(budget.clone())
+///     .max_replay_bytes(64 * 1024)
+///     .route(RouteMatch::post().path_prefix("/v1/payments"), RetryPolicy::default().max_attempts(5))
+///     .route(RouteMatch::get().path_prefix("/health"), RetryPolicy::never());
+/// # let _ = layer;
+/// ```
+#[derive(Clone)]
+pub struct RetryLayer {
+    config: Arc<Config>,
+}
+
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) policy: RetryPolicy,
+    pub(crate) routes: Vec<(RouteMatch, RetryPolicy)>,
+    pub(crate) budget: Option<RetryBudget>,
+    pub(crate) key: Option<IdempotencyKey>,
+    /// The header whose presence makes a non-idempotent request retryable.
+    pub(crate) key_header: HeaderName,
+    pub(crate) max_replay_bytes: usize,
+    pub(crate) attempt_header: Option<HeaderName>,
+}
+
+/// Which policy a request runs under.
+#[derive(Debug)]
+pub(crate) enum PolicyRef {
+    Default,
+    Route(usize),
+    Request(RetryPolicy),
+}
+
+impl PolicyRef {
+    pub(crate) fn get<'a>(&'a self, config: &'a Config) -> &'a RetryPolicy {
+        match self {
+            PolicyRef::Default => &config.policy,
+            PolicyRef::Route(i) => &config.routes[*i].1,
+            PolicyRef::Request(policy) => policy,
+        }
+    }
+}
+
+impl Config {
+    /// Picks the policy for a request: its own extension first, then the first matching
+    /// route, else the default. Allocates nothing unless the request carries a policy.
+    pub(crate) fn select<B>(&self, request: &Request<B>) -> PolicyRef {
+        if let Some(policy) = request.extensions().get::<RetryPolicy>() {
+            return PolicyRef::Request(policy.clone());
+        }
+        let (method, uri, headers) = (request.method(), request.uri(), request.headers());
+        match self
+            .routes
+            .iter()
+            .position(|(route, _)| route.matches_parts(method, uri, headers))
+        {
+            Some(i) => PolicyRef::Route(i),
+            None => PolicyRef::Default,
+        }
+    }
+
+    /// The budget that pays for this policy's retries.
+    pub(crate) fn budget_for<'a>(&'a self, policy: &'a RetryPolicy) -> Option<&'a RetryBudget> {
+        policy.budget.as_ref().or(self.budget.as_ref())
+    }
+
+    /// True when a request with this method and headers may be retried whatever happened.
+    pub(crate) fn may_repeat(&self, method: &Method, headers: &http::HeaderMap) -> bool {
+        method.is_idempotent() || headers.contains_key(&self.key_header)
+    }
+}
+
+impl Default for RetryLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RetryLayer {
+    /// A layer with every default: [`RetryPolicy::default`], its own
+    /// [`RetryBudget::default`], [`IdempotencyKey::default`], a 64 KiB replay cap, no
+    /// attempt header, no routes.
+    pub fn new() -> Self {
+        Self {
+            config: Arc::new(Config {
+                policy: RetryPolicy::default(),
+                routes: Vec::new(),
+                budget: Some(RetryBudget::default()),
+                key: Some(IdempotencyKey::default()),
+                key_header: IDEMPOTENCY_KEY,
+                max_replay_bytes: DEFAULT_MAX_REPLAY_BYTES,
+                attempt_header: None,
+            }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Config)) -> Self {
+        f(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// The default policy, for requests no route matches.
+    pub fn policy(self, policy: RetryPolicy) -> Self {
+        self.edit(|c| c.policy = policy)
+    }
+
+    /// Requests matching `route` use `policy`. Routes are tried in the order they were
+    /// added; the first match wins.
+    pub fn route(self, route: RouteMatch, policy: RetryPolicy) -> Self {
+        self.edit(|c| c.routes.push((route, policy)))
+    }
+
+    /// The budget every retry is paid from (unless its policy has its own). Every service
+    /// made by this layer, every clone of them, and every other layer given a clone of the
+    /// same handle, share one bucket.
+    pub fn budget(self, budget: RetryBudget) -> Self {
+        self.edit(|c| c.budget = Some(budget))
+    }
+
+    /// No budget: only the attempt limit and the deadline bound retries.
+    pub fn no_budget(self) -> Self {
+        self.edit(|c| c.budget = None)
+    }
+
+    /// How idempotency keys are stamped on non-idempotent requests.
+    pub fn idempotency_key(self, key: IdempotencyKey) -> Self {
+        self.edit(|c| {
+            c.key_header = key.header().clone();
+            c.key = Some(key);
+        })
+    }
+
+    /// No keys are added. A non-idempotent request is then retried only when the caller
+    /// set an `Idempotency-Key` header itself, or when the failure proves the server never
+    /// saw it.
+    pub fn no_idempotency_key(self) -> Self {
+        self.edit(|c| c.key = None)
+    }
+
+    /// The most request-body bytes kept for replays (default 64 KiB). A larger body is
+    /// still sent, once, complete; it is just not retried.
+    pub fn max_replay_bytes(self, max: usize) -> Self {
+        self.edit(|c| c.max_replay_bytes = max)
+    }
+
+    /// Sends the attempt number (1, 2, ...) in this header on every attempt, so servers can
+    /// tell retries apart.
+    ///
+    /// # Panics
+    ///
+    /// When `name` is not a valid header name; [`RetryLayer::try_attempt_header`] returns
+    /// an error instead.
+    pub fn attempt_header(self, name: &str) -> Self {
+        match self.try_attempt_header(name) {
+            Ok(layer) => layer,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Like [`RetryLayer::attempt_header`], but refuses an invalid name with an error.
+    pub fn try_attempt_header(self, name: &str) -> Result<Self, InvalidConfig> {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| InvalidConfig::new(format!("{name:?} is not a valid header name")))?;
+        Ok(self.edit(|c| c.attempt_header = Some(name)))
+    }
+
+    /// The layer's retry budget, if it has one.
+    pub fn get_budget(&self) -> Option<&RetryBudget> {
+        self.config.budget.as_ref()
+    }
+}
+
+impl<S> Layer<S> for RetryLayer {
+    type Service = Retry<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Retry::from_config(inner, Arc::clone(&self.config))
+    }
+}
+
+impl fmt::Debug for RetryLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.config.fmt(f)
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryLayer")
+            .field("policy", &self.policy)
+            .field("routes", &self.routes)
+            .field("budget", &self.budget)
+            .field("idempotency_key", &self.key)
+            .field("max_replay_bytes", &self.max_replay_bytes)
+            .field("attempt_header", &self.attempt_header)
+            .finish()
+    }
+}

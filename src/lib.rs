@@ -1,0 +1,109 @@
+//! Safe HTTP client retries for [tower] and [hyper].
+//!
+//! A retry that is not safe turns one payment into two, and a retry loop without limits
+//! turns a short outage into a retry storm. [`RetryLayer`] wraps any
+//! `tower::Service<http::Request<B>>` (a hyper-util client, a tower stack, a test service)
+//! and retries only what is safe to repeat, only as often as the server can bear:
+//!
+//! - **Only safe requests.** Idempotent methods (GET, HEAD, OPTIONS, TRACE, PUT, DELETE),
+//!   requests that carry an `Idempotency-Key`, and failures that prove the server never
+//!   saw the request (connect errors, HTTP/2 `REFUSED_STREAM`). `CONNECT` never.
+//! - **One stable idempotency key.** Non-idempotent requests get an `Idempotency-Key`
+//!   before the first attempt; every retry carries the same one ([`IdempotencyKey`]).
+//! - **Only retryable outcomes.** Connection failures, timeouts, 408, 429, 502, 503, 504,
+//!   and a 500 once ([`classify`]); everything else is returned as is.
+//! - **Bodies replayed, not copied.** [`ReplayBody`] keeps `Bytes` handles of what was sent
+//!   (64 KiB by default) and replays them exactly; a larger body is sent once, complete.
+//! - **Waits that spread load.** Capped exponential backoff with full jitter by default
+//!   ([`Backoff`]), with the server's `Retry-After` as a floor ([`retry_after`]).
+//! - **Limits.** Max attempts, an overall deadline, per-attempt timeouts, and a token-bucket
+//!   [`RetryBudget`] shared by every clone of the service, so retries stay a small fraction
+//!   of traffic during an outage.
+//! - **Per-route policies** ([`RouteMatch`]) and a per-request override
+//!   ([`RetryPolicy`] in the request's extensions).
+//! - **A record of what happened**: [`RetryInfo`] in the response's extensions.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use http::{Request, Response, StatusCode};
+//! use http_body_util::{BodyExt, Full};
+//! use bytes::Bytes;
+//! use tower::{ServiceBuilder, ServiceExt};
+//! use tower_http_retry::{Backoff, RetryInfo, RetryLayer, RetryPolicy};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), tower::BoxError> {
+//! # let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+//! # let inner = tower::service_fn(move |req: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| {
+//! #     let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+//! #     async move {
+//! #         let _ = req.into_body().collect().await;
+//! #         let status = if n < 2 { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+//! #         Ok::<_, std::convert::Infallible>(Response::builder().status(status).body(()).unwrap())
+//! #     }
+//! # });
+//! // `inner` is any service taking `Request<ReplayBody<B>>`, such as a hyper-util client.
+//! let client = ServiceBuilder::new()
+//!     .layer(RetryLayer::new().policy(
+//!         RetryPolicy::default()
+//!             .max_attempts(3)
+//!             .backoff(Backoff::exponential(Duration::from_millis(100), Duration::from_secs(10)))
+//!             .deadline(Duration::from_secs(10)),
+//!     ))
+//!     .service(inner);
+//!
+//! let request = Request::get("http://127.0.0.1:3000/items/1").body(Full::new(Bytes::new()))?;
+//! let response = client.oneshot(request).await?;
+//! assert_eq!(response.status(), StatusCode::OK);
+//! let info = response.extensions().get::<RetryInfo>().unwrap();
+//! assert_eq!(info.attempts, 3); // two 503s, then 200
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Features
+//!
+//! - `tracing` (default): a span per logical request, an event per retry, a warning when
+//!   the budget refuses.
+//! - `hyper` (default): recognise hyper, hyper-util and h2 errors when classifying.
+//!
+//! [tower]: https://docs.rs/tower
+//! [hyper]: https://docs.rs/hyper
+
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod backoff;
+mod budget;
+pub mod classify;
+mod error;
+pub mod future;
+mod idempotency;
+mod info;
+mod layer;
+mod policy;
+mod replay;
+pub mod retry_after;
+mod route;
+mod service;
+mod trace;
+
+pub use crate::backoff::{Backoff, Jitter};
+pub use crate::budget::{InvalidBudget, RetryBudget};
+pub use crate::classify::RetryReason;
+pub use crate::error::{AttemptTimedOut, DeadlineExceeded, InvalidConfig};
+pub use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey, MakeIdempotencyKey, UuidV4};
+pub use crate::info::{RetryInfo, RetryRecord, StopReason};
+pub use crate::layer::{DEFAULT_MAX_REPLAY_BYTES, RetryLayer};
+pub use crate::policy::RetryPolicy;
+pub use crate::replay::ReplayBody;
+pub use crate::route::RouteMatch;
+pub use crate::service::Retry;

@@ -1,0 +1,568 @@
+//! Request bodies that can be sent again.
+//!
+//! [`ReplayBody`] passes the caller's body through frame by frame and keeps a cheap
+//! [`Bytes`] handle of every data frame it sent (a reference count, not a copy, for
+//! `Bytes`-backed data), and the trailers, up to a cap. A retry first replays those frames
+//! and then, if the original body was not finished, goes on reading it where the previous
+//! attempt stopped. So a retry sends exactly the bytes the first attempt sent, and the
+//! first attempt always sends the whole original body, whatever the cap.
+//!
+//! A body is not replayed when:
+//! - its `size_hint` lower bound is above the cap (it is never buffered), or it grew past
+//!   the cap while streaming (the buffer is freed at once);
+//! - the caller's body returned an error;
+//! - a response arrived before the body was completely sent (the server may have acted on
+//!   a part of it);
+//! - an earlier attempt is still reading the original body (its transport has not let go of
+//!   it yet).
+//!
+//! An empty body needs no buffer at all.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+
+/// A request body that records what it sends so that a retry can send it again.
+///
+/// This is the body type the inner service receives. Its data frames are [`Bytes`]; its
+/// error is the caller's body's error, passed through unchanged.
+///
+/// ```
+/// use bytes::Bytes;
+/// use http_body_util::{BodyExt, Full};
+/// use tower_http_retry::ReplayBody;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let first = ReplayBody::new(Full::new(Bytes::from_static(b"hello")), 64 * 1024);
+/// let replay = first.try_replay();
+/// let sent = first.collect().await.unwrap().to_bytes();
+/// let again = replay.collect().await.unwrap().to_bytes();
+/// assert_eq!(sent, again);
+/// # }
+/// ```
+pub struct ReplayBody<B> {
+    inner: Inner<B>,
+}
+
+enum Inner<B> {
+    /// Sent once, nothing kept.
+    Passthrough(B),
+    /// Known to be empty.
+    Empty,
+    /// Recording (first attempt) or replaying (later ones).
+    Shared(Cursor<B>),
+}
+
+/// One attempt's view of the shared recording.
+struct Cursor<B> {
+    shared: Arc<Mutex<Recording<B>>>,
+    /// The original body, once this attempt has taken it over.
+    rest: Option<B>,
+    /// Next recorded chunk to replay.
+    pos: usize,
+    trailers_sent: bool,
+    /// Data bytes this attempt has produced, for `size_hint`.
+    sent: u64,
+}
+
+pub(crate) struct Recording<B> {
+    /// The original body while no attempt is reading it.
+    rest: Option<B>,
+    chunks: Vec<Bytes>,
+    trailers: Option<HeaderMap>,
+    len: usize,
+    cap: usize,
+    /// The original body reached its end: `chunks` and `trailers` are all of it.
+    complete: bool,
+    /// More than `cap` bytes were sent: the buffer was freed and nothing can be replayed.
+    overflowed: bool,
+    /// The caller's body failed.
+    errored: bool,
+    /// Attempt bodies not yet dropped; one of them may be holding `rest`.
+    alive: usize,
+    /// The original's size hint before anything was read.
+    hint: SizeHint,
+}
+
+/// Why a body cannot be sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotReplayable {
+    /// Over the cap, by its size hint or while streaming.
+    TooLarge,
+    /// The caller's body failed: the error is theirs and is returned as is.
+    BodyError,
+    /// A response arrived before the body was completely sent.
+    EarlyResponse,
+    /// An earlier attempt's transport still holds the unfinished original.
+    InFlight,
+}
+
+/// The retry loop's handle on a request body.
+pub(crate) enum Replay<B> {
+    /// Nothing kept: the body is sent once.
+    Never,
+    /// Empty bodies replay as empty bodies.
+    Empty,
+    Shared(Arc<Mutex<Recording<B>>>),
+}
+
+fn lock<B>(shared: &Mutex<Recording<B>>) -> MutexGuard<'_, Recording<B>> {
+    // Nothing here can leave the recording half-updated, so a poisoned lock is still sound.
+    shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl<B: Body> ReplayBody<B> {
+    /// Wraps `body` so that up to `max_replay_bytes` of it can be replayed.
+    ///
+    /// A body whose size hint says it is larger than the cap is passed through and never
+    /// replayed; an empty one needs no buffer.
+    pub fn new(body: B, max_replay_bytes: usize) -> Self {
+        Self::with_handle(body, max_replay_bytes).0
+    }
+
+    /// Wraps `body` and returns the retry loop's handle on it.
+    pub(crate) fn with_handle(body: B, cap: usize) -> (Self, Replay<B>) {
+        if body.is_end_stream() {
+            return (Self::passthrough(body), Replay::Empty);
+        }
+        let hint = body.size_hint();
+        if hint.lower() > cap as u64 {
+            return (Self::passthrough(body), Replay::Never);
+        }
+        let shared = Arc::new(Mutex::new(Recording {
+            rest: Some(body),
+            chunks: Vec::new(),
+            trailers: None,
+            len: 0,
+            cap,
+            complete: false,
+            overflowed: false,
+            errored: false,
+            alive: 0,
+            hint,
+        }));
+        let body = Cursor::attach(&shared);
+        (
+            Self {
+                inner: Inner::Shared(body),
+            },
+            Replay::Shared(shared),
+        )
+    }
+
+    /// Passes `body` through without keeping anything.
+    pub(crate) fn passthrough(body: B) -> Self {
+        Self {
+            inner: Inner::Passthrough(body),
+        }
+    }
+
+    /// A body that sends again what this one sent, if that is still possible.
+    ///
+    /// Possible when this body was empty, or is within the cap and has either been read to
+    /// its end or been dropped (any other attempt body made from the same original too).
+    /// Always `None` for a body over the cap or one whose original failed.
+    pub fn try_replay(&self) -> Option<Self> {
+        match &self.inner {
+            Inner::Passthrough(body) if body.is_end_stream() => Some(Self::empty()),
+            Inner::Passthrough(_) => None,
+            Inner::Empty => Some(Self::empty()),
+            Inner::Shared(cursor) => {
+                let state = lock(&cursor.shared);
+                // This body is alive: only a finished recording can be replayed beside it.
+                let ok = state.complete && !state.overflowed && !state.errored;
+                drop(state);
+                ok.then(|| Self {
+                    inner: Inner::Shared(Cursor::attach(&cursor.shared)),
+                })
+            }
+        }
+    }
+
+    fn empty() -> Self {
+        Self {
+            inner: Inner::Empty,
+        }
+    }
+}
+
+impl<B> Replay<B> {
+    /// Checks that the next attempt can send the body again. `responded` says whether the
+    /// last attempt produced a response (as opposed to an error).
+    pub(crate) fn check(&self, responded: bool) -> Result<(), NotReplayable> {
+        match self {
+            Replay::Never => Err(NotReplayable::TooLarge),
+            Replay::Empty => Ok(()),
+            Replay::Shared(shared) => {
+                let state = lock(shared);
+                if state.errored {
+                    Err(NotReplayable::BodyError)
+                } else if state.overflowed {
+                    Err(NotReplayable::TooLarge)
+                } else if state.complete {
+                    Ok(())
+                } else if responded {
+                    Err(NotReplayable::EarlyResponse)
+                } else if state.alive > 0 {
+                    Err(NotReplayable::InFlight)
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// True when the caller's own body failed.
+    pub(crate) fn body_failed(&self) -> bool {
+        match self {
+            Replay::Shared(shared) => lock(shared).errored,
+            _ => false,
+        }
+    }
+
+    /// A body for the next attempt. Call [`Replay::check`] first.
+    pub(crate) fn body(&self) -> ReplayBody<B> {
+        match self {
+            Replay::Never | Replay::Empty => ReplayBody { inner: Inner::Empty },
+            Replay::Shared(shared) => ReplayBody {
+                inner: Inner::Shared(Cursor::attach(shared)),
+            },
+        }
+    }
+}
+
+impl<B> Cursor<B> {
+    fn attach(shared: &Arc<Mutex<Recording<B>>>) -> Self {
+        lock(shared).alive += 1;
+        Self {
+            shared: Arc::clone(shared),
+            rest: None,
+            pos: 0,
+            trailers_sent: false,
+            sent: 0,
+        }
+    }
+}
+
+impl<B> Drop for Cursor<B> {
+    fn drop(&mut self) {
+        let mut state = lock(&self.shared);
+        state.alive -= 1;
+        if let Some(rest) = self.rest.take() {
+            if !state.complete && !state.overflowed && !state.errored {
+                // Hand the unfinished original to the next attempt.
+                state.rest = Some(rest);
+            }
+        }
+    }
+}
+
+impl<B> Cursor<B>
+where
+    B: Body + Unpin,
+{
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if self.rest.is_none() {
+            let mut state = lock(&self.shared);
+            if !state.overflowed && self.pos < state.chunks.len() {
+                let chunk = state.chunks[self.pos].clone();
+                self.pos += 1;
+                self.sent += chunk.len() as u64;
+                return Poll::Ready(Some(Ok(Frame::data(chunk))));
+            }
+            if state.complete {
+                if !self.trailers_sent {
+                    self.trailers_sent = true;
+                    if let Some(trailers) = state.trailers.clone() {
+                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    }
+                }
+                return Poll::Ready(None);
+            }
+            match state.rest.take() {
+                Some(rest) => self.rest = Some(rest),
+                None => {
+                    // Not reachable when `Replay::check` passed: someone else is reading the
+                    // original. Ending here would truncate the body, so wait instead; the
+                    // attempt is abandoned by its timeout or its transport.
+                    debug_assert!(false, "replay started while the original is in use");
+                    return Poll::Pending;
+                }
+            }
+        }
+        let Some(rest) = self.rest.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let frame = match std::task::ready!(Pin::new(&mut *rest).poll_frame(cx)) {
+            None => {
+                lock(&self.shared).complete = true;
+                self.rest = None;
+                return Poll::Ready(None);
+            }
+            Some(Err(error)) => {
+                lock(&self.shared).errored = true;
+                return Poll::Ready(Some(Err(error)));
+            }
+            Some(Ok(frame)) => frame.map_data(|mut data| data.copy_to_bytes(data.remaining())),
+        };
+        let end = rest.is_end_stream();
+        let mut state = lock(&self.shared);
+        if let Some(data) = frame.data_ref() {
+            self.sent += data.len() as u64;
+            if !state.overflowed {
+                if state.len + data.len() > state.cap {
+                    state.overflowed = true;
+                    state.chunks = Vec::new();
+                    state.trailers = None;
+                    state.len = 0;
+                } else {
+                    state.len += data.len();
+                    state.chunks.push(data.clone());
+                    self.pos = state.chunks.len();
+                }
+            }
+        } else if let Some(trailers) = frame.trailers_ref() {
+            self.trailers_sent = true;
+            if !state.overflowed {
+                state.trailers = Some(trailers.clone());
+            }
+        }
+        if end {
+            state.complete = true;
+            drop(state);
+            self.rest = None;
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let state = lock(&self.shared);
+        if !state.overflowed && self.pos < state.chunks.len() {
+            return false;
+        }
+        if state.complete {
+            return self.trailers_sent || state.trailers.is_none();
+        }
+        match &self.rest {
+            Some(rest) => rest.is_end_stream(),
+            None => state.rest.as_ref().is_some_and(|rest| rest.is_end_stream()),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let hint = lock(&self.shared).hint.clone();
+        let mut left = SizeHint::new();
+        left.set_lower(hint.lower().saturating_sub(self.sent));
+        if let Some(upper) = hint.upper() {
+            left.set_upper(upper.saturating_sub(self.sent));
+        }
+        left
+    }
+}
+
+impl<B> Body for ReplayBody<B>
+where
+    B: Body + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match &mut self.get_mut().inner {
+            Inner::Passthrough(body) => Pin::new(body).poll_frame(cx).map(|frame| {
+                frame.map(|r| r.map(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining()))))
+            }),
+            Inner::Empty => Poll::Ready(None),
+            Inner::Shared(cursor) => cursor.poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            Inner::Passthrough(body) => body.is_end_stream(),
+            Inner::Empty => true,
+            Inner::Shared(cursor) => cursor.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            Inner::Passthrough(body) => body.size_hint(),
+            Inner::Empty => SizeHint::with_exact(0),
+            Inner::Shared(cursor) => cursor.size_hint(),
+        }
+    }
+}
+
+impl<B> fmt::Debug for ReplayBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.inner {
+            Inner::Passthrough(_) => "passthrough",
+            Inner::Empty => "empty",
+            Inner::Shared(_) => "replayable",
+        };
+        f.debug_struct("ReplayBody").field("kind", &kind).finish()
+    }
+}
+
+impl<B> fmt::Debug for Replay<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self {
+            Replay::Never => "never",
+            Replay::Empty => "empty",
+            Replay::Shared(_) => "shared",
+        };
+        f.debug_tuple("Replay").field(&kind).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{BodyExt, Full, StreamBody};
+
+    fn chunks(parts: &[&'static [u8]]) -> StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::convert::Infallible>>>> {
+        let frames: Vec<_> = parts
+            .iter()
+            .map(|p| Ok(Frame::data(Bytes::from_static(p))))
+            .collect();
+        StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    #[tokio::test]
+    async fn replays_streamed_chunks_byte_identical_without_copying() {
+        let source = Bytes::from_static(b"0123456789");
+        let (body, replay) = ReplayBody::with_handle(
+            StreamBody::new(futures_util::stream::iter(vec![
+                Ok::<_, std::convert::Infallible>(Frame::data(source.slice(0..4))),
+                Ok(Frame::data(source.slice(4..10))),
+            ])),
+            1024,
+        );
+        let first = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&first[..], b"0123456789");
+        assert_eq!(replay.check(true), Ok(()));
+        let mut again = replay.body();
+        let a = again.frame().await.unwrap().unwrap().into_data().unwrap();
+        // The replayed chunk points into the caller's own buffer: no copy was made.
+        assert_eq!(a.as_ptr(), source.as_ptr());
+        let b = again.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(b.as_ptr(), source[4..].as_ptr());
+        assert!(again.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn trailers_are_replayed() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-checksum", "abc".parse().unwrap());
+        let frames = vec![
+            Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from_static(b"body"))),
+            Ok(Frame::trailers(trailers.clone())),
+        ];
+        let (body, replay) =
+            ReplayBody::with_handle(StreamBody::new(futures_util::stream::iter(frames)), 1024);
+        let first = body.collect().await.unwrap();
+        assert_eq!(first.trailers(), Some(&trailers));
+        let again = replay.body().collect().await.unwrap();
+        assert_eq!(again.trailers(), Some(&trailers));
+        assert_eq!(again.to_bytes(), Bytes::from_static(b"body"));
+    }
+
+    #[tokio::test]
+    async fn over_the_cap_while_streaming_is_sent_whole_and_not_replayed() {
+        let (body, replay) = ReplayBody::with_handle(chunks(&[b"aaaa", b"bbbb", b"cccc"]), 6);
+        let sent = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&sent[..], b"aaaabbbbcccc");
+        assert_eq!(replay.check(false), Err(NotReplayable::TooLarge));
+        if let Replay::Shared(shared) = &replay {
+            let state = lock(shared);
+            assert!(state.chunks.is_empty() && state.chunks.capacity() == 0);
+        } else {
+            panic!("expected a recording");
+        }
+    }
+
+    #[tokio::test]
+    async fn size_hint_over_the_cap_is_never_buffered() {
+        let (body, replay) =
+            ReplayBody::with_handle(Full::new(Bytes::from(vec![7u8; 100])), 99);
+        assert!(matches!(replay, Replay::Never));
+        assert_eq!(body.size_hint().exact(), Some(100));
+        assert_eq!(body.collect().await.unwrap().to_bytes().len(), 100);
+    }
+
+    #[tokio::test]
+    async fn empty_body_needs_no_buffer() {
+        let (body, replay) = ReplayBody::with_handle(http_body_util::Empty::<Bytes>::new(), 10);
+        assert!(matches!(replay, Replay::Empty));
+        assert!(body.is_end_stream());
+        let again = replay.body();
+        assert!(again.is_end_stream());
+        assert_eq!(again.size_hint().exact(), Some(0));
+    }
+
+    #[tokio::test]
+    async fn an_unread_dropped_body_is_resumed_from_the_original() {
+        let (body, replay) = ReplayBody::with_handle(chunks(&[b"ab", b"cd"]), 1024);
+        drop(body); // e.g. the connection was refused before anything was written
+        assert_eq!(replay.check(false), Ok(()));
+        let again = replay.body().collect().await.unwrap().to_bytes();
+        assert_eq!(&again[..], b"abcd");
+    }
+
+    #[tokio::test]
+    async fn a_partly_sent_body_is_replayed_then_continued() {
+        let (mut body, replay) = ReplayBody::with_handle(chunks(&[b"ab", b"cd", b"ef"]), 1024);
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"ab");
+        // Still held by the transport: cannot replay yet.
+        assert_eq!(replay.check(false), Err(NotReplayable::InFlight));
+        // A response before the body was fully sent is never replayed.
+        assert_eq!(replay.check(true), Err(NotReplayable::EarlyResponse));
+        drop(body);
+        assert_eq!(replay.check(false), Ok(()));
+        let again = replay.body().collect().await.unwrap().to_bytes();
+        assert_eq!(&again[..], b"abcdef");
+        // And a third attempt sees the whole recording.
+        assert_eq!(replay.check(true), Ok(()));
+        let third = replay.body().collect().await.unwrap().to_bytes();
+        assert_eq!(&third[..], b"abcdef");
+    }
+
+    #[tokio::test]
+    async fn caller_body_error_is_passed_through_and_not_replayed() {
+        let frames = vec![
+            Ok(Frame::data(Bytes::from_static(b"x"))),
+            Err(std::io::Error::other("disk gone")),
+        ];
+        let (body, replay) =
+            ReplayBody::with_handle(StreamBody::new(futures_util::stream::iter(frames)), 1024);
+        let err = body.collect().await.unwrap_err();
+        assert_eq!(err.to_string(), "disk gone");
+        assert!(replay.body_failed());
+        assert_eq!(replay.check(false), Err(NotReplayable::BodyError));
+    }
+
+    #[tokio::test]
+    async fn replays_keep_the_exact_size_hint() {
+        let (body, replay) = ReplayBody::with_handle(Full::new(Bytes::from_static(b"hello")), 64);
+        assert_eq!(body.size_hint().exact(), Some(5));
+        let _ = body.collect().await.unwrap();
+        let again = replay.body();
+        assert_eq!(again.size_hint().exact(), Some(5));
+        assert!(!again.is_end_stream());
+        let bytes = again.collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"hello");
+    }
+}

@@ -1,0 +1,141 @@
+//! [`Retry`]: readiness, policy choice, the idempotency key, body wrapping, the deposit.
+
+use std::fmt;
+use std::mem;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Method, Request, Response};
+use http_body::Body;
+use tower::BoxError;
+use tower_service::Service;
+
+use crate::future::{Attempts, ResponseFuture};
+use crate::layer::{Config, RetryLayer};
+use crate::replay::ReplayBody;
+use crate::trace::Trace;
+
+/// Retries requests to the inner service when it is safe and worth it.
+///
+/// Made by [`RetryLayer`]. The inner service receives `Request<ReplayBody<B>>`.
+///
+/// # Clone
+///
+/// Clones share the configuration and the retry budget (an `Arc` each): a budget spent
+/// by one clone is spent for all of them, which is what stops a fleet of tasks, each with
+/// its own clone, from turning an outage into a retry storm. The inner service is cloned
+/// for every logical request that may be retried, and driven to readiness before each
+/// retry.
+#[derive(Clone)]
+pub struct Retry<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> Retry<S> {
+    /// Wraps `inner` with every default of [`RetryLayer::new`].
+    pub fn new(inner: S) -> Self {
+        tower_layer::Layer::layer(&RetryLayer::new(), inner)
+    }
+
+    pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
+        Self { inner, config }
+    }
+
+    /// A reference to the inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// A mutable reference to the inner service.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, B, RB> Service<Request<B>> for Retry<S>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    B: Body + Unpin,
+{
+    type Response = Response<RB>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, B>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        let config = &self.config;
+        let policy_ref = config.select(&request);
+        let policy = policy_ref.get(config);
+        let attempts = Attempts::start(policy);
+        let trace = Trace::new(&request);
+
+        if policy.is_never() || request.method() == Method::CONNECT {
+            if let Some(name) = &config.attempt_header {
+                request
+                    .headers_mut()
+                    .insert(name.clone(), http::HeaderValue::from_static("1"));
+            }
+            let future = self.inner.call(request.map(ReplayBody::passthrough));
+            return ResponseFuture::once(future, attempts, trace);
+        }
+
+        if let Some(key) = &config.key {
+            if key.applies_to(request.method()) && !request.headers().contains_key(key.header()) {
+                match key.make_value() {
+                    Some(value) => {
+                        request.headers_mut().insert(key.header().clone(), value);
+                    }
+                    None => {
+                        #[cfg(feature = "tracing")]
+                        tracing::warn!("idempotency key generator made an invalid header value; sending without a key");
+                    }
+                }
+            }
+        }
+        if let Some(budget) = config.budget_for(policy) {
+            budget.deposit();
+        }
+        if let Some(name) = &config.attempt_header {
+            request
+                .headers_mut()
+                .insert(name.clone(), http::HeaderValue::from_static("1"));
+        }
+
+        let (parts, body) = request.into_parts();
+        let (body, replay) = ReplayBody::with_handle(body, config.max_replay_bytes);
+        let head = parts.clone();
+        // Call the service that `poll_ready` readied; keep a clone for the retries.
+        let clone = self.inner.clone();
+        let mut service = mem::replace(&mut self.inner, clone);
+        let future = service.call(Request::from_parts(parts, body));
+        ResponseFuture::retrying(
+            future,
+            attempts,
+            service,
+            head,
+            replay,
+            Arc::clone(&self.config),
+            policy_ref,
+            trace,
+        )
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Retry<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Retry")
+            .field("inner", &self.inner)
+            .field("config", &self.config)
+            .finish()
+    }
+}

@@ -1,0 +1,84 @@
+//! Spans and events, or nothing at all without the `tracing` feature.
+
+use std::error::Error as StdError;
+
+use crate::classify::RetryReason;
+use crate::info::{RetryInfo, RetryRecord};
+
+#[cfg(feature = "tracing")]
+mod imp {
+    use super::*;
+
+    /// The span of one logical request.
+    pub(crate) struct Trace(tracing::Span);
+
+    impl Trace {
+        pub(crate) fn new<B>(request: &http::Request<B>) -> Self {
+            Trace(tracing::debug_span!(
+                "http_retry",
+                method = %request.method(),
+                uri = %request.uri(),
+            ))
+        }
+
+        pub(crate) fn enter(&self) -> tracing::span::Entered<'_> {
+            self.0.enter()
+        }
+
+        pub(crate) fn retry(
+            &self,
+            attempt: u32,
+            record: &RetryRecord,
+            error: Option<&(dyn StdError + Send + Sync)>,
+        ) {
+            tracing::debug!(
+                attempt,
+                reason = %record.reason,
+                wait_ms = record.wait.as_secs_f64() * 1e3,
+                retry_after = record.retry_after,
+                error = error.map(tracing::field::display),
+                "retrying",
+            );
+        }
+
+        pub(crate) fn finish(&self, info: &RetryInfo, error: Option<&(dyn StdError + Send + Sync)>) {
+            tracing::debug!(
+                attempts = info.attempts,
+                stop = %info.stop,
+                total_wait_ms = info.total_wait.as_secs_f64() * 1e3,
+                error = error.map(tracing::field::display),
+                "done",
+            );
+        }
+
+        pub(crate) fn deadline(&self, error: &(dyn StdError + Send + Sync)) {
+            tracing::debug!(%error, "gave up");
+        }
+    }
+
+    pub(crate) fn budget_refused(attempts: u32, reason: &RetryReason) {
+        tracing::warn!(attempts, %reason, "retry budget exhausted; not retrying");
+    }
+}
+
+#[cfg(not(feature = "tracing"))]
+mod imp {
+    use super::*;
+
+    /// Nothing: the `tracing` feature is off.
+    pub(crate) struct Trace;
+
+    impl Trace {
+        pub(crate) fn new<B>(_: &http::Request<B>) -> Self {
+            Trace
+        }
+        pub(crate) fn enter(&self) {}
+        pub(crate) fn retry(&self, _: u32, _: &RetryRecord, _: Option<&(dyn StdError + Send + Sync)>) {}
+        pub(crate) fn finish(&self, _: &RetryInfo, _: Option<&(dyn StdError + Send + Sync)>) {}
+        pub(crate) fn deadline(&self, _: &(dyn StdError + Send + Sync)) {}
+    }
+
+    pub(crate) fn budget_refused(_: u32, _: &RetryReason) {}
+}
+
+pub(crate) use imp::{Trace, budget_refused};
