@@ -1,6 +1,8 @@
 //! Test doubles: a scripted mock service, and a hyper server on 127.0.0.1.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
