@@ -198,7 +198,9 @@ impl SeedSequence {
 
     pub(crate) fn rng(&self) -> JitterRng {
         let index = self.next.fetch_add(1, Ordering::Relaxed);
-        JitterRng::Seeded(SmallRng::seed_from_u64(splitmix(self.seed ^ splitmix(index))))
+        JitterRng::Seeded(SmallRng::seed_from_u64(splitmix(
+            self.seed ^ splitmix(index),
+        )))
     }
 }
 
@@ -247,8 +249,8 @@ mod tests {
 
     #[test]
     fn base_above_cap_is_refused() {
-        let err = Backoff::try_exponential(Duration::from_secs(2), Duration::from_secs(1))
-            .unwrap_err();
+        let err =
+            Backoff::try_exponential(Duration::from_secs(2), Duration::from_secs(1)).unwrap_err();
         assert!(err.to_string().contains("greater than its cap"), "{err}");
     }
 

@@ -235,7 +235,9 @@ mod hyper_errors {
     pub(super) fn classify(error: &(dyn StdError + 'static)) -> Option<Classification> {
         if let Some(e) = error.downcast_ref::<hyper_util::client::legacy::Error>() {
             // Anything else the legacy client reports is judged by its source.
-            return e.is_connect().then_some(Classification::Retry(RetryReason::Connect));
+            return e
+                .is_connect()
+                .then_some(Classification::Retry(RetryReason::Connect));
         }
         if let Some(e) = error.downcast_ref::<hyper::Error>() {
             if e.is_user() {
@@ -285,7 +287,10 @@ mod tests {
         }
     }
 
-    fn nest(mut e: Box<dyn StdError + Send + Sync>, depth: usize) -> Box<dyn StdError + Send + Sync> {
+    fn nest(
+        mut e: Box<dyn StdError + Send + Sync>,
+        depth: usize,
+    ) -> Box<dyn StdError + Send + Sync> {
         for _ in 0..depth {
             e = Box::new(Wrapper(e));
         }
@@ -296,13 +301,18 @@ mod tests {
     fn status_table() {
         for code in [408, 429, 502, 503, 504] {
             let s = StatusCode::from_u16(code).unwrap();
-            assert_eq!(classify_status(s), Classification::Retry(RetryReason::Status(s)));
+            assert_eq!(
+                classify_status(s),
+                Classification::Retry(RetryReason::Status(s))
+            );
         }
         assert_eq!(
             classify_status(StatusCode::INTERNAL_SERVER_ERROR),
             Classification::RetryOnce(RetryReason::Status(StatusCode::INTERNAL_SERVER_ERROR))
         );
-        for code in [200, 201, 204, 301, 304, 400, 401, 403, 404, 409, 422, 501, 505] {
+        for code in [
+            200, 201, 204, 301, 304, 400, 401, 403, 404, 409, 422, 501, 505,
+        ] {
             let s = StatusCode::from_u16(code).unwrap();
             assert_eq!(classify_status(s), Classification::Done, "{code}");
         }
@@ -311,7 +321,10 @@ mod tests {
     #[test]
     fn io_errors_are_found_at_any_depth() {
         for depth in [0, 1, 5, 40] {
-            let e = nest(Box::new(io::Error::from(io::ErrorKind::ConnectionReset)), depth);
+            let e = nest(
+                Box::new(io::Error::from(io::ErrorKind::ConnectionReset)),
+                depth,
+            );
             assert_eq!(
                 classify_error(&*e),
                 Classification::Retry(RetryReason::ConnectionClosed),
@@ -323,11 +336,26 @@ mod tests {
     #[test]
     fn io_kinds() {
         let cases = [
-            (io::ErrorKind::ConnectionRefused, Classification::Retry(RetryReason::Connect)),
-            (io::ErrorKind::ConnectionAborted, Classification::Retry(RetryReason::ConnectionClosed)),
-            (io::ErrorKind::BrokenPipe, Classification::Retry(RetryReason::ConnectionClosed)),
-            (io::ErrorKind::UnexpectedEof, Classification::Retry(RetryReason::ConnectionClosed)),
-            (io::ErrorKind::TimedOut, Classification::Retry(RetryReason::Timeout)),
+            (
+                io::ErrorKind::ConnectionRefused,
+                Classification::Retry(RetryReason::Connect),
+            ),
+            (
+                io::ErrorKind::ConnectionAborted,
+                Classification::Retry(RetryReason::ConnectionClosed),
+            ),
+            (
+                io::ErrorKind::BrokenPipe,
+                Classification::Retry(RetryReason::ConnectionClosed),
+            ),
+            (
+                io::ErrorKind::UnexpectedEof,
+                Classification::Retry(RetryReason::ConnectionClosed),
+            ),
+            (
+                io::ErrorKind::TimedOut,
+                Classification::Retry(RetryReason::Timeout),
+            ),
             (io::ErrorKind::PermissionDenied, Classification::Done),
             (io::ErrorKind::InvalidData, Classification::Done),
         ];
@@ -349,9 +377,18 @@ mod tests {
     #[test]
     fn timeouts() {
         let e = nest(Box::new(tower::timeout::error::Elapsed::new()), 2);
-        assert_eq!(classify_error(&*e), Classification::Retry(RetryReason::Timeout));
-        let e = nest(Box::new(AttemptTimedOut::new(std::time::Duration::from_secs(1), 1)), 1);
-        assert_eq!(classify_error(&*e), Classification::Retry(RetryReason::Timeout));
+        assert_eq!(
+            classify_error(&*e),
+            Classification::Retry(RetryReason::Timeout)
+        );
+        let e = nest(
+            Box::new(AttemptTimedOut::new(std::time::Duration::from_secs(1), 1)),
+            1,
+        );
+        assert_eq!(
+            classify_error(&*e),
+            Classification::Retry(RetryReason::Timeout)
+        );
     }
 
     #[test]

@@ -192,7 +192,10 @@ fn arm(mut timer: Pin<&mut Option<Sleep>>, armed: &mut bool, at: Option<Instant>
 }
 
 fn timer_fired(timer: Pin<&mut Option<Sleep>>, armed: bool, cx: &mut Context<'_>) -> bool {
-    armed && timer.as_pin_mut().is_some_and(|sleep| sleep.poll(cx).is_ready())
+    armed
+        && timer
+            .as_pin_mut()
+            .is_some_and(|sleep| sleep.poll(cx).is_ready())
 }
 
 impl<S, B, RB> Future for ResponseFuture<S, B>
@@ -233,7 +236,8 @@ where
                     match step {
                         Step::Return => {
                             let info = std::mem::take(&mut this.attempts.info);
-                            this.trace.finish(&info, result.as_ref().err().map(|e| &**e));
+                            this.trace
+                                .finish(&info, result.as_ref().err().map(|e| &**e));
                             return Poll::Ready(result.map(|mut response| {
                                 response.extensions_mut().insert(info);
                                 response
@@ -242,7 +246,11 @@ where
                         Step::Retry(wait) => {
                             let info = &this.attempts.info;
                             if let Some(record) = info.retries.last() {
-                                this.trace.retry(info.attempts, record, result.as_ref().err().map(|e| &**e));
+                                this.trace.retry(
+                                    info.attempts,
+                                    record,
+                                    result.as_ref().err().map(|e| &**e),
+                                );
                             }
                             drop(result);
                             let at = Instant::now().checked_add(wait);
@@ -286,7 +294,8 @@ where
                     let attempt = this.attempts.info.attempts;
                     let mut head = retrying.head.clone();
                     if let Some(name) = &retrying.config.attempt_header {
-                        head.headers.insert(name.clone(), HeaderValue::from(attempt));
+                        head.headers
+                            .insert(name.clone(), HeaderValue::from(attempt));
                     }
                     let request = Request::from_parts(head, retrying.replay.body());
                     let future = retrying.service.call(request);

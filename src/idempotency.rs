@@ -54,8 +54,7 @@ impl UuidV4 {
         let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
         let mut buf = [0u8; 38];
         let start = usize::from(quoted);
-        uuid.hyphenated()
-            .encode_lower(&mut buf[start..start + 36]);
+        uuid.hyphenated().encode_lower(&mut buf[start..start + 36]);
         let len = if quoted {
             buf[0] = b'"';
             buf[37] = b'"';
@@ -136,9 +135,8 @@ impl IdempotencyKey {
 
     /// Like [`IdempotencyKey::header_name`], but refuses an invalid name with an error.
     pub fn try_header_name(mut self, name: &str) -> Result<Self, InvalidConfig> {
-        self.header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-            InvalidConfig::new(format!("{name:?} is not a valid header name"))
-        })?;
+        self.header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| InvalidConfig::new(format!("{name:?} is not a valid header name")))?;
         Ok(self)
     }
 
@@ -238,7 +236,10 @@ mod tests {
     fn default_is_a_quoted_uuid_v4() {
         let v = IdempotencyKey::default().make_value().unwrap();
         let s = v.to_str().unwrap();
-        assert!(s.starts_with('"') && s.ends_with('"') && s.len() == 38, "{s}");
+        assert!(
+            s.starts_with('"') && s.ends_with('"') && s.len() == 38,
+            "{s}"
+        );
         assert!(is_uuid_v4(&s[1..37]), "{s}");
     }
 
@@ -261,9 +262,13 @@ mod tests {
     fn custom_tokens_are_quoted_and_escaped() {
         let k = IdempotencyKey::default().generator(|| r#"a"b\c"#.to_string());
         assert_eq!(k.make_value().unwrap(), r#""a\"b\\c""#);
-        let raw = IdempotencyKey::default().raw().generator(|| "tok-1".to_string());
+        let raw = IdempotencyKey::default()
+            .raw()
+            .generator(|| "tok-1".to_string());
         assert_eq!(raw.make_value().unwrap(), "tok-1");
-        let bad = IdempotencyKey::default().raw().generator(|| "line\nbreak".to_string());
+        let bad = IdempotencyKey::default()
+            .raw()
+            .generator(|| "line\nbreak".to_string());
         assert_eq!(bad.make_value(), None);
     }
 
@@ -273,7 +278,13 @@ mod tests {
         assert!(k.applies_to(&Method::POST));
         assert!(k.applies_to(&Method::PATCH));
         assert!(k.applies_to(&Method::from_bytes(b"PURGE").unwrap()));
-        for m in [Method::GET, Method::PUT, Method::DELETE, Method::HEAD, Method::CONNECT] {
+        for m in [
+            Method::GET,
+            Method::PUT,
+            Method::DELETE,
+            Method::HEAD,
+            Method::CONNECT,
+        ] {
             assert!(!k.applies_to(&m), "{m}");
         }
         let only_patch = k.methods([Method::PATCH]);

@@ -113,7 +113,9 @@ pub(crate) enum Replay<B> {
 
 fn lock<B>(shared: &Mutex<Recording<B>>) -> MutexGuard<'_, Recording<B>> {
     // Nothing here can leave the recording half-updated, so a poisoned lock is still sound.
-    shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl<B: Body> ReplayBody<B> {
@@ -228,7 +230,9 @@ impl<B> Replay<B> {
     /// A body for the next attempt. Call [`Replay::check`] first.
     pub(crate) fn body(&self) -> ReplayBody<B> {
         match self {
-            Replay::Never | Replay::Empty => ReplayBody { inner: Inner::Empty },
+            Replay::Never | Replay::Empty => ReplayBody {
+                inner: Inner::Empty,
+            },
             Replay::Shared(shared) => ReplayBody {
                 inner: Inner::Shared(Cursor::attach(shared)),
             },
@@ -266,10 +270,7 @@ impl<B> Cursor<B>
 where
     B: Body + Unpin,
 {
-    fn poll_frame(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         if self.rest.is_none() {
             let mut state = lock(&self.shared);
             if !state.overflowed && self.pos < state.chunks.len() {
@@ -432,7 +433,13 @@ mod tests {
     use super::*;
     use http_body_util::{BodyExt, Full, StreamBody};
 
-    fn chunks(parts: &[&'static [u8]]) -> StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::convert::Infallible>>>> {
+    fn chunks(
+        parts: &[&'static [u8]],
+    ) -> StreamBody<
+        futures_util::stream::Iter<
+            std::vec::IntoIter<Result<Frame<Bytes>, std::convert::Infallible>>,
+        >,
+    > {
         let frames: Vec<_> = parts
             .iter()
             .map(|p| Ok(Frame::data(Bytes::from_static(p))))
@@ -495,8 +502,7 @@ mod tests {
 
     #[tokio::test]
     async fn size_hint_over_the_cap_is_never_buffered() {
-        let (body, replay) =
-            ReplayBody::with_handle(Full::new(Bytes::from(vec![7u8; 100])), 99);
+        let (body, replay) = ReplayBody::with_handle(Full::new(Bytes::from(vec![7u8; 100])), 99);
         assert!(matches!(replay, Replay::Never));
         assert_eq!(body.size_hint().exact(), Some(100));
         assert_eq!(body.collect().await.unwrap().to_bytes().len(), 100);

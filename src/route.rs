@@ -144,7 +144,9 @@ impl RouteMatch {
 fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         // An IPv6 literal: keep the brackets, drop the port after them.
-        return host.split_once(']').map_or(host, |(h, _)| &host[..h.len() + 1]);
+        return host
+            .split_once(']')
+            .map_or(host, |(h, _)| &host[..h.len() + 1]);
     }
     host.rsplit_once(':').map_or(host, |(h, _)| h)
 }

@@ -97,7 +97,9 @@ where
                     }
                     None => {
                         #[cfg(feature = "tracing")]
-                        tracing::warn!("idempotency key generator made an invalid header value; sending without a key");
+                        tracing::warn!(
+                            "idempotency key generator made an invalid header value; sending without a key"
+                        );
                     }
                 }
             }

@@ -41,7 +41,11 @@ mod imp {
             );
         }
 
-        pub(crate) fn finish(&self, info: &RetryInfo, error: Option<&(dyn StdError + Send + Sync)>) {
+        pub(crate) fn finish(
+            &self,
+            info: &RetryInfo,
+            error: Option<&(dyn StdError + Send + Sync)>,
+        ) {
             tracing::debug!(
                 attempts = info.attempts,
                 stop = %info.stop,
@@ -73,7 +77,13 @@ mod imp {
             Trace
         }
         pub(crate) fn enter(&self) {}
-        pub(crate) fn retry(&self, _: u32, _: &RetryRecord, _: Option<&(dyn StdError + Send + Sync)>) {}
+        pub(crate) fn retry(
+            &self,
+            _: u32,
+            _: &RetryRecord,
+            _: Option<&(dyn StdError + Send + Sync)>,
+        ) {
+        }
         pub(crate) fn finish(&self, _: &RetryInfo, _: Option<&(dyn StdError + Send + Sync)>) {}
         pub(crate) fn deadline(&self, _: &(dyn StdError + Send + Sync)) {}
     }

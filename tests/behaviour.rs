@@ -25,7 +25,11 @@ fn fixed(max_attempts: u32) -> RetryLayer {
 }
 
 fn info<B>(response: &http::Response<B>) -> RetryInfo {
-    response.extensions().get::<RetryInfo>().cloned().expect("RetryInfo attached")
+    response
+        .extensions()
+        .get::<RetryInfo>()
+        .cloned()
+        .expect("RetryInfo attached")
 }
 
 #[tokio::test(start_paused = true)]
@@ -34,36 +38,58 @@ async fn retryable_statuses_are_retried_up_to_max_attempts() {
         let mock = Mock::statuses(&[code, code, code, code]);
         let svc = fixed(3).layer(mock.clone());
         let response = svc.oneshot(get("http://h/x")).await.unwrap();
-        assert_eq!(response.status().as_u16(), code, "last {code} is returned as is");
+        assert_eq!(
+            response.status().as_u16(),
+            code,
+            "last {code} is returned as is"
+        );
         let info = info(&response);
         assert_eq!(info.attempts, 3, "{code}");
         assert_eq!(mock.calls(), 3, "{code}");
         assert_eq!(info.stop, StopReason::MaxAttempts);
         let status = StatusCode::from_u16(code).unwrap();
-        assert!(info.retries.iter().all(|r| r.reason == RetryReason::Status(status)));
+        assert!(
+            info.retries
+                .iter()
+                .all(|r| r.reason == RetryReason::Status(status))
+        );
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_500_is_retried_at_most_once() {
     let mock = Mock::statuses(&[500, 500, 500]);
-    let response = fixed(5).layer(mock.clone()).oneshot(get("http://h/")).await.unwrap();
+    let response = fixed(5)
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
     assert_eq!(response.status(), 500);
     assert_eq!(mock.calls(), 2);
     assert_eq!(info(&response).stop, StopReason::Final);
 
     // A 500 after another retryable failure still gets its one retry.
     let mock = Mock::statuses(&[503, 500, 200]);
-    let response = fixed(5).layer(mock.clone()).oneshot(get("http://h/")).await.unwrap();
+    let response = fixed(5)
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(mock.calls(), 3);
 }
 
 #[tokio::test(start_paused = true)]
 async fn final_statuses_are_returned_as_is_after_one_attempt() {
-    for code in [200u16, 201, 204, 301, 304, 400, 401, 403, 404, 409, 422, 501] {
+    for code in [
+        200u16, 201, 204, 301, 304, 400, 401, 403, 404, 409, 422, 501,
+    ] {
         let mock = Mock::statuses(&[code, 200]);
-        let response = fixed(3).layer(mock.clone()).oneshot(get("http://h/")).await.unwrap();
+        let response = fixed(3)
+            .layer(mock.clone())
+            .oneshot(get("http://h/"))
+            .await
+            .unwrap();
         assert_eq!(response.status().as_u16(), code);
         assert_eq!(mock.calls(), 1, "{code}");
         let info = info(&response);
@@ -77,9 +103,15 @@ async fn the_last_retryable_response_keeps_its_headers_and_body() {
         Reply::Status(503),
         Reply::Headers(503, vec![("x-last", "yes".into())]),
     ]);
-    let response = fixed(2).layer(mock).oneshot(get("http://h/")).await.unwrap();
+    let response = fixed(2)
+        .layer(mock)
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
     assert_eq!(response.headers()["x-last"], "yes");
-    let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap();
     assert_eq!(body.to_bytes(), Bytes::from_static(b"status 503"));
 }
 
@@ -90,12 +122,30 @@ fn io_error(kind: io::ErrorKind) -> Reply {
 #[tokio::test(start_paused = true)]
 async fn retryable_errors_are_retried() {
     let cases: Vec<(Box<dyn Fn() -> Reply>, RetryReason)> = vec![
-        (Box::new(|| io_error(io::ErrorKind::ConnectionRefused)), RetryReason::Connect),
-        (Box::new(|| io_error(io::ErrorKind::ConnectionReset)), RetryReason::ConnectionClosed),
-        (Box::new(|| io_error(io::ErrorKind::ConnectionAborted)), RetryReason::ConnectionClosed),
-        (Box::new(|| io_error(io::ErrorKind::BrokenPipe)), RetryReason::ConnectionClosed),
-        (Box::new(|| io_error(io::ErrorKind::UnexpectedEof)), RetryReason::ConnectionClosed),
-        (Box::new(|| io_error(io::ErrorKind::TimedOut)), RetryReason::Timeout),
+        (
+            Box::new(|| io_error(io::ErrorKind::ConnectionRefused)),
+            RetryReason::Connect,
+        ),
+        (
+            Box::new(|| io_error(io::ErrorKind::ConnectionReset)),
+            RetryReason::ConnectionClosed,
+        ),
+        (
+            Box::new(|| io_error(io::ErrorKind::ConnectionAborted)),
+            RetryReason::ConnectionClosed,
+        ),
+        (
+            Box::new(|| io_error(io::ErrorKind::BrokenPipe)),
+            RetryReason::ConnectionClosed,
+        ),
+        (
+            Box::new(|| io_error(io::ErrorKind::UnexpectedEof)),
+            RetryReason::ConnectionClosed,
+        ),
+        (
+            Box::new(|| io_error(io::ErrorKind::TimedOut)),
+            RetryReason::Timeout,
+        ),
         (
             Box::new(|| Reply::error(tower::timeout::error::Elapsed::new)),
             RetryReason::Timeout,
@@ -107,11 +157,18 @@ async fn retryable_errors_are_retried() {
     ];
     for (make, reason) in cases {
         let mock = Mock::new([make(), make()]);
-        let response = fixed(3).layer(mock.clone()).oneshot(get("http://h/")).await.unwrap();
+        let response = fixed(3)
+            .layer(mock.clone())
+            .oneshot(get("http://h/"))
+            .await
+            .unwrap();
         assert_eq!(response.status(), 200, "{reason:?}");
         let info = info(&response);
         assert_eq!(info.attempts, 3, "{reason:?}");
-        assert_eq!(info.retries.iter().map(|r| r.reason).collect::<Vec<_>>(), [reason, reason]);
+        assert_eq!(
+            info.retries.iter().map(|r| r.reason).collect::<Vec<_>>(),
+            [reason, reason]
+        );
     }
 }
 
@@ -127,13 +184,30 @@ async fn other_errors_are_returned_as_is() {
     impl std::error::Error for Custom {}
 
     let mock = Mock::new([Reply::error(|| Custom), Reply::Status(200)]);
-    let err = fixed(3).layer(mock.clone()).oneshot(get("http://h/")).await.unwrap_err();
-    assert!(err.is::<Custom>(), "the inner error is passed through unchanged: {err}");
+    let err = fixed(3)
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.is::<Custom>(),
+        "the inner error is passed through unchanged: {err}"
+    );
     assert_eq!(mock.calls(), 1);
 
-    let mock = Mock::new([io_error(io::ErrorKind::PermissionDenied), Reply::Status(200)]);
-    let err = fixed(3).layer(mock.clone()).oneshot(get("http://h/")).await.unwrap_err();
-    assert_eq!(err.downcast_ref::<io::Error>().unwrap().kind(), io::ErrorKind::PermissionDenied);
+    let mock = Mock::new([
+        io_error(io::ErrorKind::PermissionDenied),
+        Reply::Status(200),
+    ]);
+    let err = fixed(3)
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<io::Error>().unwrap().kind(),
+        io::ErrorKind::PermissionDenied
+    );
     assert_eq!(mock.calls(), 1);
 }
 
@@ -146,9 +220,16 @@ async fn an_error_from_the_callers_own_body_is_not_retried() {
     let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
     let request = http::Request::put("http://h/").body(body).unwrap();
     let mock = Mock::statuses(&[200]);
-    let err = fixed(3).layer(mock.clone()).oneshot(request).await.unwrap_err();
+    let err = fixed(3)
+        .layer(mock.clone())
+        .oneshot(request)
+        .await
+        .unwrap_err();
     // The caller's own error, even though its kind would be retryable from the network.
-    assert_eq!(err.downcast_ref::<io::Error>().unwrap().kind(), io::ErrorKind::ConnectionReset);
+    assert_eq!(
+        err.downcast_ref::<io::Error>().unwrap().kind(),
+        io::ErrorKind::ConnectionReset
+    );
     assert_eq!(mock.calls(), 1);
 }
 
@@ -156,7 +237,11 @@ async fn an_error_from_the_callers_own_body_is_not_retried() {
 async fn max_attempts_counts_the_first_try() {
     for max in 1..=5 {
         let mock = Mock::statuses(&[503; 8]);
-        let response = fixed(max).layer(mock.clone()).oneshot(get("http://h/")).await.unwrap();
+        let response = fixed(max)
+            .layer(mock.clone())
+            .oneshot(get("http://h/"))
+            .await
+            .unwrap();
         assert_eq!(mock.calls(), max as usize);
         assert_eq!(info(&response).attempts, max);
     }
@@ -166,7 +251,11 @@ async fn max_attempts_counts_the_first_try() {
 async fn waits_follow_the_backoff_exactly() {
     let mock = Mock::statuses(&[503, 503, 503]);
     let start = Instant::now();
-    let response = fixed(4).layer(mock.clone()).oneshot(get("http://h/")).await.unwrap();
+    let response = fixed(4)
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
     let seen = mock.seen();
     let gaps: Vec<_> = seen.windows(2).map(|w| w[1].at - w[0].at).collect();
@@ -174,7 +263,10 @@ async fn waits_follow_the_backoff_exactly() {
     assert_eq!(start.elapsed(), 1400 * MS);
     let info = info(&response);
     assert_eq!(info.total_wait, 1400 * MS);
-    assert_eq!(info.retries.iter().map(|r| r.wait).collect::<Vec<_>>(), gaps);
+    assert_eq!(
+        info.retries.iter().map(|r| r.wait).collect::<Vec<_>>(),
+        gaps
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -190,7 +282,10 @@ async fn full_jitter_waits_stay_under_the_ceiling_and_differ_between_requests() 
         }
         all.push(waits);
     }
-    assert_ne!(all[0], all[1], "two requests must not share a jitter sequence");
+    assert_ne!(
+        all[0], all[1],
+        "two requests must not share a jitter sequence"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -198,7 +293,9 @@ async fn a_service_that_is_not_ready_is_not_called() {
     let mock = Mock::statuses(&[503]);
     mock.not_ready_for(5);
     let mut svc = fixed(2).layer(mock.clone());
-    ServiceExt::<http::Request<http_body_util::Full<Bytes>>>::ready(&mut svc).await.unwrap();
+    ServiceExt::<http::Request<http_body_util::Full<Bytes>>>::ready(&mut svc)
+        .await
+        .unwrap();
     let future = svc.call(get("http://h/"));
     let response = future.await.unwrap();
     assert_eq!(response.status(), 200);
@@ -234,7 +331,10 @@ async fn post_without_a_key_is_retried_after_a_connect_error() {
         .unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(mock.calls(), 2);
-    assert_eq!(mock.seen().last().unwrap().body, Bytes::from_static(b"{\"n\":1}"));
+    assert_eq!(
+        mock.seen().last().unwrap().body,
+        Bytes::from_static(b"{\"n\":1}")
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -246,7 +346,10 @@ async fn post_without_a_key_is_not_retried_after_a_reset() {
         .oneshot(request(Method::POST, "http://h/orders", b"{}"))
         .await
         .unwrap_err();
-    assert_eq!(err.downcast_ref::<io::Error>().unwrap().kind(), io::ErrorKind::ConnectionReset);
+    assert_eq!(
+        err.downcast_ref::<io::Error>().unwrap().kind(),
+        io::ErrorKind::ConnectionReset
+    );
     assert_eq!(mock.calls(), 1);
 }
 
@@ -254,10 +357,20 @@ async fn post_without_a_key_is_not_retried_after_a_reset() {
 async fn post_with_the_callers_key_is_retried_and_the_key_kept() {
     let mock = Mock::statuses(&[503, 503]);
     let mut req = request(Method::POST, "http://h/orders", b"{}");
-    req.headers_mut().insert("idempotency-key", "caller-key-1".parse().unwrap());
-    let response = fixed(3).no_idempotency_key().layer(mock.clone()).oneshot(req).await.unwrap();
+    req.headers_mut()
+        .insert("idempotency-key", "caller-key-1".parse().unwrap());
+    let response = fixed(3)
+        .no_idempotency_key()
+        .layer(mock.clone())
+        .oneshot(req)
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
-    let keys: Vec<_> = mock.seen().iter().map(|s| s.headers["idempotency-key"].clone()).collect();
+    let keys: Vec<_> = mock
+        .seen()
+        .iter()
+        .map(|s| s.headers["idempotency-key"].clone())
+        .collect();
     assert_eq!(keys, ["caller-key-1"; 3]);
     assert_eq!(info(&response).idempotency_key.unwrap(), "caller-key-1");
 }
@@ -279,7 +392,9 @@ async fn a_streaming_body_under_the_cap_is_replayed_byte_identical() {
     let chunks: Vec<Bytes> = (0..16u8).map(|i| Bytes::from(vec![i; 1000])).collect();
     let expected: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
     let mock = Mock::statuses(&[503, 502]);
-    let req = http::Request::put("http://h/blob").body(stream(chunks)).unwrap();
+    let req = http::Request::put("http://h/blob")
+        .body(stream(chunks))
+        .unwrap();
     let response = fixed(3).layer(mock.clone()).oneshot(req).await.unwrap();
     assert_eq!(response.status(), 200);
     let seen = mock.seen();
@@ -294,7 +409,9 @@ async fn a_streaming_body_over_the_cap_is_sent_complete_once() {
     let chunks: Vec<Bytes> = (0..10u8).map(|i| Bytes::from(vec![i; 1024])).collect();
     let expected: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
     let mock = Mock::statuses(&[503, 200]);
-    let req = http::Request::put("http://h/blob").body(stream(chunks)).unwrap();
+    let req = http::Request::put("http://h/blob")
+        .body(stream(chunks))
+        .unwrap();
     let layer = fixed(3).max_replay_bytes(4096);
     let response = layer.layer(mock.clone()).oneshot(req).await.unwrap();
     assert_eq!(response.status(), 503);
@@ -309,7 +426,12 @@ async fn a_body_whose_size_hint_exceeds_the_cap_is_sent_once() {
     let req = http::Request::put("http://h/blob")
         .body(http_body_util::Full::new(Bytes::from(vec![1u8; 5000])))
         .unwrap();
-    let response = fixed(3).max_replay_bytes(4096).layer(mock.clone()).oneshot(req).await.unwrap();
+    let response = fixed(3)
+        .max_replay_bytes(4096)
+        .layer(mock.clone())
+        .oneshot(req)
+        .await
+        .unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(mock.seen()[0].body.len(), 5000);
     assert_eq!(mock.calls(), 1);
@@ -330,7 +452,11 @@ async fn a_response_before_the_body_was_sent_is_not_retried() {
 async fn never_and_one_attempt_send_once() {
     let mock = Mock::statuses(&[503, 200]);
     let layer = RetryLayer::new().policy(RetryPolicy::never());
-    let response = layer.layer(mock.clone()).oneshot(get("http://h/")).await.unwrap();
+    let response = layer
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(mock.calls(), 1);
     assert_eq!(info(&response).stop, StopReason::Disabled);
@@ -362,17 +488,32 @@ async fn a_custom_classifier_replaces_the_default() {
             .backoff(Backoff::default().jitter(Jitter::None)),
     );
     let mock = Mock::statuses(&[409, 503, 200]);
-    let response = layer.layer(mock.clone()).oneshot(get("http://h/")).await.unwrap();
+    let response = layer
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(mock.calls(), 2);
-    assert_eq!(info(&response).retries[0].reason, RetryReason::Custom("conflict"));
+    assert_eq!(
+        info(&response).retries[0].reason,
+        RetryReason::Custom("conflict")
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_attempt_header_numbers_each_attempt() {
     let mock = Mock::statuses(&[503, 503]);
     let layer = fixed(3).attempt_header("retry-attempt");
-    layer.layer(mock.clone()).oneshot(get("http://h/")).await.unwrap();
-    let numbers: Vec<_> = mock.seen().iter().map(|s| s.headers["retry-attempt"].clone()).collect();
+    layer
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    let numbers: Vec<_> = mock
+        .seen()
+        .iter()
+        .map(|s| s.headers["retry-attempt"].clone())
+        .collect();
     assert_eq!(numbers, ["1", "2", "3"]);
 }

@@ -9,24 +9,30 @@ use common::server::{Action, client, respond, serve, serve_on};
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use tower::{Layer, ServiceExt};
-use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason};
+use tower_http_retry::{
+    Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
+};
 
 fn quick(max_attempts: u32) -> RetryLayer {
-    RetryLayer::new().policy(
-        RetryPolicy::default()
-            .max_attempts(max_attempts)
-            .backoff(Backoff::exponential(Duration::from_millis(5), Duration::from_millis(50))),
-    )
+    RetryLayer::new().policy(RetryPolicy::default().max_attempts(max_attempts).backoff(
+        Backoff::exponential(Duration::from_millis(5), Duration::from_millis(50)),
+    ))
 }
 
 #[tokio::test]
 async fn two_503s_then_200_takes_three_attempts_on_both_sides() {
     let server = serve(|hit| async move {
-        if hit.index < 2 { respond(503) } else { respond(200) }
+        if hit.index < 2 {
+            respond(503)
+        } else {
+            respond(200)
+        }
     })
     .await;
     let svc = quick(3).layer(client());
-    let req = Request::get(server.url("/items/1")).body(Full::new(Bytes::new())).unwrap();
+    let req = Request::get(server.url("/items/1"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
     let response = svc.oneshot(req).await.unwrap();
     assert_eq!(response.status(), 200);
     let info = response.extensions().get::<RetryInfo>().unwrap().clone();
@@ -43,7 +49,11 @@ async fn two_503s_then_200_takes_three_attempts_on_both_sides() {
 #[tokio::test]
 async fn a_closed_connection_is_retried_for_put_with_the_same_body() {
     let server = serve(|hit| async move {
-        if hit.index == 0 { Action::Close } else { respond(200) }
+        if hit.index == 0 {
+            Action::Close
+        } else {
+            respond(200)
+        }
     })
     .await;
     let svc = quick(3).layer(client());
@@ -54,7 +64,10 @@ async fn a_closed_connection_is_retried_for_put_with_the_same_body() {
     assert_eq!(response.status(), 200);
     let hits = server.hits();
     assert_eq!(hits.len(), 2);
-    assert!(hits.iter().all(|h| h.body == Bytes::from_static(b"version 2")));
+    assert!(
+        hits.iter()
+            .all(|h| h.body == Bytes::from_static(b"version 2"))
+    );
     let info = response.extensions().get::<RetryInfo>().unwrap();
     assert_eq!(info.retries[0].reason, RetryReason::ConnectionClosed);
 }
@@ -62,7 +75,11 @@ async fn a_closed_connection_is_retried_for_put_with_the_same_body() {
 #[tokio::test]
 async fn a_keyless_post_is_not_retried_after_a_closed_connection() {
     let server = serve(|hit| async move {
-        if hit.index == 0 { Action::Close } else { respond(200) }
+        if hit.index == 0 {
+            Action::Close
+        } else {
+            respond(200)
+        }
     })
     .await;
     let svc = quick(3).no_idempotency_key().layer(client());
@@ -77,11 +94,16 @@ async fn a_keyless_post_is_not_retried_after_a_closed_connection() {
 #[tokio::test]
 async fn a_keyless_post_is_retried_when_the_connection_was_refused() {
     // Find a free port, leave it closed for the first attempt, then start serving on it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let layer = RetryLayer::new().no_idempotency_key().policy(
-        RetryPolicy::default()
-            .max_attempts(3)
-            .backoff(Backoff::exponential(Duration::from_millis(150), Duration::from_secs(1)).jitter(Jitter::None)),
+        RetryPolicy::default().max_attempts(3).backoff(
+            Backoff::exponential(Duration::from_millis(150), Duration::from_secs(1))
+                .jitter(Jitter::None),
+        ),
     );
     let svc = layer.layer(client());
     let req = Request::builder()
@@ -91,7 +113,9 @@ async fn a_keyless_post_is_retried_when_the_connection_was_refused() {
         .unwrap();
     let call = tokio::spawn(svc.oneshot(req));
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
     let server = serve_on(listener, |_| async { respond(201) });
     let response = call.await.unwrap().unwrap();
     assert_eq!(response.status(), 201);
@@ -107,11 +131,66 @@ async fn a_404_is_returned_after_one_attempt() {
     let server = serve(|_| async { respond(404) }).await;
     let response = quick(3)
         .layer(client())
-        .oneshot(Request::get(server.url("/missing")).body(Full::new(Bytes::new())).unwrap())
+        .oneshot(
+            Request::get(server.url("/missing"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(response.status(), 404);
     assert_eq!(server.count(), 1);
     let info = response.extensions().get::<RetryInfo>().unwrap();
     assert_eq!((info.attempts, info.stop), (1, StopReason::Final));
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_1_is_honoured_in_real_time() {
+    let server = serve(|hit| async move {
+        if hit.index == 0 {
+            common::server::respond_with(429, &[("retry-after", "1")])
+        } else {
+            respond(200)
+        }
+    })
+    .await;
+    let start = std::time::Instant::now();
+    let response = quick(3)
+        .layer(client())
+        .oneshot(
+            Request::get(server.url("/rate"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let elapsed = start.elapsed();
+    assert_eq!(response.status(), 200);
+    assert!(elapsed >= Duration::from_secs(1), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+    assert_eq!(server.count(), 2);
+}
+
+#[tokio::test]
+async fn a_503_asking_for_an_hour_comes_back_at_once() {
+    let server =
+        serve(|_| async { common::server::respond_with(503, &[("retry-after", "3600")]) }).await;
+    let start = std::time::Instant::now();
+    let response = quick(3)
+        .layer(client())
+        .oneshot(
+            Request::get(server.url("/maintenance"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert!(start.elapsed() < Duration::from_secs(1));
+    assert_eq!(server.count(), 1);
+    let info = response.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(
+        (info.attempts, info.stop),
+        (1, StopReason::RetryAfterTooLong)
+    );
 }

@@ -148,7 +148,9 @@ where
     }
 }
 
-fn answer(reply: Reply) -> Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send>> {
+fn answer(
+    reply: Reply,
+) -> Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send>> {
     Box::pin(async move {
         match reply {
             Reply::Status(code) => Ok(response(code, &[])),
@@ -167,7 +169,9 @@ pub fn response(code: u16, headers: &[(&'static str, String)]) -> Response<Full<
     for (name, value) in headers {
         builder = builder.header(*name, value);
     }
-    builder.body(Full::new(Bytes::from(format!("status {code}")))).unwrap()
+    builder
+        .body(Full::new(Bytes::from(format!("status {code}"))))
+        .unwrap()
 }
 
 pub fn get(uri: &str) -> Request<Full<Bytes>> {
@@ -182,11 +186,20 @@ pub fn request(method: Method, uri: &str, body: &'static [u8]) -> Request<Full<B
         .unwrap()
 }
 
-pub type ChunkStream = StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>>;
+pub type ChunkStream =
+    StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>>;
 
 /// A streaming body of `chunks`, with no size hint.
 pub fn stream(chunks: Vec<Bytes>) -> ChunkStream {
     StreamBody::new(futures_util::stream::iter(
-        chunks.into_iter().map(|c| Ok(Frame::data(c))).collect::<Vec<_>>(),
+        chunks
+            .into_iter()
+            .map(|c| Ok(Frame::data(c)))
+            .collect::<Vec<_>>(),
     ))
+}
+
+/// Polls `future` once, from inside a task, and says whether it finished.
+pub async fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *future).poll(cx))).await
 }

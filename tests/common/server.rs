@@ -81,11 +81,14 @@ where
     let (h, c) = (Arc::clone(&hits), Arc::clone(&count));
     let task = tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
             let (handler, hits, count) = (handler.clone(), Arc::clone(&h), Arc::clone(&c));
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                    let (handler, hits, count) = (handler.clone(), Arc::clone(&hits), Arc::clone(&count));
+                    let (handler, hits, count) =
+                        (handler.clone(), Arc::clone(&hits), Arc::clone(&count));
                     async move {
                         let (parts, body) = req.into_parts();
                         let body = match body.collect().await {
@@ -102,7 +105,9 @@ where
                         hits.lock().unwrap().push(hit.clone());
                         match handler(hit).await {
                             Action::Respond(response) => Ok::<_, std::io::Error>(response),
-                            Action::Close => Err(std::io::Error::other("closing the connection without an answer")),
+                            Action::Close => Err(std::io::Error::other(
+                                "closing the connection without an answer",
+                            )),
                         }
                     }
                 });
@@ -112,7 +117,12 @@ where
             });
         }
     });
-    Server { addr, hits, count, task }
+    Server {
+        addr,
+        hits,
+        count,
+        task,
+    }
 }
 
 pub fn respond(code: u16) -> Action {
@@ -129,7 +139,10 @@ pub fn respond_with(code: u16, headers: &[(&str, &str)]) -> Action {
     for (k, v) in headers {
         b = b.header(*k, *v);
     }
-    Action::Respond(b.body(Full::new(Bytes::from(format!("status {code}")))).unwrap())
+    Action::Respond(
+        b.body(Full::new(Bytes::from(format!("status {code}"))))
+            .unwrap(),
+    )
 }
 
 pub type TestClient = Client<HttpConnector, ReplayBody<Full<Bytes>>>;

@@ -1,0 +1,301 @@
+//! Retry-After, the overall deadline and per-attempt timeouts, under paused time.
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use common::{Mock, Reply, get};
+use http::StatusCode;
+use tokio::time::Instant;
+use tower::{Layer, ServiceExt};
+use tower_http_retry::{
+    AttemptTimedOut, Backoff, DeadlineExceeded, Jitter, RetryInfo, RetryLayer, RetryPolicy,
+    RetryReason, StopReason,
+};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// No jitter: retry n waits exactly base * 2^n.
+fn policy(base_ms: u64) -> RetryPolicy {
+    RetryPolicy::default().backoff(
+        Backoff::exponential(Duration::from_millis(base_ms), Duration::from_secs(60))
+            .jitter(Jitter::None),
+    )
+}
+
+fn layer(policy: RetryPolicy) -> RetryLayer {
+    RetryLayer::new().policy(policy)
+}
+
+fn info<B>(response: &http::Response<B>) -> RetryInfo {
+    response.extensions().get::<RetryInfo>().cloned().unwrap()
+}
+
+fn with_retry_after(code: u16, value: &str) -> Reply {
+    Reply::Headers(code, vec![("retry-after", value.to_string())])
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_a_floor_over_the_backoff() {
+    // Backoff 200 ms, hint 2 s: the hint wins.
+    let mock = Mock::new([with_retry_after(503, "2")]);
+    let start = Instant::now();
+    let response = layer(policy(100))
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(start.elapsed(), 2000 * MS);
+    let first = info(&response);
+    assert_eq!(first.retries[0].wait, 2000 * MS);
+    assert!(first.retries[0].retry_after);
+
+    // Backoff 2 s, hint 1 s: the backoff wins.
+    let mock = Mock::new([with_retry_after(429, "1")]);
+    let start = Instant::now();
+    let response = layer(policy(1000))
+        .layer(mock)
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    assert_eq!(start.elapsed(), 2000 * MS);
+    assert!(!info(&response).retries[0].retry_after);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hint_above_the_cap_returns_at_once() {
+    let mock = Mock::new([with_retry_after(503, "120")]);
+    let start = Instant::now();
+    let response = layer(policy(100))
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "120");
+    assert_eq!(start.elapsed(), Duration::ZERO, "no pointless sleep");
+    assert_eq!(mock.calls(), 1);
+    let record = info(&response);
+    assert_eq!(
+        (record.attempts, record.stop),
+        (1, StopReason::RetryAfterTooLong)
+    );
+
+    // A higher cap lets the same hint through.
+    let mock = Mock::new([with_retry_after(503, "120")]);
+    let start = Instant::now();
+    let response = layer(policy(100).max_retry_after(Duration::from_secs(300)))
+        .layer(mock)
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(start.elapsed(), Duration::from_secs(120));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_http_date_is_measured_against_the_date_header_not_the_local_clock() {
+    // The server's clock is an hour behind ours: against our clock the date is long past.
+    let server_now = SystemTime::now() - Duration::from_secs(3600);
+    let date = httpdate::fmt_http_date(server_now);
+    let retry_at = httpdate::fmt_http_date(server_now + Duration::from_secs(3));
+    let mock = Mock::new([Reply::Headers(
+        503,
+        vec![("retry-after", retry_at), ("date", date)],
+    )]);
+    let start = Instant::now();
+    let response = layer(policy(100))
+        .layer(mock)
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // Whole seconds on the wire: the hint is exactly 3 s.
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_malformed_hint_is_ignored() {
+    for bad in ["soon", "-1", "1.5", ""] {
+        let mock = Mock::new([with_retry_after(503, bad)]);
+        let start = Instant::now();
+        let response = layer(policy(100))
+            .layer(mock)
+            .oneshot(get("http://h/"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{bad:?}");
+        assert_eq!(start.elapsed(), 200 * MS, "backoff alone for {bad:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hint_never_makes_a_response_retryable() {
+    let mock = Mock::new([with_retry_after(404, "1"), Reply::Status(200)]);
+    let response = layer(policy(100))
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(mock.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_wait_starts_that_would_end_after_the_deadline() {
+    // Waits 800 ms then 1600 ms; the deadline of 2 s allows only the first.
+    let mock = Mock::statuses(&[503, 503, 503]);
+    let start = Instant::now();
+    let response = layer(policy(400).max_attempts(5).deadline(Duration::from_secs(2)))
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503, "the last outcome is returned");
+    assert_eq!(start.elapsed(), 800 * MS);
+    assert_eq!(mock.calls(), 2);
+    assert_eq!(info(&response).stop, StopReason::Deadline);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hint_that_would_end_after_the_deadline_returns_at_once() {
+    let mock = Mock::new([with_retry_after(503, "5")]);
+    let start = Instant::now();
+    let response = layer(policy(100).deadline(Duration::from_secs(3)))
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(info(&response).stop, StopReason::RetryAfterTooLong);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_in_flight_at_the_deadline_is_dropped() {
+    let mock = Mock::new([Reply::Slow(
+        Duration::from_secs(10),
+        Box::new(Reply::Status(200)),
+    )]);
+    let start = Instant::now();
+    let err = layer(policy(100).deadline(Duration::from_secs(1)))
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap_err();
+    let deadline = err
+        .downcast_ref::<DeadlineExceeded>()
+        .expect("DeadlineExceeded");
+    assert_eq!(deadline.deadline(), Duration::from_secs(1));
+    assert_eq!(deadline.attempts(), 1);
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(mock.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_attempt_times_out_and_is_retried() {
+    let mock = Mock::new([Reply::Slow(
+        Duration::from_secs(10),
+        Box::new(Reply::Status(200)),
+    )]);
+    let start = Instant::now();
+    let response = layer(policy(100).attempt_timeout(Duration::from_secs(1)))
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        start.elapsed(),
+        1200 * MS,
+        "1 s timeout, then a 200 ms wait"
+    );
+    let record = info(&response);
+    assert_eq!(record.retries[0].reason, RetryReason::Timeout);
+    assert_eq!(mock.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_last_timeout_is_returned_as_attempt_timed_out() {
+    let slow = || Reply::Slow(Duration::from_secs(10), Box::new(Reply::Status(200)));
+    let mock = Mock::new([slow(), slow()]);
+    let err = layer(
+        policy(100)
+            .max_attempts(2)
+            .attempt_timeout(Duration::from_millis(300)),
+    )
+    .layer(mock.clone())
+    .oneshot(get("http://h/"))
+    .await
+    .unwrap_err();
+    let timed_out = err
+        .downcast_ref::<AttemptTimedOut>()
+        .expect("AttemptTimedOut");
+    assert_eq!((timed_out.attempt(), timed_out.timeout()), (2, 300 * MS));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_gets_at_most_the_time_left() {
+    let slow = || Reply::Slow(Duration::from_secs(10), Box::new(Reply::Status(200)));
+    let mock = Mock::new([slow(), slow()]);
+    let start = Instant::now();
+    let err = layer(
+        policy(100)
+            .attempt_timeout(Duration::from_secs(1))
+            .deadline(Duration::from_millis(1500)),
+    )
+    .layer(mock.clone())
+    .oneshot(get("http://h/"))
+    .await
+    .unwrap_err();
+    // 1 s timeout, 200 ms wait, then the second attempt is cut by the deadline at 1.5 s.
+    assert!(err.is::<DeadlineExceeded>(), "{err}");
+    assert_eq!(start.elapsed(), 1500 * MS);
+    assert_eq!(mock.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_post_that_timed_out_without_a_key_is_not_retried() {
+    let mock = Mock::new([Reply::Slow(
+        Duration::from_secs(10),
+        Box::new(Reply::Status(200)),
+    )]);
+    let err = layer(policy(100).attempt_timeout(Duration::from_secs(1)))
+        .no_idempotency_key()
+        .layer(mock.clone())
+        .oneshot(common::request(http::Method::POST, "http://h/", b"x"))
+        .await
+        .unwrap_err();
+    assert!(err.is::<AttemptTimedOut>());
+    assert_eq!(mock.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_future_sends_nothing_more() {
+    // While waiting.
+    let mock = Mock::statuses(&[503, 503]);
+    let svc = layer(policy(1000)).layer(mock.clone());
+    let mut future = Box::pin(svc.oneshot(get("http://h/")));
+    assert!(common::poll_once(&mut future).await.is_pending());
+    tokio::time::advance(100 * MS).await;
+    assert!(common::poll_once(&mut future).await.is_pending());
+    assert_eq!(mock.calls(), 1);
+    drop(future);
+    tokio::time::advance(Duration::from_secs(60)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(mock.calls(), 1);
+
+    // During an attempt.
+    let mock = Mock::new([Reply::Slow(
+        Duration::from_secs(5),
+        Box::new(Reply::Status(503)),
+    )]);
+    let svc = layer(policy(100)).layer(mock.clone());
+    let mut future = Box::pin(svc.oneshot(get("http://h/")));
+    assert!(common::poll_once(&mut future).await.is_pending());
+    drop(future);
+    tokio::time::advance(Duration::from_secs(60)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(mock.calls(), 1);
+}
