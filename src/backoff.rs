@@ -313,7 +313,7 @@ mod tests {
             let ceiling = Backoff::exponential(base, cap).ceiling(n);
             prop_assert!(ceiling <= cap);
             // The same formula in wide integers: min(c, b * 2^n).
-            let wide = (base.as_nanos()).checked_mul(1u128 << n.min(100)).unwrap_or(u128::MAX);
+            let wide = base.as_nanos().saturating_mul(1u128 << n.min(100));
             prop_assert_eq!(ceiling.as_nanos(), wide.min(cap.as_nanos()));
 
             let none = Backoff::exponential(base, cap).jitter(Jitter::None).delay(n, prev, &mut rng);

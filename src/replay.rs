@@ -359,7 +359,7 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
-        let hint = lock(&self.shared).hint.clone();
+        let hint = lock(&self.shared).hint;
         let mut left = SizeHint::new();
         left.set_lower(hint.lower().saturating_sub(self.sent));
         if let Some(upper) = hint.upper() {
@@ -433,13 +433,13 @@ mod tests {
     use super::*;
     use http_body_util::{BodyExt, Full, StreamBody};
 
-    fn chunks(
-        parts: &[&'static [u8]],
-    ) -> StreamBody<
+    type Chunks = StreamBody<
         futures_util::stream::Iter<
             std::vec::IntoIter<Result<Frame<Bytes>, std::convert::Infallible>>,
         >,
-    > {
+    >;
+
+    fn chunks(parts: &[&'static [u8]]) -> Chunks {
         let frames: Vec<_> = parts
             .iter()
             .map(|p| Ok(Frame::data(Bytes::from_static(p))))

@@ -58,7 +58,7 @@ async fn every_attempt_of_one_post_carries_the_same_key() {
     assert_eq!(response.status(), 200);
     let sent = keys(&mock);
     assert_eq!(sent.len(), 3);
-    assert!(sent.iter().all(|k| k == &sent[0]), "{sent:?}");
+    assert!(sent.iter().all(|k| *k == sent[0]), "{sent:?}");
     assert!(is_quoted_uuid(&sent[0]), "{:?}", sent[0]);
     let info = response.extensions().get::<RetryInfo>().unwrap();
     assert_eq!(info.idempotency_key.as_ref(), Some(&sent[0]));

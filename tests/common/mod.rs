@@ -20,6 +20,9 @@ use tokio::time::Instant;
 use tower::{BoxError, Service};
 use tower_http_retry::ReplayBody;
 
+/// The mock's response future.
+pub type Answer = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send>>;
+
 /// What the mock does for one call.
 pub enum Reply {
     Status(u16),
@@ -109,7 +112,7 @@ where
 {
     type Response = Response<Full<Bytes>>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+    type Future = Answer;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.state.ready_polls.fetch_add(1, Ordering::SeqCst);
@@ -148,9 +151,7 @@ where
     }
 }
 
-fn answer(
-    reply: Reply,
-) -> Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send>> {
+fn answer(reply: Reply) -> Answer {
     Box::pin(async move {
         match reply {
             Reply::Status(code) => Ok(response(code, &[])),
