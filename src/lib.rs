@@ -96,6 +96,11 @@ mod route;
 mod service;
 mod trace;
 
+// The README's examples compile as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use crate::backoff::{Backoff, Jitter};
 pub use crate::budget::{InvalidBudget, RetryBudget};
 pub use crate::classify::RetryReason;

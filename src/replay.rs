@@ -38,10 +38,12 @@ use http_body::{Body, Frame, SizeHint};
 /// use tower_http_retry::ReplayBody;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let first = ReplayBody::new(Full::new(Bytes::from_static(b"hello")), 64 * 1024);
-/// let replay = first.try_replay();
-/// let sent = first.collect().await.unwrap().to_bytes();
-/// let again = replay.collect().await.unwrap().to_bytes();
+/// let mut first = ReplayBody::new(Full::new(Bytes::from_static(b"hello")), 64 * 1024);
+/// // Nothing was sent yet: there is nothing to replay beside a live body.
+/// assert!(first.try_replay().is_none());
+/// let sent = first.frame().await.unwrap().unwrap().into_data().unwrap();
+/// // Read to its end: a replay sends the same bytes again.
+/// let again = first.try_replay().unwrap().collect().await.unwrap().to_bytes();
 /// assert_eq!(sent, again);
 /// # }
 /// ```
