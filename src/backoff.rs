@@ -26,7 +26,7 @@ use rand::{Rng, RngExt, SeedableRng};
 
 use crate::error::InvalidConfig;
 
-/// How random the wait before a retry is. See the [module docs](self) for the formulas.
+/// How random the wait before a retry is. See [`Backoff`] for the formulas.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Jitter {
     /// Wait exactly the capped exponential ceiling. Synchronised clients stay synchronised:
@@ -42,6 +42,20 @@ pub enum Jitter {
 }
 
 /// Capped exponential backoff with [`Jitter`].
+///
+/// For retry `n` (1 for the first retry), base `b`, cap `c` and previous wait `p` (which
+/// starts at `b`):
+///
+/// | kind | wait |
+/// | --- | --- |
+/// | ceiling | `min(c, b * 2^n)`, saturating |
+/// | [`Jitter::None`] | the ceiling |
+/// | [`Jitter::Full`] (default) | uniform in `[0, ceiling]` |
+/// | [`Jitter::Equal`] | `ceiling / 2` + uniform in `[0, ceiling / 2]` |
+/// | [`Jitter::Decorrelated`] | `min(c, uniform in [b, 3p])` |
+///
+/// Waits are computed in whole nanoseconds, so sub-second precision is kept. Every logical
+/// request draws its own random numbers: no two requests share a jitter sequence.
 ///
 /// The default is a base of 100 ms, a cap of 10 s and [`Jitter::Full`].
 ///
