@@ -393,11 +393,13 @@ fn decide<S, B, RB>(
 
     retrying.previous = backoff;
     info.total_wait = info.total_wait.saturating_add(wait);
-    info.retries.push(RetryRecord {
+    let record = RetryRecord {
         reason,
         wait,
         retry_after: from_hint,
-    });
+    };
+    crate::trace::retried(&record);
+    info.retries.push(record);
     Step::Retry(wait)
 }
 

@@ -68,6 +68,10 @@
 //! - `tracing` (default): a span per logical request, an event per retry, a warning when
 //!   the budget refuses.
 //! - `hyper` (default): recognise hyper, hyper-util and h2 errors when classifying.
+//! - `metrics`: through the [`metrics`](https://docs.rs/metrics) facade, the counter
+//!   `http_retry_retries_total` (label `reason`), the counter
+//!   `http_retry_budget_refusals_total` (label `reason`) and the histogram
+//!   `http_retry_wait_seconds`.
 //!
 //! [tower]: https://docs.rs/tower
 //! [hyper]: https://docs.rs/hyper

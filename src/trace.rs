@@ -91,4 +91,31 @@ mod imp {
     pub(crate) fn budget_refused(_: u32, _: &RetryReason) {}
 }
 
-pub(crate) use imp::{Trace, budget_refused};
+pub(crate) use imp::Trace;
+
+/// Metric names, for dashboards.
+pub(crate) mod names {
+    pub(crate) const RETRIES: &str = "http_retry_retries_total";
+    pub(crate) const BUDGET_REFUSALS: &str = "http_retry_budget_refusals_total";
+    pub(crate) const WAIT_SECONDS: &str = "http_retry_wait_seconds";
+}
+
+/// One retry decided: an event (in [`Trace::retry`]) and the metrics.
+pub(crate) fn retried(record: &RetryRecord) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!(names::RETRIES, "reason" => record.reason.as_str()).increment(1);
+        metrics::histogram!(names::WAIT_SECONDS).record(record.wait.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (record, names::RETRIES, names::WAIT_SECONDS);
+}
+
+/// The budget refused a retry: a warning and a counter.
+pub(crate) fn budget_refused(attempts: u32, reason: &RetryReason) {
+    imp::budget_refused(attempts, reason);
+    #[cfg(feature = "metrics")]
+    metrics::counter!(names::BUDGET_REFUSALS, "reason" => reason.as_str()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = names::BUDGET_REFUSALS;
+}
