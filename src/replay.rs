@@ -132,7 +132,8 @@ impl<B: Body> ReplayBody<B> {
     /// Wraps `body` and returns the retry loop's handle on it.
     pub(crate) fn with_handle(body: B, cap: usize) -> (Self, Replay<B>) {
         if body.is_end_stream() {
-            return (Self::passthrough(body), Replay::Empty);
+            // Nothing to send, now or later: no frames, no trailers.
+            return (Self::empty(), Replay::Empty);
         }
         let hint = body.size_hint();
         if hint.lower() > cap as u64 {
@@ -173,7 +174,6 @@ impl<B: Body> ReplayBody<B> {
     /// Always `None` for a body over the cap or one whose original failed.
     pub fn try_replay(&self) -> Option<Self> {
         match &self.inner {
-            Inner::Passthrough(body) if body.is_end_stream() => Some(Self::empty()),
             Inner::Passthrough(_) => None,
             Inner::Empty => Some(Self::empty()),
             Inner::Shared(cursor) => {

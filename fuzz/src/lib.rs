@@ -1,0 +1,7 @@
+//! Oracles for the fuzz targets: decoded cases and the properties checked on them.
+//!
+//! The same files are compiled into `tests/proptest_parsers.rs`, so every property the
+//! fuzzer checks is also checked by `cargo test`, on inputs drawn by proptest.
+
+pub mod replay_case;
+pub mod retry_after_case;
