@@ -1,0 +1,159 @@
+//! Per-route retry policies.
+//!
+//! - Payments POSTs: 5 attempts and a budget of their own, so a payments outage cannot
+//!   drain the retries the rest of the traffic relies on.
+//! - GETs: the layer's default policy (3 attempts) and its shared budget.
+//! - Health checks: `RetryPolicy::never()`: a health check that fails must say so at once.
+//! - One request overrides its route with a policy in its extensions.
+//!
+//! Run with `cargo run --example per_route`. It ends by itself in about a second.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+use tower_http_retry::{Backoff, RetryBudget, RetryInfo, RetryLayer, RetryPolicy, RouteMatch};
+
+/// Payments fail three times per key before they go through; every item fails once; the
+/// health check always fails.
+async fn start_server() -> std::io::Result<std::net::SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let seen = Arc::clone(&seen);
+                        async move {
+                            let key = req
+                                .headers()
+                                .get("idempotency-key")
+                                .and_then(|k| k.to_str().ok())
+                                .unwrap_or_default()
+                                .to_owned();
+                            let (method, path) =
+                                (req.method().clone(), req.uri().path().to_owned());
+                            let _ = req.into_body().collect().await;
+                            let n = {
+                                let mut seen = seen.lock().unwrap();
+                                let n = seen.entry(format!("{method} {path} {key}")).or_default();
+                                *n += 1;
+                                *n
+                            };
+                            let status =
+                                match (method, path.as_str()) {
+                                    (Method::POST, p) if p.starts_with("/v1/payments") => {
+                                        if n <= 3 { 503 } else { 201 }
+                                    }
+                                    (Method::GET, "/health") => 503,
+                                    (Method::GET, _) if n == 1 => 503,
+                                    _ => 200,
+                                };
+                            Response::builder()
+                                .status(status)
+                                .body(Full::new(Bytes::new()))
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let addr = start_server().await?;
+    println!("per-route policies against http://{addr}\n");
+
+    let quick = Backoff::exponential(Duration::from_millis(10), Duration::from_millis(100));
+    let shared = RetryBudget::new(0.1, 10, 100);
+    let payments = RetryBudget::new(0.2, 5, 20);
+    let layer = RetryLayer::new()
+        .budget(shared.clone())
+        .policy(RetryPolicy::default().backoff(quick))
+        .route(
+            RouteMatch::post().path_prefix("/v1/payments"),
+            RetryPolicy::default()
+                .max_attempts(5)
+                .backoff(quick)
+                .budget(payments.clone()),
+        )
+        .route(
+            RouteMatch::get().path_prefix("/health"),
+            RetryPolicy::never(),
+        );
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    let mut svc = ServiceBuilder::new().layer(layer).service(client);
+
+    let mut plan: Vec<(&str, Request<Full<Bytes>>)> = Vec::new();
+    for (route, method, path) in [
+        (
+            "payments route (5 attempts, own budget)",
+            Method::POST,
+            "/v1/payments",
+        ),
+        (
+            "payments route (5 attempts, own budget)",
+            Method::POST,
+            "/v1/payments/refunds",
+        ),
+        (
+            "default policy (3 attempts, shared budget)",
+            Method::GET,
+            "/items/1",
+        ),
+        (
+            "default policy (3 attempts, shared budget)",
+            Method::GET,
+            "/items/2",
+        ),
+        ("health route (never)", Method::GET, "/health"),
+    ] {
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("http://{addr}{path}"))
+            .body(Full::new(Bytes::from_static(b"{}")))?;
+        plan.push((route, request));
+    }
+    let mut overridden =
+        Request::get(format!("http://{addr}/items/3")).body(Full::new(Bytes::new()))?;
+    overridden.extensions_mut().insert(RetryPolicy::never());
+    plan.push(("request override: never() in its extensions", overridden));
+
+    for (route, request) in plan {
+        let line = format!("{} {}", request.method(), request.uri().path());
+        let response = svc.ready().await?.call(request).await?;
+        let info = response
+            .extensions()
+            .get::<RetryInfo>()
+            .cloned()
+            .unwrap_or_default();
+        println!("{line:<28} {route}");
+        println!(
+            "    -> {} after {} attempt(s), stop: {}",
+            response.status(),
+            info.attempts,
+            info.stop
+        );
+    }
+    println!(
+        "\nbudgets after the run: payments {:.1} tokens, shared {:.1} tokens (each route spent its own)",
+        payments.tokens(),
+        shared.tokens()
+    );
+    Ok(())
+}

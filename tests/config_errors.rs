@@ -1,0 +1,296 @@
+//! Bad configuration is refused at construction: every `try_` constructor returns an error
+//! that says what is wrong, and its panicking twin panics with that very message.
+
+use std::any::Any;
+use std::panic::{UnwindSafe, catch_unwind};
+use std::time::Duration;
+
+use tower_http_retry::{
+    Backoff, IdempotencyKey, InvalidConfig, RetryBudget, RetryLayer, RetryPolicy,
+};
+
+/// The message of a panic raised by `f`, which must panic.
+fn panic_message<R>(f: impl FnOnce() -> R + UnwindSafe) -> String {
+    let payload: Box<dyn Any + Send> = match catch_unwind(f) {
+        Ok(_) => panic!("expected a panic"),
+        Err(payload) => payload,
+    };
+    match payload.downcast::<String>() {
+        Ok(message) => *message,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(message) => (*message).to_string(),
+            Err(_) => panic!("the panic carried no message"),
+        },
+    }
+}
+
+/// Asserts that `message` mentions every one of `needles` (each a list of accepted
+/// spellings, compared without regard to case).
+fn assert_mentions(message: &str, needles: &[&[&str]]) {
+    let lower = message.to_lowercase();
+    for spellings in needles {
+        assert!(
+            spellings.iter().any(|s| lower.contains(&s.to_lowercase())),
+            "{message:?} should mention one of {spellings:?}"
+        );
+    }
+}
+
+const BAD_HEADER_NAMES: [&str; 5] = ["bad name", "bad\nname", "", "bad:name", "naïve"];
+
+// ---- Backoff::try_exponential ----
+
+#[test]
+fn a_backoff_base_above_its_cap_is_refused() {
+    let err: InvalidConfig =
+        Backoff::try_exponential(Duration::from_secs(2), Duration::from_secs(1)).unwrap_err();
+    let message = err.to_string();
+    assert_mentions(&message, &[&["base"], &["cap"], &["2s"], &["1s"]]);
+
+    let err = Backoff::try_exponential(Duration::MAX, Duration::ZERO).unwrap_err();
+    assert_mentions(&err.to_string(), &[&["base"], &["cap"]]);
+}
+
+#[test]
+fn a_backoff_base_equal_to_its_cap_is_accepted() {
+    let backoff = Backoff::try_exponential(Duration::from_secs(1), Duration::from_secs(1)).unwrap();
+    assert_eq!(backoff.ceiling(5), Duration::from_secs(1));
+    assert!(Backoff::try_exponential(Duration::ZERO, Duration::ZERO).is_ok());
+}
+
+#[test]
+#[should_panic(expected = "backoff base (2s) is greater than its cap (1s)")]
+fn backoff_exponential_panics_on_a_base_above_its_cap() {
+    let _ = Backoff::exponential(Duration::from_secs(2), Duration::from_secs(1));
+}
+
+// ---- RetryPolicy::try_max_attempts ----
+
+#[test]
+fn zero_attempts_are_refused() {
+    let err: InvalidConfig = RetryPolicy::default().try_max_attempts(0).unwrap_err();
+    assert_mentions(
+        &err.to_string(),
+        &[&["max_attempts", "attempts"], &["at least 1"]],
+    );
+    assert_eq!(
+        RetryPolicy::default()
+            .try_max_attempts(1)
+            .unwrap()
+            .get_max_attempts(),
+        1
+    );
+}
+
+#[test]
+#[should_panic(expected = "max_attempts must be at least 1")]
+fn max_attempts_panics_on_zero() {
+    let _ = RetryPolicy::default().max_attempts(0);
+}
+
+// ---- IdempotencyKey::try_header_name ----
+
+#[test]
+fn invalid_idempotency_key_header_names_are_refused() {
+    for name in BAD_HEADER_NAMES {
+        let err: InvalidConfig = match IdempotencyKey::default().try_header_name(name) {
+            Ok(_) => panic!("{name:?} was accepted"),
+            Err(err) => err,
+        };
+        // The message quotes the name as written, escapes included, so that a stray
+        // newline or space is visible.
+        assert_mentions(
+            &err.to_string(),
+            &[&[&format!("{name:?}")], &["header name"]],
+        );
+    }
+    let key = IdempotencyKey::default()
+        .try_header_name("x-request-key")
+        .unwrap();
+    assert_eq!(key.header().as_str(), "x-request-key");
+}
+
+#[test]
+#[should_panic(expected = "\"bad name\" is not a valid header name")]
+fn idempotency_key_header_name_panics_on_a_bad_name() {
+    let _ = IdempotencyKey::default().header_name("bad name");
+}
+
+// ---- RetryLayer::try_attempt_header ----
+
+#[test]
+fn invalid_attempt_header_names_are_refused() {
+    for name in BAD_HEADER_NAMES {
+        let err: InvalidConfig = match RetryLayer::new().try_attempt_header(name) {
+            Ok(_) => panic!("{name:?} was accepted"),
+            Err(err) => err,
+        };
+        assert_mentions(
+            &err.to_string(),
+            &[&[&format!("{name:?}")], &["header name"]],
+        );
+    }
+    assert!(
+        RetryLayer::new()
+            .try_attempt_header("retry-attempt")
+            .is_ok()
+    );
+}
+
+#[test]
+#[should_panic(expected = "\"bad\\nname\" is not a valid header name")]
+fn attempt_header_panics_on_a_bad_name() {
+    let _ = RetryLayer::new().attempt_header("bad\nname");
+}
+
+// ---- RetryBudget::try_new ----
+
+/// A bad budget, and what its message must mention: the parameter and the value.
+struct BadBudget {
+    what: &'static str,
+    ratio: f64,
+    min_per_sec: u32,
+    max_tokens: u32,
+    mentions: &'static [&'static [&'static str]],
+}
+
+const BAD_BUDGETS: [BadBudget; 5] = [
+    BadBudget {
+        what: "NaN ratio",
+        ratio: f64::NAN,
+        min_per_sec: 10,
+        max_tokens: 100,
+        mentions: &[&["ratio"], &["nan"]],
+    },
+    BadBudget {
+        what: "infinite ratio",
+        ratio: f64::INFINITY,
+        min_per_sec: 10,
+        max_tokens: 100,
+        mentions: &[&["ratio"], &["inf"]],
+    },
+    BadBudget {
+        what: "negative infinite ratio",
+        ratio: f64::NEG_INFINITY,
+        min_per_sec: 10,
+        max_tokens: 100,
+        mentions: &[&["ratio"], &["inf"]],
+    },
+    BadBudget {
+        what: "negative ratio",
+        ratio: -0.5,
+        min_per_sec: 10,
+        max_tokens: 100,
+        mentions: &[&["ratio"], &["-0.5", "negative"]],
+    },
+    BadBudget {
+        what: "zero max tokens",
+        ratio: 0.1,
+        min_per_sec: 10,
+        max_tokens: 0,
+        mentions: &[&["max_tokens", "max tokens"], &["0", "zero"]],
+    },
+];
+
+#[test]
+fn bad_budgets_are_refused_with_a_message_that_names_the_value() {
+    for bad in &BAD_BUDGETS {
+        let what = bad.what;
+        let err = match RetryBudget::try_new(bad.ratio, bad.min_per_sec, bad.max_tokens) {
+            Ok(_) => panic!("a budget with a {what} was accepted"),
+            Err(err) => err,
+        };
+        let message = err.to_string();
+        assert_mentions(&message, bad.mentions);
+        // It is a proper error, usable with `?` into a `BoxError`.
+        let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(err);
+        assert_eq!(boxed.to_string(), message, "{what}");
+    }
+}
+
+#[test]
+fn sound_budgets_are_accepted() {
+    for (ratio, min_per_sec, max_tokens) in [
+        (0.1, 10, 100),
+        (0.0, 10, 100),
+        (1.0, 0, 1),
+        (1.0, 1_000, 10_000),
+    ] {
+        assert!(
+            RetryBudget::try_new(ratio, min_per_sec, max_tokens).is_ok(),
+            "({ratio}, {min_per_sec}, {max_tokens}) was refused"
+        );
+    }
+}
+
+#[test]
+#[should_panic(expected = "ratio")]
+fn budget_new_panics_on_a_nan_ratio() {
+    let _ = RetryBudget::new(f64::NAN, 10, 100);
+}
+
+#[test]
+#[should_panic(expected = "ratio")]
+fn budget_new_panics_on_an_infinite_ratio() {
+    let _ = RetryBudget::new(f64::INFINITY, 10, 100);
+}
+
+#[test]
+#[should_panic(expected = "ratio")]
+fn budget_new_panics_on_a_negative_ratio() {
+    let _ = RetryBudget::new(-0.5, 10, 100);
+}
+
+#[test]
+#[should_panic(expected = "max")]
+fn budget_new_panics_on_zero_max_tokens() {
+    let _ = RetryBudget::new(0.1, 10, 0);
+}
+
+// ---- the panicking twins say exactly what the `try_` versions say ----
+
+#[test]
+fn every_panic_message_is_the_error_message() {
+    let (two, one) = (Duration::from_secs(2), Duration::from_secs(1));
+    assert_eq!(
+        panic_message(|| Backoff::exponential(two, one)),
+        Backoff::try_exponential(two, one).unwrap_err().to_string()
+    );
+    assert_eq!(
+        panic_message(|| RetryPolicy::default().max_attempts(0)),
+        RetryPolicy::default()
+            .try_max_attempts(0)
+            .unwrap_err()
+            .to_string()
+    );
+    for name in BAD_HEADER_NAMES {
+        assert_eq!(
+            panic_message(|| IdempotencyKey::default().header_name(name)),
+            IdempotencyKey::default()
+                .try_header_name(name)
+                .err()
+                .unwrap()
+                .to_string()
+        );
+        assert_eq!(
+            panic_message(|| RetryLayer::new().attempt_header(name)),
+            RetryLayer::new()
+                .try_attempt_header(name)
+                .err()
+                .unwrap()
+                .to_string()
+        );
+    }
+    for bad in &BAD_BUDGETS {
+        let (ratio, min_per_sec, max_tokens) = (bad.ratio, bad.min_per_sec, bad.max_tokens);
+        assert_eq!(
+            panic_message(move || RetryBudget::new(ratio, min_per_sec, max_tokens)),
+            RetryBudget::try_new(ratio, min_per_sec, max_tokens)
+                .err()
+                .unwrap()
+                .to_string(),
+            "{}",
+            bad.what
+        );
+    }
+}
