@@ -122,12 +122,12 @@
 
 use std::fmt;
 
-#[cfg(loom)]
+#[cfg(tower_http_retry_loom)]
 use loom::sync::{
     Arc,
     atomic::{AtomicU64, Ordering},
 };
-#[cfg(not(loom))]
+#[cfg(not(tower_http_retry_loom))]
 use std::sync::{
     Arc,
     atomic::{AtomicU64, Ordering},
@@ -435,8 +435,8 @@ impl RetryBudget {
 }
 
 /// Explicit-tick entry points for the loom model in `tests/loom_budget.rs`;
-/// they exist only when built with `--cfg loom`.
-#[cfg(loom)]
+/// they exist only when built with `--cfg tower_http_retry_loom`.
+#[cfg(tower_http_retry_loom)]
 #[doc(hidden)]
 impl RetryBudget {
     /// [`RetryBudget::deposit`] at an explicit tick.
@@ -579,7 +579,7 @@ impl fmt::Display for InvalidBudget {
 
 impl std::error::Error for InvalidBudget {}
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(tower_http_retry_loom)))]
 mod tests {
     use super::*;
 

@@ -1,7 +1,7 @@
 //! Loom models of the retry budget: every interleaving of a few threads
 //! depositing and withdrawing at fixed ticks. Run with
-//! `RUSTFLAGS="--cfg loom" cargo test --release --test loom_budget`.
-#![cfg(loom)]
+//! `RUSTFLAGS="--cfg tower_http_retry_loom" cargo test --release --test loom_budget`.
+#![cfg(tower_http_retry_loom)]
 
 use tower_http_retry::RetryBudget;
 
