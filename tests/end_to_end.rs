@@ -194,3 +194,26 @@ async fn a_503_asking_for_an_hour_comes_back_at_once() {
         (1, StopReason::RetryAfterTooLong)
     );
 }
+
+#[tokio::test]
+async fn the_server_sees_the_attempt_number_on_each_attempt() {
+    let server = serve(|hit| async move {
+        if hit.index < 2 {
+            respond(502)
+        } else {
+            respond(200)
+        }
+    })
+    .await;
+    let svc = quick(3).attempt_header("retry-attempt").layer(client());
+    let req = Request::get(server.url("/a"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(svc.oneshot(req).await.unwrap().status(), 200);
+    let numbers: Vec<_> = server
+        .hits()
+        .iter()
+        .map(|h| h.headers["retry-attempt"].clone())
+        .collect();
+    assert_eq!(numbers, ["1", "2", "3"]);
+}
