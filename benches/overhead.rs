@@ -1,1 +1,390 @@
-fn main() {}
+//! Per-request cost of the layer on the success path, over a service that does nothing.
+//!
+//! One criterion group, so every case runs in the same process, one after the other:
+//!
+//! | id | what |
+//! | --- | --- |
+//! | `get/bare` | the no-op service alone |
+//! | `get/bare_info` | the no-op service inserting a `RetryInfo` itself: the price of that insert |
+//! | `get/ours` | `RetryLayer::new()` (3 attempts, shared budget, keys on POST) over it |
+//! | `get/ours_no_budget` | the same with `.no_budget()` |
+//! | `get/tower` | `tower::retry::Retry` with an equivalent policy (see [`TowerPolicy`]) |
+//! | `get/ours_never` | ours with `RetryPolicy::never()` |
+//! | `get_read/*` | bare, ours, tower, never, but the inner service reads the request body |
+//! | `post/*` | bare, `ours_key` (ours stamps an `Idempotency-Key`), tower (adds nothing) |
+//!
+//! The request is a GET (or POST) with a parsed URI, four headers and a fresh 1 KiB
+//! `Full<Bytes>` body. Requests are built outside the timed section, 64 at a time; the
+//! timed section is `ready` + `call` + polling the response future once with a no-op
+//! waker (`now_or_never`: no runtime in the measurement) + dropping the response (its
+//! `RetryInfo` included). Each criterion sample reports the median time per request of its
+//! batches of 64 (see [`median_of_batches`]), which keeps a batch during which the
+//! scheduler preempted the bench from counting in full.
+//!
+//! After criterion, an interleaved run cycles through bare, ours, tower and never round
+//! after round and prints medians and per-round ratios: criterion runs the cases one after
+//! the other, and on a shared machine the load changes in between.
+//!
+//! Run: `cargo bench --bench overhead`.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::{Ready, ready};
+use std::hint::black_box;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{BenchmarkId, Criterion};
+use futures_util::FutureExt;
+use http::header::{ACCEPT, CONTENT_TYPE, USER_AGENT};
+use http::{HeaderName, HeaderValue, Method, Request, Response};
+use http_body::Body;
+use http_body_util::Full;
+use tower::retry::budget::{Budget, TpsBudget};
+use tower::{Layer, Service, ServiceExt};
+use tower_http_retry::{RetryInfo, RetryLayer, RetryPolicy};
+
+/// A request as a client builds it: a parsed URI, constant headers from static strings,
+/// a request id made at run time, and a fresh 1 KiB body.
+fn request(method: &Method, i: u64) -> Request<Full<Bytes>> {
+    Request::builder()
+        .method(method.clone())
+        .uri(format!("http://127.0.0.1:3000/items/{i}"))
+        .header(ACCEPT, HeaderValue::from_static("application/json"))
+        .header(USER_AGENT, HeaderValue::from_static("overhead-bench/1"))
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .header(
+            HeaderName::from_static("x-request-id"),
+            HeaderValue::try_from(format!("req-{i:08}")).expect("a valid header value"),
+        )
+        .body(Full::new(Bytes::from(vec![b'a'; 1024])))
+        .expect("a valid request")
+}
+
+/// Answers 200 with an empty body at once; with `drain`, reads the request body to its
+/// end first (it is all ready at once: `Full`, or `ReplayBody` of `Full`). With `info`, it
+/// puts a `RetryInfo` in the response's extensions itself: the `bare_info` case, which
+/// prices that one insert alone.
+#[derive(Clone, Copy)]
+struct Noop {
+    drain: bool,
+    info: bool,
+}
+
+impl<B> Service<Request<B>> for Noop
+where
+    B: Body + Unpin,
+{
+    type Response = Response<()>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<()>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        if self.drain {
+            let mut body = request.into_body();
+            let mut cx = Context::from_waker(Waker::noop());
+            // Bounded: a `Full` body is one frame.
+            for _ in 0..16 {
+                match Pin::new(&mut body).poll_frame(&mut cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        black_box(frame);
+                    }
+                    Poll::Ready(Some(Err(_)) | None) | Poll::Pending => break,
+                }
+            }
+        }
+        let mut response = Response::new(());
+        if self.info {
+            response.extensions_mut().insert(RetryInfo::default());
+        }
+        ready(Ok(response))
+    }
+}
+
+/// A `tower::retry::Policy` doing what ours does on the success path: the request is
+/// cloned up front (`clone_request`; the `Full<Bytes>` body clone is a reference count,
+/// once the first clone of a `Vec`-backed `Bytes` has allocated its shared header), every
+/// logical request deposits once into a `TpsBudget`, and 408, 429, 502, 503, 504 and errors
+/// are retried at most twice, each retry withdrawn from the budget. It adds no idempotency
+/// key.
+#[derive(Clone)]
+struct TowerPolicy {
+    budget: Arc<TpsBudget>,
+    outcomes: u32,
+}
+
+impl TowerPolicy {
+    fn new() -> Self {
+        Self {
+            budget: Arc::new(TpsBudget::new(Duration::from_secs(10), 10, 0.1)),
+            outcomes: 0,
+        }
+    }
+}
+
+impl<B: Clone, RB, E> tower::retry::Policy<Request<B>, Response<RB>, E> for TowerPolicy {
+    type Future = Ready<()>;
+
+    fn retry(
+        &mut self,
+        _: &mut Request<B>,
+        result: &mut Result<Response<RB>, E>,
+    ) -> Option<Self::Future> {
+        self.outcomes += 1;
+        if self.outcomes == 1 {
+            self.budget.deposit();
+        }
+        let retryable = match result {
+            Ok(response) => matches!(response.status().as_u16(), 408 | 429 | 502 | 503 | 504),
+            Err(_) => true,
+        };
+        (retryable && self.outcomes <= 2 && self.budget.withdraw()).then(|| ready(()))
+    }
+
+    fn clone_request(&mut self, request: &Request<B>) -> Option<Request<B>> {
+        let mut copy = Request::new(request.body().clone());
+        *copy.method_mut() = request.method().clone();
+        *copy.uri_mut() = request.uri().clone();
+        *copy.version_mut() = request.version();
+        *copy.headers_mut() = request.headers().clone();
+        *copy.extensions_mut() = request.extensions().clone();
+        Some(copy)
+    }
+}
+
+/// One request through `svc`, entirely synchronous.
+fn one<S, RB>(svc: &mut S, request: Request<Full<Bytes>>)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<RB>>,
+    S::Error: fmt::Debug,
+{
+    let ready = svc
+        .ready()
+        .now_or_never()
+        .expect("the service is ready at once");
+    ready.expect("the service is ready");
+    let response = svc
+        .call(request)
+        .now_or_never()
+        .expect("the response is ready at once")
+        .expect("a response");
+    black_box(response.status());
+}
+
+/// The requests of one case: each gets a new id.
+struct Source {
+    method: Method,
+    next: u64,
+}
+
+impl Source {
+    fn new(method: &Method) -> Self {
+        Self {
+            method: method.clone(),
+            next: 0,
+        }
+    }
+
+    fn fill(&mut self, requests: &mut Vec<Request<Full<Bytes>>>, n: u64) {
+        requests.extend((0..n).map(|_| {
+            self.next += 1;
+            request(&self.method, self.next)
+        }));
+    }
+}
+
+/// Sends `iters` requests through `send` in batches of `BATCH`, building each batch
+/// untimed, and returns `iters` times the median time per request of the batches.
+///
+/// The median of batches, not their sum: this machine is shared, and a batch during which
+/// the scheduler took the CPU away would otherwise count in full.
+fn median_of_batches(
+    send: &mut dyn FnMut(Request<Full<Bytes>>),
+    source: &mut Source,
+    iters: u64,
+) -> Duration {
+    const BATCH: u64 = 64;
+    let mut per_request = Vec::with_capacity(iters.div_ceil(BATCH) as usize);
+    let mut requests = Vec::with_capacity(BATCH as usize);
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(BATCH);
+        source.fill(&mut requests, n);
+        let start = Instant::now();
+        for request in requests.drain(..) {
+            send(request);
+        }
+        per_request.push(start.elapsed().as_nanos() as f64 / n as f64);
+        left -= n;
+    }
+    Duration::from_nanos((median(&mut per_request) * iters as f64) as u64)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// A service under test, type-erased so that the same code drives every case.
+struct Case<'a> {
+    name: &'static str,
+    send: Box<dyn FnMut(Request<Full<Bytes>>) + 'a>,
+}
+
+fn case<'a, S, RB>(name: &'static str, mut svc: S) -> Case<'a>
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<RB>> + 'a,
+    S::Error: fmt::Debug,
+{
+    Case {
+        name,
+        send: Box::new(move |request| one(&mut svc, request)),
+    }
+}
+
+/// The cases of one kind of request; the first is always the bare service. `ours_no_budget`
+/// only with `all` (criterion); `bare_info` for the plain GET.
+fn cases(method: &Method, drain: bool, all: bool) -> Vec<Case<'static>> {
+    let noop = Noop { drain, info: false };
+    let mut cases = vec![case("bare", noop)];
+    if method == Method::GET && !drain {
+        cases.push(case("bare_info", Noop { drain, info: true }));
+    }
+    if method == Method::POST {
+        cases.push(case("ours_key", RetryLayer::new().layer(noop)));
+    } else {
+        cases.push(case("ours", RetryLayer::new().layer(noop)));
+    }
+    if all && method == Method::GET && !drain {
+        cases.push(case(
+            "ours_no_budget",
+            RetryLayer::new().no_budget().layer(noop),
+        ));
+    }
+    cases.push(case(
+        "tower",
+        tower::retry::Retry::new(TowerPolicy::new(), noop),
+    ));
+    if method != Method::POST {
+        cases.push(case(
+            "ours_never",
+            RetryLayer::new().policy(RetryPolicy::never()).layer(noop),
+        ));
+    }
+    cases
+}
+
+/// The three kinds of request: (id prefix, method, whether the inner service reads the body).
+fn kinds() -> [(&'static str, Method, bool); 3] {
+    [
+        ("get", Method::GET, false),
+        ("get_read", Method::GET, true),
+        ("post", Method::POST, false),
+    ]
+}
+
+fn overhead(c: &mut Criterion) {
+    let mut group = c.benchmark_group("overhead");
+    for (kind, method, drain) in kinds() {
+        for mut case in cases(&method, drain, true) {
+            let mut source = Source::new(&method);
+            group.bench_function(BenchmarkId::new(kind, case.name), |b| {
+                b.iter_custom(|iters| median_of_batches(&mut case.send, &mut source, iters))
+            });
+        }
+    }
+    group.finish();
+}
+
+/// Cycles through the cases round after round (the order rotating), so that a change in
+/// the machine's load hits all of them alike; prints the median ns per request of each and
+/// the medians of the per-round ratios.
+fn interleaved(kind: &str, method: &Method, drain: bool, rounds: usize) {
+    const PER_ROUND: u64 = 64 * 200;
+    let mut cases = cases(method, drain, false);
+    let n = cases.len();
+    let mut ns = vec![Vec::with_capacity(rounds); n];
+    let mut source = Source::new(method);
+    for round in 0..rounds {
+        for k in 0..n {
+            let i = (round + k) % n;
+            let t = median_of_batches(&mut cases[i].send, &mut source, PER_ROUND);
+            ns[i].push(t.as_nanos() as f64 / PER_ROUND as f64);
+        }
+    }
+    let ratio = |a: usize, b: usize| {
+        let mut r: Vec<f64> = ns[a].iter().zip(&ns[b]).map(|(x, y)| x / y).collect();
+        median(&mut r)
+    };
+    println!("interleaved {kind} ({rounds} rounds of {PER_ROUND} requests per case):");
+    for (i, case) in cases.iter().enumerate() {
+        let mut v = ns[i].clone();
+        let ratio = if i == 0 {
+            String::new()
+        } else {
+            format!(", / bare {:.2}", ratio(i, 0))
+        };
+        println!(
+            "  {:<12} {:>7.1} ns/request{ratio}",
+            case.name,
+            median(&mut v)
+        );
+    }
+    let ours = cases.iter().position(|c| c.name.starts_with("ours"));
+    let tower = cases.iter().position(|c| c.name == "tower");
+    if let (Some(o), Some(t)) = (ours, tower) {
+        let mut extra: Vec<f64> = (0..rounds)
+            .map(|r| (ns[o][r] - ns[0][r]) / (ns[t][r] - ns[0][r]))
+            .collect();
+        println!(
+            "  ours / tower {:.2}; (ours - bare) / (tower - bare) {:.2}",
+            ratio(o, t),
+            median(&mut extra)
+        );
+    }
+}
+
+/// How much of the extra, non-criterion part to run: all of it under `cargo bench`, a
+/// single quick pass under `cargo test --benches` or criterion's `--test`, none for
+/// `--list` or `--profile-time`.
+fn extra_runs(full: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    if has("--list") || has("--profile-time") {
+        0
+    } else if has("--bench") && !has("--test") {
+        full
+    } else {
+        1
+    }
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_millis(700))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(60)
+        .configure_from_args();
+    overhead(&mut c);
+    c.final_summary();
+
+    let rounds = extra_runs(25);
+    if rounds == 0 {
+        return;
+    }
+    println!();
+    for (kind, method, drain) in kinds() {
+        interleaved(kind, &method, drain, rounds);
+    }
+}

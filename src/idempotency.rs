@@ -62,7 +62,9 @@ impl UuidV4 {
         } else {
             36
         };
-        HeaderValue::from_bytes(&buf[..len]).expect("a UUID is a valid header value")
+        // One allocation, and clones of the value (every retry's head) share it.
+        let bytes = bytes::Bytes::from_owner(buf).slice(..len);
+        HeaderValue::from_maybe_shared(bytes).expect("a UUID is a valid header value")
     }
 }
 

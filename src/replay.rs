@@ -75,7 +75,7 @@ struct Cursor<B> {
 pub(crate) struct Recording<B> {
     /// The original body while no attempt is reading it.
     rest: Option<B>,
-    chunks: Vec<Bytes>,
+    chunks: Chunks,
     trailers: Option<HeaderMap>,
     len: usize,
     cap: usize,
@@ -89,6 +89,34 @@ pub(crate) struct Recording<B> {
     alive: usize,
     /// The original's size hint before anything was read.
     hint: SizeHint,
+}
+
+/// The recorded data frames. Most request bodies are one frame (`Full`, a buffered
+/// JSON document), so the first is kept inline and only later ones need the `Vec`.
+#[derive(Default)]
+struct Chunks {
+    first: Option<Bytes>,
+    rest: Vec<Bytes>,
+}
+
+impl Chunks {
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    fn get(&self, index: usize) -> Option<&Bytes> {
+        match index {
+            0 => self.first.as_ref(),
+            _ => self.rest.get(index - 1),
+        }
+    }
+
+    fn push(&mut self, chunk: Bytes) {
+        match self.first {
+            None => self.first = Some(chunk),
+            Some(_) => self.rest.push(chunk),
+        }
+    }
 }
 
 /// Why a body cannot be sent again.
@@ -141,7 +169,7 @@ impl<B: Body> ReplayBody<B> {
         }
         let shared = Arc::new(Mutex::new(Recording {
             rest: Some(body),
-            chunks: Vec::new(),
+            chunks: Chunks::default(),
             trailers: None,
             len: 0,
             cap,
@@ -275,8 +303,8 @@ where
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         if self.rest.is_none() {
             let mut state = lock(&self.shared);
-            if !state.overflowed && self.pos < state.chunks.len() {
-                let chunk = state.chunks[self.pos].clone();
+            if let Some(chunk) = state.chunks.get(self.pos).filter(|_| !state.overflowed) {
+                let chunk = chunk.clone();
                 self.pos += 1;
                 self.sent += chunk.len() as u64;
                 return Poll::Ready(Some(Ok(Frame::data(chunk))));
@@ -323,7 +351,7 @@ where
             if !state.overflowed {
                 if state.len + data.len() > state.cap {
                     state.overflowed = true;
-                    state.chunks = Vec::new();
+                    state.chunks = Chunks::default();
                     state.trailers = None;
                     state.len = 0;
                 } else {
@@ -496,7 +524,7 @@ mod tests {
         assert_eq!(replay.check(false), Err(NotReplayable::TooLarge));
         if let Replay::Shared(shared) = &replay {
             let state = lock(shared);
-            assert!(state.chunks.is_empty() && state.chunks.capacity() == 0);
+            assert!(state.chunks.len() == 0 && state.chunks.rest.capacity() == 0);
         } else {
             panic!("expected a recording");
         }
