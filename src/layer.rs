@@ -56,7 +56,8 @@ pub(crate) struct Config {
 pub(crate) enum PolicyRef {
     Default,
     Route(usize),
-    Request(RetryPolicy),
+    /// Boxed: rare, and it would make every response future larger.
+    Request(Box<RetryPolicy>),
 }
 
 impl PolicyRef {
@@ -74,7 +75,7 @@ impl Config {
     /// route, else the default. Allocates nothing unless the request carries a policy.
     pub(crate) fn select<B>(&self, request: &Request<B>) -> PolicyRef {
         if let Some(policy) = request.extensions().get::<RetryPolicy>() {
-            return PolicyRef::Request(policy.clone());
+            return PolicyRef::Request(Box::new(policy.clone()));
         }
         let (method, uri, headers) = (request.method(), request.uri(), request.headers());
         match self

@@ -76,7 +76,8 @@ pub(crate) struct Recording<B> {
     /// The original body while no attempt is reading it.
     rest: Option<B>,
     chunks: Chunks,
-    trailers: Option<HeaderMap>,
+    /// Boxed: rare, and a `HeaderMap` would double the size of every recording.
+    trailers: Option<Box<HeaderMap>>,
     len: usize,
     cap: usize,
     /// The original body reached its end: `chunks` and `trailers` are all of it.
@@ -312,8 +313,8 @@ where
             if state.complete {
                 if !self.trailers_sent {
                     self.trailers_sent = true;
-                    if let Some(trailers) = state.trailers.clone() {
-                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    if let Some(trailers) = &state.trailers {
+                        return Poll::Ready(Some(Ok(Frame::trailers(HeaderMap::clone(trailers)))));
                     }
                 }
                 return Poll::Ready(None);
@@ -363,7 +364,7 @@ where
         } else if let Some(trailers) = frame.trailers_ref() {
             self.trailers_sent = true;
             if !state.overflowed {
-                state.trailers = Some(trailers.clone());
+                state.trailers = Some(Box::new(trailers.clone()));
             }
         }
         if end {
