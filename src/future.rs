@@ -180,6 +180,18 @@ where
     }
 }
 
+/// How late a tokio timer may fire: it rounds deadlines up to the next millisecond.
+const TIMER_SLACK: Duration = Duration::from_millis(1);
+
+/// The instant `wait` from now; a wait too long to represent ends in about thirty years,
+/// which is "never" for a request but still a wait, not none.
+fn instant_after(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(Duration::from_secs(86_400 * 365 * 30)))
+        .unwrap_or(now)
+}
+
 /// Points the timer at `at`, reusing the one already there.
 fn arm(mut timer: Pin<&mut Option<Sleep>>, armed: &mut bool, at: Option<Instant>) {
     *armed = at.is_some();
@@ -253,8 +265,7 @@ where
                                 );
                             }
                             drop(result);
-                            let at = Instant::now().checked_add(wait);
-                            arm(this.timer.as_mut(), this.armed, at);
+                            arm(this.timer.as_mut(), this.armed, Some(instant_after(wait)));
                             this.state.set(State::Waiting);
                         }
                     }
@@ -288,6 +299,15 @@ where
                                 return Poll::Ready(Err(error));
                             }
                             return Poll::Pending;
+                        }
+                    }
+                    if let Some((at, _)) = this.attempts.deadline {
+                        if Instant::now() >= at {
+                            // Readiness took the time that was left: send nothing.
+                            this.state.set(State::Done);
+                            let error = this.attempts.expired();
+                            this.trace.deadline(&*error);
+                            return Poll::Ready(Err(error));
                         }
                     }
                     this.attempts.info.attempts += 1;
@@ -373,7 +393,11 @@ fn decide<S, B, RB>(
     let wait = hint.map_or(backoff, |hint| hint.max(backoff));
     let from_hint = hint.is_some_and(|hint| hint > backoff);
     if let Some((at, _)) = attempts.deadline {
-        let ends = Instant::now().checked_add(wait);
+        // Timers fire on whole milliseconds, so a wait may end up to 1 ms late: a wait that
+        // would end within that of the deadline leaves no time for an attempt.
+        let ends = Instant::now()
+            .checked_add(wait)
+            .and_then(|ends| ends.checked_add(TIMER_SLACK));
         if ends.is_none_or(|ends| ends >= at) {
             let reason = if from_hint {
                 StopReason::RetryAfterTooLong

@@ -86,6 +86,10 @@ pub(crate) struct Recording<B> {
     overflowed: bool,
     /// The caller's body failed.
     errored: bool,
+    /// Every byte the size hint promised was sent, though the body did not say it ended:
+    /// over HTTP/1 with a `Content-Length`, hyper stops reading at the length and drops
+    /// the body without a last poll. A response after that did not come early.
+    data_sent: bool,
     /// Attempt bodies not yet dropped; one of them may be holding `rest`.
     alive: usize,
     /// The original's size hint before anything was read.
@@ -177,6 +181,7 @@ impl<B: Body> ReplayBody<B> {
             complete: false,
             overflowed: false,
             errored: false,
+            data_sent: false,
             alive: 0,
             hint,
         }));
@@ -239,7 +244,7 @@ impl<B> Replay<B> {
                     Err(NotReplayable::TooLarge)
                 } else if state.complete {
                     Ok(())
-                } else if responded {
+                } else if responded && !state.data_sent {
                     Err(NotReplayable::EarlyResponse)
                 } else if state.alive > 0 {
                     Err(NotReplayable::InFlight)
@@ -289,6 +294,9 @@ impl<B> Drop for Cursor<B> {
         let mut state = lock(&self.shared);
         state.alive -= 1;
         if let Some(rest) = self.rest.take() {
+            if state.hint.exact() == Some(self.sent) {
+                state.data_sent = true;
+            }
             if !state.complete && !state.overflowed && !state.errored {
                 // Hand the unfinished original to the next attempt.
                 state.rest = Some(rest);
@@ -589,6 +597,47 @@ mod tests {
         assert_eq!(err.to_string(), "disk gone");
         assert!(replay.body_failed());
         assert_eq!(replay.check(false), Err(NotReplayable::BodyError));
+    }
+
+    /// A body of known length that never says it ended: the transport stops at the length
+    /// and drops it, as hyper does over HTTP/1 with `Content-Length`.
+    struct KnownLength(Vec<Bytes>, u64);
+
+    impl Body for KnownLength {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            if self.0.is_empty() {
+                return Poll::Ready(None);
+            }
+            let chunk = self.0.remove(0);
+            self.1 -= chunk.len() as u64;
+            Poll::Ready(Some(Ok(Frame::data(chunk))))
+        }
+        fn size_hint(&self) -> SizeHint {
+            SizeHint::with_exact(self.1)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_known_length_body_dropped_after_its_last_byte_was_fully_sent() {
+        let body = KnownLength(
+            vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cd")],
+            4,
+        );
+        let (mut first, replay) = ReplayBody::with_handle(body, 1024);
+        first.frame().await.unwrap().unwrap();
+        // Half of it: a response now would be early.
+        assert_eq!(replay.check(true), Err(NotReplayable::EarlyResponse));
+        first.frame().await.unwrap().unwrap();
+        assert!(!first.is_end_stream(), "the original never says it ended");
+        drop(first);
+        assert_eq!(replay.check(true), Ok(()));
+        let again = replay.body().collect().await.unwrap().to_bytes();
+        assert_eq!(&again[..], b"abcd");
     }
 
     #[tokio::test]
