@@ -28,6 +28,10 @@ use criterion::{Criterion, Throughput};
 use tower::retry::budget::{Budget, TpsBudget};
 use tower_http_retry::RetryBudget;
 
+#[path = "support/mod.rs"]
+mod support;
+use support::extra_runs;
+
 /// What the bench needs from a budget, so one generic loop drives both.
 trait Bucket: Send + Sync + 'static {
     const NAME: &'static str;
@@ -237,21 +241,6 @@ fn race<B: Bucket>(trials: usize) -> (u32, u64, u64) {
         }
     }
     overdrawn
-}
-
-/// How much of the extra, non-criterion part to run: all of it under `cargo bench`, a
-/// single quick pass under `cargo test --benches` or criterion's `--test`, none for
-/// `--list` or `--profile-time`.
-fn extra_runs(full: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    if has("--list") || has("--profile-time") {
-        0
-    } else if has("--bench") && !has("--test") {
-        full
-    } else {
-        1
-    }
 }
 
 fn main() {

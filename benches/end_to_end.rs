@@ -40,6 +40,10 @@ use tokio::runtime::Runtime;
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::{ReplayBody, Retry, RetryLayer, RetryPolicy};
 
+#[path = "support/mod.rs"]
+mod support;
+use support::extra_runs;
+
 /// Requests per iteration.
 const BATCH: usize = 512;
 /// Requests in flight at once.
@@ -224,21 +228,6 @@ fn method_name(method: &Method) -> &'static str {
         "get"
     } else {
         "put_1k"
-    }
-}
-
-/// How much of the extra, non-criterion part to run: all of it under `cargo bench`, a
-/// single quick pass under `cargo test --benches` or criterion's `--test`, none for
-/// `--list` or `--profile-time`.
-fn extra_runs(full: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    if has("--list") || has("--profile-time") {
-        0
-    } else if has("--bench") && !has("--test") {
-        full
-    } else {
-        1
     }
 }
 

@@ -29,9 +29,12 @@ use http::header::{ACCEPT, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
-use tower::retry::budget::{Budget, TpsBudget};
 use tower::{Layer, Service, ServiceExt};
 use tower_http_retry::{Backoff, Jitter, ReplayBody, RetryInfo, RetryLayer, RetryPolicy};
+
+#[path = "../benches/support/mod.rs"]
+mod support;
+use support::TowerPolicy;
 
 // ---------------------------------------------------------------------------------------
 // The counting allocator.
@@ -216,54 +219,6 @@ fn drain<B: Body + Unpin>(mut body: B) -> u64 {
         }
     }
     bytes
-}
-
-/// A `tower::retry::Policy` equivalent to our default on the success path: clones the
-/// request up front, deposits into a `TpsBudget` once per logical request, retries 408,
-/// 429, 502, 503, 504 and errors at most twice, each retry paid from the budget.
-#[derive(Clone)]
-struct TowerPolicy {
-    budget: Arc<TpsBudget>,
-    outcomes: u32,
-}
-
-impl TowerPolicy {
-    fn new() -> Self {
-        Self {
-            budget: Arc::new(TpsBudget::new(Duration::from_secs(10), 10, 0.1)),
-            outcomes: 0,
-        }
-    }
-}
-
-impl<B: Clone, RB, E> tower::retry::Policy<Request<B>, Response<RB>, E> for TowerPolicy {
-    type Future = Ready<()>;
-
-    fn retry(
-        &mut self,
-        _: &mut Request<B>,
-        result: &mut Result<Response<RB>, E>,
-    ) -> Option<Self::Future> {
-        self.outcomes += 1;
-        if self.outcomes == 1 {
-            self.budget.deposit();
-        }
-        let retryable = match result {
-            Ok(response) => matches!(response.status().as_u16(), 408 | 429 | 502 | 503 | 504),
-            Err(_) => true,
-        };
-        (retryable && self.outcomes <= 2 && self.budget.withdraw()).then(|| ready(()))
-    }
-
-    fn clone_request(&mut self, request: &Request<B>) -> Option<Request<B>> {
-        let mut copy = Request::new(request.body().clone());
-        *copy.method_mut() = request.method().clone();
-        *copy.uri_mut() = request.uri().clone();
-        *copy.version_mut() = request.version();
-        *copy.headers_mut() = request.headers().clone();
-        *copy.extensions_mut() = request.extensions().clone();
-        Some(copy)
-    }
 }
 
 /// Average allocations per request of `svc`, after a warm-up, for `REQUESTS` requests
