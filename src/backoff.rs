@@ -143,10 +143,12 @@ impl Backoff {
     pub fn ceiling(&self, n: u32) -> Duration {
         let base = nanos(self.base);
         let cap = nanos(self.cap);
-        let raised = 1u64
-            .checked_shl(n)
-            .and_then(|factor| base.checked_mul(factor))
-            .unwrap_or(u64::MAX);
+        let raised = match 1u64.checked_shl(n) {
+            Some(factor) => base.saturating_mul(factor),
+            // 2^n does not fit: the product saturates, unless the base is zero.
+            None if base == 0 => 0,
+            None => u64::MAX,
+        };
         Duration::from_nanos(raised.min(cap))
     }
 

@@ -32,6 +32,7 @@ use crate::info::{RetryInfo, RetryRecord, StopReason};
 use crate::layer::{Config, PolicyRef};
 use crate::policy::RetryPolicy;
 use crate::replay::{Replay, ReplayBody};
+use crate::service::Prototype;
 use crate::trace::Trace;
 
 pin_project! {
@@ -113,7 +114,9 @@ impl Attempts {
 
 /// What a request that may be retried keeps between attempts.
 pub(crate) struct Retrying<S, B> {
-    service: S,
+    /// The inner service for retries: cloned from the prototype at the first retry.
+    service: Option<S>,
+    prototype: Prototype<S>,
     head: request::Parts,
     replay: Replay<B>,
     config: Arc<Config>,
@@ -151,7 +154,7 @@ where
     pub(crate) fn retrying(
         future: S::Future,
         mut attempts: Attempts,
-        service: S,
+        prototype: Prototype<S>,
         head: request::Parts,
         replay: Replay<B>,
         config: Arc<Config>,
@@ -167,7 +170,8 @@ where
             armed: end.is_some(),
             attempts,
             retrying: Some(Retrying {
-                service,
+                service: None,
+                prototype,
                 head,
                 replay,
                 config,
@@ -212,7 +216,7 @@ fn timer_fired(timer: Pin<&mut Option<Sleep>>, armed: bool, cx: &mut Context<'_>
 
 impl<S, B, RB> Future for ResponseFuture<S, B>
 where
-    S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
     S::Error: Into<BoxError>,
     B: http_body::Body + Unpin,
 {
@@ -285,7 +289,10 @@ where
                         .retrying
                         .as_mut()
                         .expect("only requests that may be retried wait");
-                    match retrying.service.poll_ready(cx) {
+                    let service = retrying
+                        .service
+                        .get_or_insert_with(|| retrying.prototype.make());
+                    match service.poll_ready(cx) {
                         Poll::Ready(Ok(())) => {}
                         Poll::Ready(Err(error)) => {
                             this.state.set(State::Done);
@@ -318,7 +325,7 @@ where
                             .insert(name.clone(), HeaderValue::from(attempt));
                     }
                     let request = Request::from_parts(head, retrying.replay.body());
-                    let future = retrying.service.call(request);
+                    let future = service.call(request);
                     let end = this.attempts.attempt_end();
                     arm(this.timer.as_mut(), this.armed, end);
                     this.state.set(State::Attempt { future });

@@ -199,7 +199,7 @@ impl RetryLayer {
     }
 }
 
-impl<S> Layer<S> for RetryLayer {
+impl<S: Clone> Layer<S> for RetryLayer {
     type Service = Retry<S>;
 
     fn layer(&self, inner: S) -> Self::Service {

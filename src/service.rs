@@ -1,8 +1,7 @@
 //! [`Retry`]: readiness, policy choice, the idempotency key, body wrapping, the deposit.
 
 use std::fmt;
-use std::mem;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use http::{Method, Request, Response};
@@ -23,25 +22,62 @@ use crate::trace::Trace;
 ///
 /// Clones share the configuration and the retry budget (an `Arc` each): a budget spent
 /// by one clone is spent for all of them, which is what stops a fleet of tasks, each with
-/// its own clone, from turning an outage into a retry storm. The inner service is cloned
-/// for every logical request that may be retried, and driven to readiness before each
-/// retry.
+/// its own clone, from turning an outage into a retry storm.
+///
+/// The first attempt goes to the inner service that `poll_ready` readied. A retry goes to
+/// a clone of the inner service, taken when the first retry is decided (from a copy kept
+/// when the layer wrapped the service, so changes made through [`Retry::get_mut`] later
+/// do not reach retries) and driven to readiness before every retry. A request that
+/// succeeds at once clones nothing.
 #[derive(Clone)]
 pub struct Retry<S> {
     inner: S,
+    prototype: Prototype<S>,
     config: Arc<Config>,
 }
 
-impl<S> Retry<S> {
+/// The copy of the inner service that retries clone from. Behind a `Mutex` so that the
+/// response future stays `Send` for services that are `Send` but not `Sync` (tower's
+/// `BoxCloneService`); it is locked only to clone, when a first retry is decided.
+pub(crate) struct Prototype<S>(Arc<Mutex<S>>);
+
+impl<S> Clone for Prototype<S> {
+    fn clone(&self) -> Self {
+        Prototype(Arc::clone(&self.0))
+    }
+}
+
+impl<S: Clone> Prototype<S> {
+    fn new(service: &S) -> Self {
+        Prototype(Arc::new(Mutex::new(service.clone())))
+    }
+
+    /// A fresh clone of the inner service.
+    pub(crate) fn make(&self) -> S {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+impl<S: Clone> Retry<S> {
     /// Wraps `inner` with every default of [`RetryLayer::new`].
     pub fn new(inner: S) -> Self {
         tower_layer::Layer::layer(&RetryLayer::new(), inner)
     }
 
     pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
-        Self { inner, config }
+        let prototype = Prototype::new(&inner);
+        Self {
+            inner,
+            prototype,
+            config,
+        }
     }
+}
 
+impl<S> Retry<S> {
     /// A reference to the inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -116,14 +152,13 @@ where
         let (parts, body) = request.into_parts();
         let (body, replay) = ReplayBody::with_handle(body, config.max_replay_bytes);
         let head = parts.clone();
-        // Call the service that `poll_ready` readied; keep a clone for the retries.
-        let clone = self.inner.clone();
-        let mut service = mem::replace(&mut self.inner, clone);
-        let future = service.call(Request::from_parts(parts, body));
+        // The service that `poll_ready` readied takes the first attempt; retries clone
+        // from the prototype, and only if they happen.
+        let future = self.inner.call(Request::from_parts(parts, body));
         ResponseFuture::retrying(
             future,
             attempts,
-            service,
+            self.prototype.clone(),
             head,
             replay,
             Arc::clone(&self.config),
