@@ -84,6 +84,9 @@ impl<S> Retry<S> {
     }
 
     /// A mutable reference to the inner service.
+    ///
+    /// Changes made through it reach the first attempt of later requests; retries clone
+    /// the copy kept when the layer wrapped the service.
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }

@@ -104,7 +104,10 @@ fn main() {
         println!("{label:<22} {:>11.2}x {:>15.2}x", without, with);
     }
     println!(
-        "\nWith a budget, retries stay near 10% of requests per layer (1.1x, and 1.1^3 = 1.33x for three),"
+        "\nWith a budget, each layer adds retries of about 10% of the requests it sees, plus its"
     );
-    println!("instead of multiplying the load by the attempt count at every layer.");
+    println!("bucket's 100 starting tokens and 10 per second: about 1.1x for one layer and");
+    println!(
+        "1.1^3 = 1.33x for three, instead of multiplying the load by the attempts at every layer."
+    );
 }
