@@ -27,12 +27,8 @@
 //!
 //! Run: `cargo bench --bench overhead`.
 
-use std::convert::Infallible;
 use std::fmt;
-use std::future::{Ready, ready};
 use std::hint::black_box;
-use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -40,14 +36,13 @@ use criterion::{BenchmarkId, Criterion};
 use futures_util::FutureExt;
 use http::header::{ACCEPT, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderName, HeaderValue, Method, Request, Response};
-use http_body::Body;
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::{RetryInfo, RetryLayer, RetryPolicy};
+use tower_http_retry::{RetryLayer, RetryPolicy};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{TowerPolicy, extra_runs};
+use support::{Noop, TowerPolicy, extra_runs};
 
 /// A request as a client builds it: a parsed URI, constant headers from static strings,
 /// a request id made at run time, and a fresh 1 KiB body.
@@ -64,50 +59,6 @@ fn request(method: &Method, i: u64) -> Request<Full<Bytes>> {
         )
         .body(Full::new(Bytes::from(vec![b'a'; 1024])))
         .expect("a valid request")
-}
-
-/// Answers 200 with an empty body at once; with `drain`, reads the request body to its
-/// end first (it is all ready at once: `Full`, or `ReplayBody` of `Full`). With `info`, it
-/// puts a `RetryInfo` in the response's extensions itself: the `bare_info` case, which
-/// prices that one insert alone.
-#[derive(Clone, Copy)]
-struct Noop {
-    drain: bool,
-    info: bool,
-}
-
-impl<B> Service<Request<B>> for Noop
-where
-    B: Body + Unpin,
-{
-    type Response = Response<()>;
-    type Error = Infallible;
-    type Future = Ready<Result<Response<()>, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        if self.drain {
-            let mut body = request.into_body();
-            let mut cx = Context::from_waker(Waker::noop());
-            // Bounded: a `Full` body is one frame.
-            for _ in 0..16 {
-                match Pin::new(&mut body).poll_frame(&mut cx) {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        black_box(frame);
-                    }
-                    Poll::Ready(Some(Err(_)) | None) | Poll::Pending => break,
-                }
-            }
-        }
-        let mut response = Response::new(());
-        if self.info {
-            response.extensions_mut().insert(RetryInfo::default());
-        }
-        ready(Ok(response))
-    }
 }
 
 /// One request through `svc`, entirely synchronous.
@@ -207,10 +158,21 @@ where
 /// The cases of one kind of request; the first is always the bare service. `ours_no_budget`
 /// only with `all` (criterion); `bare_info` for the plain GET.
 fn cases(method: &Method, drain: bool, all: bool) -> Vec<Case<'static>> {
-    let noop = Noop { drain, info: false };
+    let noop = Noop {
+        drain,
+        conn_info: false,
+        info: false,
+    };
     let mut cases = vec![case("bare", noop)];
     if method == Method::GET && !drain {
-        cases.push(case("bare_info", Noop { drain, info: true }));
+        cases.push(case(
+            "bare_info",
+            Noop {
+                drain,
+                conn_info: false,
+                info: true,
+            },
+        ));
     }
     if method == Method::POST {
         cases.push(case("ours_key", RetryLayer::new().layer(noop)));

@@ -207,6 +207,14 @@ fn arm(mut timer: Pin<&mut Option<Sleep>>, armed: &mut bool, at: Option<Instant>
     }
 }
 
+/// Ends the future with the error of a timer that fired while re-readying: the deadline.
+fn give_up<F>(mut state: Pin<&mut State<F>>, attempts: &Attempts, trace: &Trace) -> BoxError {
+    state.set(State::Done);
+    let error = attempts.expired();
+    trace.deadline(&*error);
+    error
+}
+
 fn timer_fired(timer: Pin<&mut Option<Sleep>>, armed: bool, cx: &mut Context<'_>) -> bool {
     armed
         && timer
@@ -300,10 +308,11 @@ where
                         }
                         Poll::Pending => {
                             if timer_fired(this.timer.as_mut(), *this.armed, cx) {
-                                this.state.set(State::Done);
-                                let error = this.attempts.expired();
-                                this.trace.deadline(&*error);
-                                return Poll::Ready(Err(error));
+                                return Poll::Ready(Err(give_up(
+                                    this.state,
+                                    this.attempts,
+                                    this.trace,
+                                )));
                             }
                             return Poll::Pending;
                         }
@@ -311,10 +320,11 @@ where
                     if let Some((at, _)) = this.attempts.deadline {
                         if Instant::now() >= at {
                             // Readiness took the time that was left: send nothing.
-                            this.state.set(State::Done);
-                            let error = this.attempts.expired();
-                            this.trace.deadline(&*error);
-                            return Poll::Ready(Err(error));
+                            return Poll::Ready(Err(give_up(
+                                this.state,
+                                this.attempts,
+                                this.trace,
+                            )));
                         }
                     }
                     this.attempts.info.attempts += 1;

@@ -16,7 +16,7 @@ use std::backtrace::Backtrace;
 use std::cell::{Cell, RefCell};
 use std::convert::Infallible;
 use std::fmt;
-use std::future::{Ready, ready};
+use std::future::ready;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -34,7 +34,7 @@ use tower_http_retry::{Backoff, Jitter, ReplayBody, RetryInfo, RetryLayer, Retry
 
 #[path = "../benches/support/mod.rs"]
 mod support;
-use support::TowerPolicy;
+use support::{ConnInfo, NOOP, Noop, TowerPolicy, drain};
 
 // ---------------------------------------------------------------------------------------
 // The counting allocator.
@@ -145,80 +145,6 @@ fn get(i: usize) -> Request<Full<Bytes>> {
         )
         .body(Full::new(Bytes::from(vec![b'a'; 1024])))
         .unwrap()
-}
-
-/// Answers 200 with an empty body at once. With `drain`, first reads the request body to
-/// its end (all of it is ready at once here: `Full` and `ReplayBody` of `Full`). With
-/// `conn_info`, the response carries one extension already, as every response of a
-/// hyper-util legacy client over its `HttpConnector` does (`HttpInfo`).
-#[derive(Clone, Copy)]
-struct Noop {
-    drain: bool,
-    conn_info: bool,
-    /// Puts a `RetryInfo` in the response itself: the price of that one insert.
-    info: bool,
-}
-
-const NOOP: Noop = Noop {
-    drain: false,
-    conn_info: false,
-    info: false,
-};
-
-/// Stands in for hyper-util's `HttpInfo`: two socket addresses.
-#[derive(Clone, Copy)]
-struct ConnInfo {
-    _remote: std::net::SocketAddr,
-    _local: std::net::SocketAddr,
-}
-
-impl<B> Service<Request<B>> for Noop
-where
-    B: Body + Unpin,
-{
-    type Response = Response<()>;
-    type Error = Infallible;
-    type Future = Ready<Result<Response<()>, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        if self.drain {
-            drain(request.into_body());
-        }
-        let mut response = Response::new(());
-        if self.conn_info {
-            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 3000));
-            response.extensions_mut().insert(ConnInfo {
-                _remote: addr,
-                _local: addr,
-            });
-        }
-        if self.info {
-            response.extensions_mut().insert(RetryInfo::default());
-        }
-        ready(Ok(response))
-    }
-}
-
-/// Polls a body that is ready at once to its end; gives up on `Pending`. At most 1024
-/// frames.
-fn drain<B: Body + Unpin>(mut body: B) -> u64 {
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut bytes = 0u64;
-    for _ in 0..1024 {
-        match Pin::new(&mut body).poll_frame(&mut cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    bytes += bytes::Buf::remaining(data) as u64;
-                }
-            }
-            Poll::Ready(Some(Err(_)) | None) | Poll::Pending => break,
-        }
-    }
-    bytes
 }
 
 /// Average allocations per request of `svc`, after a warm-up, for `REQUESTS` requests
