@@ -17,7 +17,11 @@
 //! [`timed`]). Criterion runs the cases one after the other, and on a busy machine the load
 //! changes in between, so afterwards the bench also cycles through the clients, a few
 //! batches at a time ("interleaved"), and prints the median requests per second of each and
-//! its ratio to bare.
+//! its ratio to bare. The interleaved run is made twice: with the bench thread's one task
+//! driving the batch, as above, and with 64 tasks spawned on the runtime's workers, each
+//! sending 8 requests one after the other (how a server's handlers share a client). In the
+//! first, everything the client side does runs on one thread, which makes any cost on the
+//! caller's side count more; in the second, that work is spread over the workers.
 //!
 //! Run: `cargo bench --bench end_to_end`.
 
@@ -130,6 +134,42 @@ where
         .await;
 }
 
+/// Who sends the requests of a batch.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    /// The bench thread, one task: `buffer_unordered` over the batch.
+    OneTask,
+    /// `IN_FLIGHT` tasks spawned on the runtime's workers, as a server's handlers would.
+    Tasks,
+}
+
+/// `BATCH` requests from `IN_FLIGHT` tasks spawned on the runtime, each sending its share
+/// one after the other.
+async fn batch_spawned<S, E>(svc: &S, addr: SocketAddr, method: &Method)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    E: Into<BoxError>,
+{
+    let per_task = BATCH / IN_FLIGHT;
+    let mut tasks = Vec::with_capacity(IN_FLIGHT);
+    for t in 0..IN_FLIGHT {
+        let svc = svc.clone();
+        let method = method.clone();
+        tasks.push(tokio::spawn(async move {
+            for j in 0..per_task {
+                one(svc.clone(), request(addr, &method, t * per_task + j)).await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a client task");
+    }
+}
+
 /// `iters` batches; returns `iters` times the median batch time. The median, not the sum:
 /// the machine is shared, and a batch during which the scheduler gave both cores to
 /// something else would otherwise count in full.
@@ -138,17 +178,25 @@ fn timed<S, E>(
     svc: &S,
     addr: SocketAddr,
     method: &Method,
+    driver: Driver,
     iters: u64,
 ) -> Duration
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E> + Clone,
+    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
     E: Into<BoxError>,
 {
     let mut times = Vec::with_capacity(iters as usize);
     runtime.block_on(async {
         for _ in 0..iters {
             let start = Instant::now();
-            batch(svc, addr, method).await;
+            match driver {
+                Driver::OneTask => batch(svc, addr, method).await,
+                Driver::Tasks => batch_spawned(svc, addr, method).await,
+            }
             times.push(start.elapsed().as_secs_f64());
         }
     });
@@ -178,7 +226,7 @@ where
 }
 
 /// Times `iters` batches of one kind of request through one client.
-type Timer<'a> = Box<dyn Fn(&Method, u64) -> Duration + 'a>;
+type Timer<'a> = Box<dyn Fn(&Method, Driver, u64) -> Duration + 'a>;
 
 /// One client under test.
 struct Case<'a> {
@@ -189,19 +237,23 @@ struct Case<'a> {
 /// Cycles through the cases, `rounds` times `PER_ROUND` batches each (the order rotating
 /// every round); prints the median requests per second of each, and for each layered case
 /// the ratio of medians to bare and the median of the per-round ratios.
-fn interleaved(cases: &[Case<'_>], method: &Method, rounds: usize) {
+fn interleaved(cases: &[Case<'_>], method: &Method, driver: Driver, rounds: usize) {
     const PER_ROUND: u64 = 4;
     let n = cases.len();
     let mut rps = vec![Vec::with_capacity(rounds); n];
     for round in 0..rounds {
         for k in 0..n {
             let i = (round + k) % n;
-            let took = (cases[i].timed)(method, PER_ROUND);
+            let took = (cases[i].timed)(method, driver, PER_ROUND);
             rps[i].push((PER_ROUND as usize * BATCH) as f64 / took.as_secs_f64());
         }
     }
+    let by = match driver {
+        Driver::OneTask => "one task",
+        Driver::Tasks => "64 tasks",
+    };
     println!(
-        "interleaved {} ({rounds} rounds of {PER_ROUND} x {BATCH} requests per case):",
+        "interleaved {}, {by} ({rounds} rounds of {PER_ROUND} x {BATCH} requests per case):",
         method_name(method)
     );
     let mut bare = rps[0].clone();
@@ -253,19 +305,19 @@ fn main() {
     let cases = [
         Case {
             name: "bare",
-            timed: Box::new(|m: &Method, i| timed(runtime, &bare, addr, m, i)),
+            timed: Box::new(|m: &Method, d, i| timed(runtime, &bare, addr, m, d, i)),
         },
         Case {
             name: "ours",
-            timed: Box::new(|m: &Method, i| timed(runtime, &ours, addr, m, i)),
+            timed: Box::new(|m: &Method, d, i| timed(runtime, &ours, addr, m, d, i)),
         },
         Case {
             name: "ours_no_budget",
-            timed: Box::new(|m: &Method, i| timed(runtime, &ours_no_budget, addr, m, i)),
+            timed: Box::new(|m: &Method, d, i| timed(runtime, &ours_no_budget, addr, m, d, i)),
         },
         Case {
             name: "ours_never",
-            timed: Box::new(|m: &Method, i| timed(runtime, &ours_never, addr, m, i)),
+            timed: Box::new(|m: &Method, d, i| timed(runtime, &ours_never, addr, m, d, i)),
         },
     ];
 
@@ -280,19 +332,23 @@ fn main() {
         for method in [Method::GET, Method::PUT] {
             for case in &cases {
                 let id = format!("{}/{}", method_name(&method), case.name);
-                group.bench_function(id, |b| b.iter_custom(|iters| (case.timed)(&method, iters)));
+                group.bench_function(id, |b| {
+                    b.iter_custom(|iters| (case.timed)(&method, Driver::OneTask, iters))
+                });
             }
         }
         group.finish();
     }
     c.final_summary();
 
-    let rounds = extra_runs(24);
+    let rounds = extra_runs(60);
     if rounds == 0 {
         return;
     }
     println!();
-    for method in [Method::GET, Method::PUT] {
-        interleaved(&cases, &method, rounds);
+    for driver in [Driver::OneTask, Driver::Tasks] {
+        for method in [Method::GET, Method::PUT] {
+            interleaved(&cases, &method, driver, rounds);
+        }
     }
 }

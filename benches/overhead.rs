@@ -12,6 +12,7 @@
 //! | `get/ours_never` | ours with `RetryPolicy::never()` |
 //! | `get_read/*` | bare, ours, tower, never, but the inner service reads the request body |
 //! | `post/*` | bare, `ours_key` (ours stamps an `Idempotency-Key`), tower (adds nothing) |
+//! | `get_conn/*` | as `get_read`, but every response already carries one extension, as every response of a hyper-util client over its `HttpConnector` does (`HttpInfo`): the `RetryInfo` insert then finds the extension map made |
 //!
 //! The request is a GET (or POST) with a parsed URI, four headers and a fresh 1 KiB
 //! `Full<Bytes>` body. Requests are built outside the timed section, 64 at a time; the
@@ -157,14 +158,15 @@ where
 
 /// The cases of one kind of request; the first is always the bare service. `ours_no_budget`
 /// only with `all` (criterion); `bare_info` for the plain GET.
-fn cases(method: &Method, drain: bool, all: bool) -> Vec<Case<'static>> {
+fn cases(kind: &Kind, all: bool) -> Vec<Case<'static>> {
+    let (method, drain) = (&kind.method, kind.drain);
     let noop = Noop {
         drain,
-        conn_info: false,
+        conn_info: kind.conn_info,
         info: false,
     };
     let mut cases = vec![case("bare", noop)];
-    if method == Method::GET && !drain {
+    if method == Method::GET && !drain && !kind.conn_info {
         cases.push(case(
             "bare_info",
             Noop {
@@ -179,7 +181,7 @@ fn cases(method: &Method, drain: bool, all: bool) -> Vec<Case<'static>> {
     } else {
         cases.push(case("ours", RetryLayer::new().layer(noop)));
     }
-    if all && method == Method::GET && !drain {
+    if all && method == Method::GET && !drain && !kind.conn_info {
         cases.push(case(
             "ours_no_budget",
             RetryLayer::new().no_budget().layer(noop),
@@ -199,20 +201,38 @@ fn cases(method: &Method, drain: bool, all: bool) -> Vec<Case<'static>> {
 }
 
 /// The three kinds of request: (id prefix, method, whether the inner service reads the body).
-fn kinds() -> [(&'static str, Method, bool); 3] {
+fn kinds() -> [Kind; 4] {
+    let kind = |name, method, drain, conn_info| Kind {
+        name,
+        method,
+        drain,
+        conn_info,
+    };
     [
-        ("get", Method::GET, false),
-        ("get_read", Method::GET, true),
-        ("post", Method::POST, false),
+        kind("get", Method::GET, false, false),
+        kind("get_read", Method::GET, true, false),
+        kind("post", Method::POST, false, false),
+        kind("get_conn", Method::GET, true, true),
     ]
+}
+
+/// One kind of request and inner service.
+struct Kind {
+    /// The id prefix.
+    name: &'static str,
+    method: Method,
+    /// Whether the inner service reads the request body.
+    drain: bool,
+    /// Whether its responses already carry one extension, as hyper-util's do (`HttpInfo`).
+    conn_info: bool,
 }
 
 fn overhead(c: &mut Criterion) {
     let mut group = c.benchmark_group("overhead");
-    for (kind, method, drain) in kinds() {
-        for mut case in cases(&method, drain, true) {
-            let mut source = Source::new(&method);
-            group.bench_function(BenchmarkId::new(kind, case.name), |b| {
+    for kind in kinds() {
+        for mut case in cases(&kind, true) {
+            let mut source = Source::new(&kind.method);
+            group.bench_function(BenchmarkId::new(kind.name, case.name), |b| {
                 b.iter_custom(|iters| median_of_batches(&mut case.send, &mut source, iters))
             });
         }
@@ -223,12 +243,12 @@ fn overhead(c: &mut Criterion) {
 /// Cycles through the cases round after round (the order rotating), so that a change in
 /// the machine's load hits all of them alike; prints the median ns per request of each and
 /// the medians of the per-round ratios.
-fn interleaved(kind: &str, method: &Method, drain: bool, rounds: usize) {
+fn interleaved(kind: &Kind, rounds: usize) {
     const PER_ROUND: u64 = 64 * 200;
-    let mut cases = cases(method, drain, false);
+    let mut cases = cases(kind, false);
     let n = cases.len();
     let mut ns = vec![Vec::with_capacity(rounds); n];
-    let mut source = Source::new(method);
+    let mut source = Source::new(&kind.method);
     for round in 0..rounds {
         for k in 0..n {
             let i = (round + k) % n;
@@ -240,7 +260,10 @@ fn interleaved(kind: &str, method: &Method, drain: bool, rounds: usize) {
         let mut r: Vec<f64> = ns[a].iter().zip(&ns[b]).map(|(x, y)| x / y).collect();
         median(&mut r)
     };
-    println!("interleaved {kind} ({rounds} rounds of {PER_ROUND} requests per case):");
+    println!(
+        "interleaved {} ({rounds} rounds of {PER_ROUND} requests per case):",
+        kind.name
+    );
     for (i, case) in cases.iter().enumerate() {
         let mut v = ns[i].clone();
         let ratio = if i == 0 {
@@ -282,7 +305,7 @@ fn main() {
         return;
     }
     println!();
-    for (kind, method, drain) in kinds() {
-        interleaved(kind, &method, drain, rounds);
+    for kind in kinds() {
+        interleaved(&kind, rounds);
     }
 }

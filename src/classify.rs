@@ -160,10 +160,15 @@ pub struct DefaultClassifier;
 
 impl Classify for DefaultClassifier {
     fn classify(&self, _request: &request::Parts, outcome: Outcome<'_>) -> Classification {
-        match outcome {
-            Outcome::Response { status, .. } => classify_status(status),
-            Outcome::Error(error) => classify_error(error),
-        }
+        classify_outcome(outcome)
+    }
+}
+
+/// The default table applied to one outcome: it needs nothing of the request.
+pub(crate) fn classify_outcome(outcome: Outcome<'_>) -> Classification {
+    match outcome {
+        Outcome::Response { status, .. } => classify_status(status),
+        Outcome::Error(error) => classify_error(error),
     }
 }
 

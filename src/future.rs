@@ -10,8 +10,9 @@
 //!
 //! One timer serves every state: during an attempt it fires at the attempt timeout or the
 //! deadline, whichever is first; while waiting it is the backoff; while re-readying the
-//! service it is the deadline. Nothing is boxed and no task is spawned: dropping the future
-//! drops the attempt in flight and sends nothing more.
+//! service it is the deadline. Nothing is boxed on the way to a first-attempt success (the
+//! state only retries use is boxed when the first retry is considered) and no task is
+//! spawned: dropping the future drops the attempt in flight and sends nothing more.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderValue, Request, Response, request};
+use http::{HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep, sleep_until};
 use tower::BoxError;
@@ -28,6 +29,7 @@ use tower_service::Service;
 use crate::backoff::JitterRng;
 use crate::classify::{Classification, Outcome};
 use crate::error::{AttemptTimedOut, DeadlineExceeded};
+use crate::head::Head;
 use crate::info::{RetryInfo, RetryRecord, StopReason};
 use crate::layer::{Config, PolicyRef};
 use crate::policy::RetryPolicy;
@@ -114,14 +116,22 @@ impl Attempts {
 
 /// What a request that may be retried keeps between attempts.
 pub(crate) struct Retrying<S, B> {
-    /// The inner service for retries: cloned from the prototype at the first retry.
-    service: Option<S>,
     prototype: Prototype<S>,
-    head: request::Parts,
+    head: Head,
     replay: Replay<B>,
     config: Arc<Config>,
     policy: PolicyRef,
-    rng: Option<JitterRng>,
+    /// What only retries use, boxed when the first retry is considered: most requests
+    /// succeed at once, and a clone of a client (hundreds of bytes for hyper-util's) would
+    /// make every response future that much larger.
+    later: Option<Box<Later<S>>>,
+}
+
+/// The retry-only part of [`Retrying`].
+struct Later<S> {
+    /// The inner service for retries, cloned from the prototype before the first retry.
+    service: Option<S>,
+    rng: JitterRng,
     /// The previous backoff, for decorrelated jitter.
     previous: Duration,
 }
@@ -155,14 +165,14 @@ where
         future: S::Future,
         mut attempts: Attempts,
         prototype: Prototype<S>,
-        head: request::Parts,
+        head: Head,
+        key: Option<HeaderValue>,
         replay: Replay<B>,
         config: Arc<Config>,
         policy: PolicyRef,
         trace: Trace,
     ) -> Self {
-        attempts.info.idempotency_key = head.headers.get(&config.key_header).cloned();
-        let previous = policy.get(&config).backoff.base();
+        attempts.info.idempotency_key = key;
         let end = attempts.attempt_end();
         Self {
             state: State::Attempt { future },
@@ -170,14 +180,12 @@ where
             armed: end.is_some(),
             attempts,
             retrying: Some(Retrying {
-                service: None,
                 prototype,
                 head,
                 replay,
                 config,
                 policy,
-                rng: None,
-                previous,
+                later: None,
             }),
             trace,
         }
@@ -297,9 +305,13 @@ where
                         .retrying
                         .as_mut()
                         .expect("only requests that may be retried wait");
+                    let prototype = &retrying.prototype;
                     let service = retrying
+                        .later
+                        .as_mut()
+                        .expect("a retry was decided")
                         .service
-                        .get_or_insert_with(|| retrying.prototype.make());
+                        .get_or_insert_with(|| prototype.make());
                     match service.poll_ready(cx) {
                         Poll::Ready(Ok(())) => {}
                         Poll::Ready(Err(error)) => {
@@ -329,7 +341,7 @@ where
                     }
                     this.attempts.info.attempts += 1;
                     let attempt = this.attempts.info.attempts;
-                    let mut head = retrying.head.clone();
+                    let mut head = retrying.head.to_parts();
                     if let Some(name) = &retrying.config.attempt_header {
                         head.headers
                             .insert(name.clone(), HeaderValue::from(attempt));
@@ -373,7 +385,7 @@ fn decide<S, B, RB>(
             Outcome::Error(&**error)
         }
     };
-    let reason = match policy.classifier_ref().classify(&retrying.head, outcome) {
+    let reason = match policy.classify(&retrying.head, outcome) {
         Classification::Done => return stop(info, StopReason::Final),
         Classification::Retry(reason) => reason,
         Classification::RetryOnce(reason) => {
@@ -384,7 +396,7 @@ fn decide<S, B, RB>(
         }
     };
     if !reason.request_not_processed()
-        && !config.may_repeat(&retrying.head.method, &retrying.head.headers)
+        && !Config::may_repeat(retrying.head.method(), info.idempotency_key.is_some())
     {
         return stop(info, StopReason::NotIdempotent);
     }
@@ -396,10 +408,14 @@ fn decide<S, B, RB>(
     }
 
     let n = u32::try_from(info.retries.len() + 1).unwrap_or(u32::MAX);
-    let backoff = retrying
-        .rng
-        .get_or_insert_with(|| policy.jitter_rng())
-        .draw(&policy.backoff, n, retrying.previous);
+    let later = retrying.later.get_or_insert_with(|| {
+        Box::new(Later {
+            service: None,
+            rng: policy.jitter_rng(),
+            previous: policy.backoff.base(),
+        })
+    });
+    let backoff = later.rng.draw(&policy.backoff, n, later.previous);
     let hint = match result {
         Ok(response) => retry_after_hint(response),
         Err(_) => None,
@@ -432,7 +448,7 @@ fn decide<S, B, RB>(
         }
     }
 
-    retrying.previous = backoff;
+    later.previous = backoff;
     info.total_wait = info.total_wait.saturating_add(wait);
     let record = RetryRecord {
         reason,

@@ -93,9 +93,10 @@ impl Config {
         policy.budget.as_ref().or(self.budget.as_ref())
     }
 
-    /// True when a request with this method and headers may be retried whatever happened.
-    pub(crate) fn may_repeat(&self, method: &Method, headers: &http::HeaderMap) -> bool {
-        method.is_idempotent() || headers.contains_key(&self.key_header)
+    /// True when a request with this method, carrying an idempotency key or not, may be
+    /// retried whatever happened.
+    pub(crate) fn may_repeat(method: &Method, has_key: bool) -> bool {
+        method.is_idempotent() || has_key
     }
 }
 

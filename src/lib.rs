@@ -90,6 +90,7 @@ mod budget;
 pub mod classify;
 mod error;
 pub mod future;
+mod head;
 mod idempotency;
 mod info;
 mod layer;

@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use crate::backoff::{Backoff, JitterRng, SeedSequence};
 use crate::budget::RetryBudget;
-use crate::classify::{Classify, DefaultClassifier};
+use crate::classify::{Classification, Classify, Outcome};
 use crate::error::InvalidConfig;
+use crate::head::Head;
 
 /// The retry rules for a class of requests.
 ///
 /// Defaults: 3 attempts (the first included), [`Backoff::default`] (100 ms base, 10 s cap,
 /// full jitter), no deadline, no per-attempt timeout, `Retry-After` honoured up to 30 s, the
-/// [`DefaultClassifier`], and the layer's shared budget.
+/// [`DefaultClassifier`](crate::classify::DefaultClassifier), and the layer's shared budget.
 ///
 /// A policy is set on the layer ([`RetryLayer::policy`](crate::RetryLayer::policy)), per
 /// route ([`RetryLayer::route`](crate::RetryLayer::route)), or per request by inserting it
@@ -132,7 +133,7 @@ impl RetryPolicy {
         self
     }
 
-    /// Replaces the [`DefaultClassifier`].
+    /// Replaces the [`DefaultClassifier`](crate::classify::DefaultClassifier).
     pub fn classifier<C: Classify>(mut self, classifier: C) -> Self {
         self.classifier = Some(Arc::new(classifier));
         self
@@ -182,10 +183,21 @@ impl RetryPolicy {
         self.max_attempts <= 1
     }
 
-    pub(crate) fn classifier_ref(&self) -> &dyn Classify {
+    /// True when a classifier other than the default was set.
+    pub(crate) fn has_custom_classifier(&self) -> bool {
+        self.classifier.is_some()
+    }
+
+    /// Classifies one outcome of the request whose head is `head`.
+    pub(crate) fn classify(&self, head: &Head, outcome: Outcome<'_>) -> Classification {
         match &self.classifier {
-            Some(c) => c.as_ref(),
-            None => &DefaultClassifier,
+            // The default looks at the outcome alone.
+            None => crate::classify::classify_outcome(outcome),
+            Some(classifier) => match head.as_parts() {
+                Some(parts) => classifier.classify(parts, outcome),
+                // Not reached: a head is kept as `Parts` when the policy has a classifier.
+                None => classifier.classify(&head.to_parts(), outcome),
+            },
         }
     }
 

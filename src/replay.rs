@@ -68,8 +68,12 @@ struct Cursor<B> {
     /// Next recorded chunk to replay.
     pos: usize,
     trailers_sent: bool,
+    /// This attempt's body returned its end: every later poll ends too, without a lock.
+    ended: bool,
     /// Data bytes this attempt has produced, for `size_hint`.
     sent: u64,
+    /// The original's size hint before anything was read (a copy: it never changes).
+    hint: SizeHint,
 }
 
 pub(crate) struct Recording<B> {
@@ -173,7 +177,9 @@ impl<B: Body> ReplayBody<B> {
             return (Self::passthrough(body), Replay::Never);
         }
         let shared = Arc::new(Mutex::new(Recording {
-            rest: Some(body),
+            // The first attempt's body holds the original from the start, so reading it
+            // takes no lock until there is something to record.
+            rest: None,
             chunks: Chunks::default(),
             trailers: None,
             len: 0,
@@ -182,13 +188,15 @@ impl<B: Body> ReplayBody<B> {
             overflowed: false,
             errored: false,
             data_sent: false,
-            alive: 0,
+            // The first attempt's body, made below without taking the lock.
+            alive: 1,
             hint,
         }));
-        let body = Cursor::attach(&shared);
+        let mut cursor = Cursor::new(Arc::clone(&shared), hint);
+        cursor.rest = Some(body);
         (
             Self {
-                inner: Inner::Shared(body),
+                inner: Inner::Shared(cursor),
             },
             Replay::Shared(shared),
         )
@@ -277,14 +285,26 @@ impl<B> Replay<B> {
 }
 
 impl<B> Cursor<B> {
+    /// Another attempt's view of the recording.
     fn attach(shared: &Arc<Mutex<Recording<B>>>) -> Self {
-        lock(shared).alive += 1;
+        let hint = {
+            let mut state = lock(shared);
+            state.alive += 1;
+            state.hint
+        };
+        Self::new(Arc::clone(shared), hint)
+    }
+
+    /// A view already counted in `alive`.
+    fn new(shared: Arc<Mutex<Recording<B>>>, hint: SizeHint) -> Self {
         Self {
-            shared: Arc::clone(shared),
+            shared,
             rest: None,
             pos: 0,
             trailers_sent: false,
+            ended: false,
             sent: 0,
+            hint,
         }
     }
 }
@@ -310,6 +330,9 @@ where
     B: Body + Unpin,
 {
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
         if self.rest.is_none() {
             let mut state = lock(&self.shared);
             if let Some(chunk) = state.chunks.get(self.pos).filter(|_| !state.overflowed) {
@@ -325,6 +348,7 @@ where
                         return Poll::Ready(Some(Ok(Frame::trailers(HeaderMap::clone(trailers)))));
                     }
                 }
+                self.ended = true;
                 return Poll::Ready(None);
             }
             match state.rest.take() {
@@ -345,6 +369,7 @@ where
             None => {
                 lock(&self.shared).complete = true;
                 self.rest = None;
+                self.ended = true;
                 return Poll::Ready(None);
             }
             Some(Err(error)) => {
@@ -379,11 +404,22 @@ where
             state.complete = true;
             drop(state);
             self.rest = None;
+            // Nothing follows the frame the original ended with.
+            self.ended = true;
         }
         Poll::Ready(Some(Ok(frame)))
     }
 
     fn is_end_stream(&self) -> bool {
+        if self.ended {
+            return true;
+        }
+        if let Some(rest) = &self.rest {
+            // Holding the original means every recorded chunk was sent already (the
+            // recording is this body's own, and not complete): what is left is the
+            // original's.
+            return rest.is_end_stream();
+        }
         let state = lock(&self.shared);
         if !state.overflowed && self.pos < state.chunks.len() {
             return false;
@@ -398,7 +434,7 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
-        let hint = lock(&self.shared).hint;
+        let hint = self.hint;
         let mut left = SizeHint::new();
         left.set_lower(hint.lower().saturating_sub(self.sent));
         if let Some(upper) = hint.upper() {

@@ -4,12 +4,14 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use http::header::Entry;
 use http::{Method, Request, Response};
 use http_body::Body;
 use tower::BoxError;
 use tower_service::Service;
 
 use crate::future::{Attempts, ResponseFuture};
+use crate::head::Head;
 use crate::layer::{Config, RetryLayer};
 use crate::replay::ReplayBody;
 use crate::trace::Trace;
@@ -128,21 +130,26 @@ where
             return ResponseFuture::once(future, attempts, trace);
         }
 
-        if let Some(key) = &config.key {
-            if key.applies_to(request.method()) && !request.headers().contains_key(key.header()) {
-                match key.make_value() {
-                    Some(value) => {
-                        request.headers_mut().insert(key.header().clone(), value);
-                    }
-                    None => {
-                        #[cfg(feature = "tracing")]
-                        tracing::warn!(
-                            "idempotency key generator made an invalid header value; sending without a key"
-                        );
-                    }
-                }
+        // The key every attempt carries, for `RetryInfo`. Where keys are stamped, the one
+        // lookup that finds or inserts it; elsewhere it is looked for in the head's copy.
+        let stamped = match &config.key {
+            Some(key) if key.applies_to(request.method()) => {
+                Some(match request.headers_mut().entry(key.header()) {
+                    Entry::Occupied(caller) => Some(caller.get().clone()),
+                    Entry::Vacant(slot) => match key.make_value() {
+                        Some(value) => Some(slot.insert(value).clone()),
+                        None => {
+                            #[cfg(feature = "tracing")]
+                            tracing::warn!(
+                                "idempotency key generator made an invalid header value; sending without a key"
+                            );
+                            None
+                        }
+                    },
+                })
             }
-        }
+            _ => None,
+        };
         if let Some(budget) = config.budget_for(policy) {
             budget.deposit();
         }
@@ -154,7 +161,8 @@ where
 
         let (parts, body) = request.into_parts();
         let (body, replay) = ReplayBody::with_handle(body, config.max_replay_bytes);
-        let head = parts.clone();
+        let head = Head::copy(&parts, policy.has_custom_classifier());
+        let key = stamped.unwrap_or_else(|| head.get(&config.key_header).cloned());
         // The service that `poll_ready` readied takes the first attempt; retries clone
         // from the prototype, and only if they happen.
         let future = self.inner.call(Request::from_parts(parts, body));
@@ -163,6 +171,7 @@ where
             attempts,
             self.prototype.clone(),
             head,
+            key,
             replay,
             Arc::clone(&self.config),
             policy_ref,

@@ -517,3 +517,122 @@ async fn the_attempt_header_numbers_each_attempt() {
         .collect();
     assert_eq!(numbers, ["1", "2", "3"]);
 }
+
+/// The header fields of one request, in order, repeated names included.
+fn fields(headers: &http::HeaderMap) -> Vec<(String, String, bool)> {
+    headers
+        .iter()
+        .map(|(name, value)| {
+            (
+                name.to_string(),
+                value.to_str().unwrap().to_owned(),
+                value.is_sensitive(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_attempt_carries_the_original_head() {
+    let original = || {
+        let mut req = request(Method::PUT, "http://h/items/7?v=2", b"{}");
+        let headers = req.headers_mut();
+        headers.append("x-many", "1".parse().unwrap());
+        headers.insert("accept", "application/json".parse().unwrap());
+        headers.append("x-many", "2".parse().unwrap());
+        let mut secret: http::HeaderValue = "Bearer t".parse().unwrap();
+        secret.set_sensitive(true);
+        headers.insert("authorization", secret);
+        headers.append("x-many", "3".parse().unwrap());
+        req
+    };
+    let expected = fields(original().headers());
+    // The default classifier (the head is kept as a list of fields) and a custom one (the
+    // head is kept as `Parts`, which the classifier is given).
+    let custom = |head: &http::request::Parts, outcome: tower_http_retry::classify::Outcome<'_>| {
+        use tower_http_retry::classify::{Classify, DefaultClassifier};
+        DefaultClassifier.classify(head, outcome)
+    };
+    let layers = [
+        fixed(3),
+        RetryLayer::new().policy(
+            RetryPolicy::default()
+                .classifier(custom)
+                .backoff(Backoff::exponential(100 * MS, 10_000 * MS).jitter(Jitter::None)),
+        ),
+    ];
+    for layer in layers {
+        let mock = Mock::statuses(&[503, 502]);
+        let response = layer.layer(mock.clone()).oneshot(original()).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let seen = mock.seen();
+        assert_eq!(seen.len(), 3);
+        for attempt in &seen {
+            assert_eq!(attempt.method, Method::PUT);
+            assert_eq!(fields(&attempt.headers), expected);
+            assert_eq!(attempt.body, Bytes::from_static(b"{}"));
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_custom_classifier_sees_the_request_head() {
+    use tower_http_retry::classify::{Classification, Outcome};
+    // Retries a 409 only for requests that say a conflict is worth retrying.
+    let classifier = |head: &http::request::Parts, outcome: Outcome<'_>| match outcome {
+        Outcome::Response { status, .. }
+            if status == StatusCode::CONFLICT
+                && head.uri.path() == "/cart"
+                && head.headers.contains_key("x-retry-conflict") =>
+        {
+            Classification::Retry(RetryReason::Custom("conflict"))
+        }
+        _ => Classification::Done,
+    };
+    let layer = || {
+        RetryLayer::new().policy(
+            RetryPolicy::default()
+                .classifier(classifier)
+                .backoff(Backoff::exponential(MS, MS).jitter(Jitter::None)),
+        )
+    };
+    let mut asks = get("http://h/cart");
+    asks.headers_mut()
+        .insert("x-retry-conflict", "1".parse().unwrap());
+    let mock = Mock::statuses(&[409]);
+    let response = layer().layer(mock.clone()).oneshot(asks).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(mock.calls(), 2);
+
+    let mock = Mock::statuses(&[409]);
+    let response = layer()
+        .layer(mock.clone())
+        .oneshot(get("http://h/cart"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 409);
+    assert_eq!(mock.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_the_caller_set_on_an_idempotent_request_is_reported() {
+    // Keys are stamped on non-idempotent methods only; a GET's own key is still the key
+    // every attempt carried.
+    let mut req = get("http://h/report");
+    req.headers_mut()
+        .insert("accept", "text/plain".parse().unwrap());
+    req.headers_mut()
+        .insert("idempotency-key", "caller-get-key".parse().unwrap());
+    let mock = Mock::statuses(&[503]);
+    let response = fixed(3).layer(mock.clone()).oneshot(req).await.unwrap();
+    assert_eq!(info(&response).idempotency_key.unwrap(), "caller-get-key");
+    assert_eq!(mock.seen()[1].headers["idempotency-key"], "caller-get-key");
+
+    let mock = Mock::statuses(&[]);
+    let response = fixed(3)
+        .layer(mock.clone())
+        .oneshot(get("http://h/report"))
+        .await
+        .unwrap();
+    assert_eq!(info(&response).idempotency_key, None);
+}
