@@ -408,14 +408,14 @@ fn decide<S, B, RB>(
     }
 
     let n = u32::try_from(info.retries.len() + 1).unwrap_or(u32::MAX);
-    let later = retrying.later.get_or_insert_with(|| {
-        Box::new(Later {
-            service: None,
-            rng: policy.jitter_rng(),
-            previous: policy.backoff.base(),
-        })
-    });
-    let backoff = later.rng.draw(&policy.backoff, n, later.previous);
+    // The generator of a first retry is boxed only if the retry goes ahead.
+    let mut fresh = None;
+    let backoff = match retrying.later.as_deref_mut() {
+        Some(later) => later.rng.draw(&policy.backoff, n, later.previous),
+        None => fresh
+            .insert(policy.jitter_rng())
+            .draw(&policy.backoff, n, policy.backoff.base()),
+    };
     let hint = match result {
         Ok(response) => retry_after_hint(response),
         Err(_) => None,
@@ -448,7 +448,17 @@ fn decide<S, B, RB>(
         }
     }
 
-    later.previous = backoff;
+    match retrying.later.as_deref_mut() {
+        Some(later) => later.previous = backoff,
+        None => {
+            retrying.later = Some(Box::new(Later {
+                service: None,
+                // Always the one drawn from above: `later` was empty then too.
+                rng: fresh.unwrap_or_else(|| policy.jitter_rng()),
+                previous: backoff,
+            }));
+        }
+    }
     info.total_wait = info.total_wait.saturating_add(wait);
     let record = RetryRecord {
         reason,

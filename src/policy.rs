@@ -134,6 +134,11 @@ impl RetryPolicy {
     }
 
     /// Replaces the [`DefaultClassifier`](crate::classify::DefaultClassifier).
+    ///
+    /// A custom classifier is given the request's head as `http::request::Parts`, so for
+    /// requests under this policy the layer keeps its copy of the head in that form (a
+    /// `HeaderMap` copy, two allocations), where the default classifier, which looks at the
+    /// outcome alone, lets it keep a plain list of the header fields (one allocation).
     pub fn classifier<C: Classify>(mut self, classifier: C) -> Self {
         self.classifier = Some(Arc::new(classifier));
         self

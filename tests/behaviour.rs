@@ -636,3 +636,29 @@ async fn a_key_the_caller_set_on_an_idempotent_request_is_reported() {
         .unwrap();
     assert_eq!(info(&response).idempotency_key, None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_seeded_policy_repeats_its_waits_and_draws_anew_for_each_retry() {
+    async fn waits() -> Vec<Duration> {
+        let layer = RetryLayer::new().policy(RetryPolicy::default().max_attempts(4).rng_seed(42));
+        let mock = Mock::statuses(&[503, 503, 503]);
+        let response = layer.layer(mock).oneshot(get("http://h/")).await.unwrap();
+        info(&response).retries.iter().map(|r| r.wait).collect()
+    }
+    let first = waits().await;
+    assert_eq!(first.len(), 3);
+    assert_eq!(first, waits().await, "the same seed gives the same waits");
+    // Full jitter: each wait is a fraction of its ceiling (200, 400, 800 ms). A generator
+    // made anew for each retry would draw the same fraction every time.
+    let fractions: Vec<f64> = first
+        .iter()
+        .enumerate()
+        .map(|(n, wait)| wait.as_secs_f64() / (0.2 * f64::from(1u32 << n)))
+        .collect();
+    assert!(
+        fractions
+            .windows(2)
+            .all(|pair| (pair[0] - pair[1]).abs() > 1e-6),
+        "{fractions:?}"
+    );
+}
