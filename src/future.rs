@@ -395,9 +395,10 @@ fn decide<S, B, RB>(
             reason
         }
     };
-    if !reason.request_not_processed()
-        && !Config::may_repeat(retrying.head.method(), info.idempotency_key.is_some())
-    {
+    // DESIGN 1.1: an idempotent method, or a key (stamped or the caller's), or a failure
+    // that proves the server never saw the request.
+    let may_repeat = retrying.head.method().is_idempotent() || info.idempotency_key.is_some();
+    if !may_repeat && !reason.request_not_processed() {
         return stop(info, StopReason::NotIdempotent);
     }
     if info.attempts >= policy.max_attempts {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use http::{HeaderName, Method, Request};
+use http::{HeaderName, Request};
 use tower_layer::Layer;
 
 use crate::budget::RetryBudget;
@@ -91,12 +91,6 @@ impl Config {
     /// The budget that pays for this policy's retries.
     pub(crate) fn budget_for<'a>(&'a self, policy: &'a RetryPolicy) -> Option<&'a RetryBudget> {
         policy.budget.as_ref().or(self.budget.as_ref())
-    }
-
-    /// True when a request with this method, carrying an idempotency key or not, may be
-    /// retried whatever happened.
-    pub(crate) fn may_repeat(method: &Method, has_key: bool) -> bool {
-        method.is_idempotent() || has_key
     }
 }
 
