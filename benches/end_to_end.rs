@@ -46,7 +46,7 @@ use tower_http_retry::{ReplayBody, Retry, RetryLayer, RetryPolicy};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::extra_runs;
+use support::{extra_runs, median};
 
 /// Requests per iteration.
 const BATCH: usize = 512;
@@ -201,19 +201,6 @@ where
         }
     });
     Duration::from_secs_f64(median(&mut times) * iters as f64)
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
 }
 
 /// A plain hyper-util legacy client over HTTP/1.

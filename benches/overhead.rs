@@ -43,7 +43,7 @@ use tower_http_retry::{RetryLayer, RetryPolicy};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{Noop, TowerPolicy, extra_runs};
+use support::{Noop, TowerPolicy, extra_runs, median};
 
 /// A request as a client builds it: a parsed URI, constant headers from static strings,
 /// a request id made at run time, and a fresh 1 KiB body.
@@ -128,15 +128,6 @@ fn median_of_batches(
         left -= n;
     }
     Duration::from_nanos((median(&mut per_request) * iters as f64) as u64)
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 /// A service under test, type-erased so that the same code drives every case.

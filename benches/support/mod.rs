@@ -68,6 +68,16 @@ impl<B: Clone, RB, E> tower::retry::Policy<Request<B>, Response<RB>, E> for Towe
     }
 }
 
+/// The median of `values` (sorted in place); NaN when there are none.
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
 /// How much of the extra, non-criterion part to run: all of it under `cargo bench`, a
 /// single quick pass under `cargo test --benches` or criterion's `--test`, none for
 /// `--list` or `--profile-time`.
