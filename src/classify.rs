@@ -5,15 +5,27 @@
 //! | outcome | classification |
 //! | --- | --- |
 //! | connect error, connection refused | [`Classification::Retry`], [`RetryReason::Connect`]: the server never saw the request |
-//! | HTTP/2 `REFUSED_STREAM`, `GOAWAY` with `NO_ERROR` | [`Classification::Retry`]: the server never processed the stream |
-//! | connection reset / aborted, broken pipe, unexpected EOF, incomplete message, other `GOAWAY` | [`Classification::Retry`], [`RetryReason::ConnectionClosed`] |
+//! | HTTP/2 `RST_STREAM(REFUSED_STREAM)` received on the request's own stream | [`Classification::Retry`], [`RetryReason::RefusedStream`]: the server did not process it |
+//! | HTTP/2 `GOAWAY` (any code) | [`Classification::Retry`], [`RetryReason::GoAway`]: the connection is going away, and the stream may have been processed |
+//! | connection reset / aborted, broken pipe, unexpected EOF, incomplete message, hyper's canceled and "dispatch task is gone" errors | [`Classification::Retry`], [`RetryReason::ConnectionClosed`] |
 //! | a timeout: tower's `Elapsed`, `io::ErrorKind::TimedOut`, [`AttemptTimedOut`] | [`Classification::Retry`], [`RetryReason::Timeout`] |
 //! | 408, 429, 502, 503, 504 | [`Classification::Retry`], [`RetryReason::Status`] |
 //! | 500 | [`Classification::RetryOnce`]: at most one retry per logical request |
 //! | any other status, any other error | [`Classification::Done`] |
 //!
 //! Whether a retryable outcome is actually retried also depends on the request: see
-//! [`RetryReason::request_not_processed`] and the crate docs on idempotency.
+//! [`RetryReason::request_not_processed`] and the crate docs on idempotency. Only a connect
+//! error and a `REFUSED_STREAM` on the request's own stream prove that the server never saw
+//! the request, so only those are retried for a request that may not be repeated (a POST
+//! without an idempotency key). A `GOAWAY` is no such proof: hyper hands the connection's
+//! `GOAWAY` error to every stream still open on it, the last one the server processed
+//! included (against nginx, which closes a connection with `GOAWAY` after its
+//! `keepalive_requests`, keyless POSTs were applied twice when `GOAWAY` was taken as proof).
+//!
+//! An error raised by the caller's own request body is not retried either; the retry loop
+//! knows it from the [`ReplayBody`](crate::ReplayBody) that carried the body, not from
+//! hyper's "user error" class (which also holds "dispatch task is gone", a connection
+//! failure).
 //!
 //! Errors are recognised by walking the whole [`std::error::Error::source`] chain (and the
 //! payload of every custom [`std::io::Error`]) and downcasting at each step, never by the
@@ -61,11 +73,16 @@ pub enum RetryReason {
     Status(StatusCode),
     /// The connection could not be established: the server never saw the request.
     Connect,
-    /// HTTP/2 `REFUSED_STREAM`: the server did not process the request.
+    /// HTTP/2 `RST_STREAM(REFUSED_STREAM)` on the request's own stream: the server did
+    /// not process the request.
     RefusedStream,
-    /// HTTP/2 `GOAWAY` with `NO_ERROR` for a stream the server did not process.
+    /// HTTP/2 `GOAWAY`: the connection is going away. The stream may have been processed
+    /// (hyper reports the connection's `GOAWAY` to the last stream the server processed
+    /// too), so this is not proof that the server never saw the request.
     GoAway,
-    /// The connection was reset, aborted or closed before the response was complete.
+    /// The connection was reset, aborted or closed before the response was complete, or
+    /// hyper's connection task went away (its canceled and "dispatch task is gone"
+    /// errors).
     ConnectionClosed,
     /// A timeout: tower's `Elapsed`, an I/O timeout, or this layer's
     /// [`AttemptTimedOut`].
@@ -76,12 +93,10 @@ pub enum RetryReason {
 
 impl RetryReason {
     /// True when the failure proves the server never processed the request, which makes
-    /// a retry safe whatever the method.
+    /// a retry safe whatever the method: a connect error, or `REFUSED_STREAM` on the
+    /// request's own stream. Nothing else is proof; a `GOAWAY` in particular is not.
     pub fn request_not_processed(&self) -> bool {
-        matches!(
-            self,
-            RetryReason::Connect | RetryReason::RefusedStream | RetryReason::GoAway
-        )
+        matches!(self, RetryReason::Connect | RetryReason::RefusedStream)
     }
 
     /// A short, stable name, for logs and metrics labels.
@@ -112,7 +127,7 @@ impl fmt::Display for RetryReason {
             RetryReason::Status(s) => write!(f, "status {}", s.as_u16()),
             RetryReason::Connect => f.write_str("connect error"),
             RetryReason::RefusedStream => f.write_str("HTTP/2 stream refused"),
-            RetryReason::GoAway => f.write_str("HTTP/2 GOAWAY before processing"),
+            RetryReason::GoAway => f.write_str("HTTP/2 GOAWAY"),
             RetryReason::ConnectionClosed => f.write_str("connection closed"),
             RetryReason::Timeout => f.write_str("timeout"),
             RetryReason::Custom(name) => f.write_str(name),
@@ -245,12 +260,20 @@ mod hyper_errors {
                 .then_some(Classification::Retry(RetryReason::Connect));
         }
         if let Some(e) = error.downcast_ref::<hyper::Error>() {
-            if e.is_user() {
-                // The caller's own body or head was at fault: repeating it cannot help.
-                return Some(Classification::Done);
-            }
             if e.is_timeout() {
                 return retry(RetryReason::Timeout);
+            }
+            if e.is_body_write_aborted() {
+                // The body's own sender gave up: repeating the request cannot help.
+                return Some(Classification::Done);
+            }
+            if e.is_user() {
+                // On a client, hyper's other user errors are the body's own error (which the
+                // retry loop knows from the `ReplayBody` before it asks a classifier) and
+                // "dispatch task is gone": the connection task ended under the request.
+                // hyper has no predicate for the latter, so the class is judged as the
+                // connection failure it is; CONNECT and upgrades are never retried.
+                return retry(RetryReason::ConnectionClosed);
             }
             if e.is_incomplete_message() || e.is_canceled() || e.is_closed() {
                 return retry(RetryReason::ConnectionClosed);
@@ -258,16 +281,13 @@ mod hyper_errors {
             return None;
         }
         if let Some(e) = error.downcast_ref::<h2::Error>() {
-            let reason = e.reason();
-            if reason == Some(h2::Reason::REFUSED_STREAM) {
-                return retry(RetryReason::RefusedStream);
-            }
             if e.is_go_away() {
-                return if reason == Some(h2::Reason::NO_ERROR) && e.is_remote() {
-                    retry(RetryReason::GoAway)
-                } else {
-                    retry(RetryReason::ConnectionClosed)
-                };
+                return retry(RetryReason::GoAway);
+            }
+            if e.is_reset() && e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+                // RST_STREAM received on this very stream: the one proof HTTP/2 gives that
+                // the server did not process it (RFC 9113, section 8.7).
+                return retry(RetryReason::RefusedStream);
             }
             return None;
         }
@@ -406,14 +426,20 @@ mod tests {
 
     #[cfg(feature = "hyper")]
     #[test]
-    fn h2_refused_stream_and_goaway() {
-        let refused = h2::Error::from(h2::Reason::REFUSED_STREAM);
+    fn only_a_received_refused_stream_is_proof() {
+        // A reason made locally is not a frame the server sent on this stream; the real
+        // RST_STREAM(REFUSED_STREAM) and GOAWAY cases run against servers in
+        // tests/transports.rs, as h2 makes its remote errors only from frames.
+        let local = h2::Error::from(h2::Reason::REFUSED_STREAM);
         assert_eq!(
-            classify_error(&*nest(Box::new(refused), 2)),
-            Classification::Retry(RetryReason::RefusedStream)
+            classify_error(&*nest(Box::new(local), 2)),
+            Classification::Done
         );
         assert!(RetryReason::RefusedStream.request_not_processed());
+        assert!(RetryReason::Connect.request_not_processed());
+        assert!(!RetryReason::GoAway.request_not_processed());
         assert!(!RetryReason::ConnectionClosed.request_not_processed());
+        assert!(!RetryReason::Timeout.request_not_processed());
         let other = h2::Error::from(h2::Reason::INTERNAL_ERROR);
         assert_eq!(classify_error(&other), Classification::Done);
     }

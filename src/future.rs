@@ -2,15 +2,16 @@
 //!
 //! ```text
 //!   call ──► Attempt ──outcome──► decide ──return──► Done
-//!               ▲                   │
-//!               │                 retry
-//!               │                   ▼
+//!               ▲                 │   ▲ │
+//!               │           retry │   │ └─body still held──► Releasing
+//!               │                 ▼   └───────released──────────┘
 //!           Readying ◄──timer── Waiting
 //! ```
 //!
 //! One timer serves every state: during an attempt it fires at the attempt timeout or the
-//! deadline, whichever is first; while waiting it is the backoff; while re-readying the
-//! service it is the deadline. Nothing is boxed on the way to a first-attempt success (the
+//! deadline, whichever is first; while the transport still holds the last attempt's body
+//! it bounds the wait for its release; while waiting it is the backoff; while re-readying
+//! the service it is the deadline. Nothing is boxed on the way to a first-attempt success (the
 //! state only retries use is boxed when the first retry is considered) and no task is
 //! spawned: dropping the future drops the attempt in flight and sends nothing more.
 
@@ -33,7 +34,7 @@ use crate::head::Head;
 use crate::info::{RetryInfo, RetryRecord, StopReason};
 use crate::layer::{Config, PolicyRef};
 use crate::policy::RetryPolicy;
-use crate::replay::{Replay, ReplayBody};
+use crate::replay::{NotReplayable, Replay, ReplayBody};
 use crate::service::Prototype;
 use crate::trace::Trace;
 
@@ -51,6 +52,8 @@ pin_project! {
         armed: bool,
         attempts: Attempts,
         retrying: Option<Retrying<S, B>>,
+        // The outcome kept while waiting for the transport to let go of the body.
+        held: Option<Result<S::Response, BoxError>>,
         trace: Trace,
     }
 }
@@ -59,6 +62,7 @@ pin_project! {
     #[project = StateProj]
     enum State<F> {
         Attempt { #[pin] future: F },
+        Releasing,
         Waiting,
         Readying,
         Done,
@@ -139,7 +143,16 @@ struct Later<S> {
 enum Step {
     Return,
     Retry(Duration),
+    /// Worth a retry, but the transport still holds the last attempt's body: wait for it
+    /// to be dropped, then decide again.
+    AwaitRelease,
 }
+
+/// How long to wait for a transport to drop the last attempt's body when neither a
+/// deadline nor an attempt timeout bounds it. hyper drops it within moments of failing the
+/// response future (its connection task or body pipe notices the failure on its next
+/// poll); this is the margin for a loaded runtime.
+const RELEASE_GRACE: Duration = Duration::from_secs(1);
 
 impl<S, B> ResponseFuture<S, B>
 where
@@ -155,6 +168,7 @@ where
             armed: end.is_some(),
             attempts,
             retrying: None,
+            held: None,
             trace,
         }
     }
@@ -187,6 +201,7 @@ where
                 policy,
                 later: None,
             }),
+            held: None,
             trace,
         }
     }
@@ -242,7 +257,7 @@ where
         let mut this = self.project();
         let _entered = this.trace.enter();
         loop {
-            match this.state.as_mut().project() {
+            let (result, step) = match this.state.as_mut().project() {
                 StateProj::Attempt { future } => {
                     let result = match future.poll(cx) {
                         Poll::Ready(result) => result.map_err(Into::into),
@@ -262,31 +277,41 @@ where
                     // Drop the attempt (and the body it may hold) before judging it.
                     this.state.set(State::Done);
                     let step = match this.retrying.as_mut() {
-                        Some(retrying) => decide(retrying, this.attempts, &result),
+                        Some(retrying) => decide(retrying, this.attempts, &result, true),
                         None => Step::Return,
                     };
-                    match step {
-                        Step::Return => {
-                            let info = std::mem::take(&mut this.attempts.info);
-                            this.trace
-                                .finish(&info, result.as_ref().err().map(|e| &**e));
-                            return Poll::Ready(result.map(|mut response| {
-                                response.extensions_mut().insert(info);
-                                response
-                            }));
+                    (result, step)
+                }
+                StateProj::Releasing => {
+                    let retrying = this
+                        .retrying
+                        .as_mut()
+                        .expect("only requests that may be retried wait for their body");
+                    let responded = matches!(this.held, Some(Ok(_)));
+                    match retrying.replay.poll_released(cx, responded) {
+                        Poll::Ready(_) => {
+                            let result = this.held.take().expect("an outcome is held");
+                            this.state.set(State::Done);
+                            // Decided anew: time has passed, and the body's state changed.
+                            let step = decide(retrying, this.attempts, &result, false);
+                            (result, step)
                         }
-                        Step::Retry(wait) => {
-                            let info = &this.attempts.info;
-                            if let Some(record) = info.retries.last() {
-                                this.trace.retry(
-                                    info.attempts,
-                                    record,
-                                    result.as_ref().err().map(|e| &**e),
-                                );
+                        Poll::Pending => {
+                            if !timer_fired(this.timer.as_mut(), *this.armed, cx) {
+                                return Poll::Pending;
                             }
-                            drop(result);
-                            arm(this.timer.as_mut(), this.armed, Some(instant_after(wait)));
-                            this.state.set(State::Waiting);
+                            let result = this.held.take().expect("an outcome is held");
+                            this.state.set(State::Done);
+                            let past_deadline = this
+                                .attempts
+                                .deadline
+                                .is_some_and(|(at, _)| Instant::now() >= at);
+                            this.attempts.info.stop = if past_deadline {
+                                StopReason::Deadline
+                            } else {
+                                StopReason::BodyNotReplayable
+                            };
+                            (result, Step::Return)
                         }
                     }
                 }
@@ -299,6 +324,7 @@ where
                     let deadline = this.attempts.deadline.map(|(at, _)| at);
                     arm(this.timer.as_mut(), this.armed, deadline);
                     this.state.set(State::Readying);
+                    continue;
                 }
                 StateProj::Readying => {
                     let retrying = this
@@ -351,18 +377,54 @@ where
                     let end = this.attempts.attempt_end();
                     arm(this.timer.as_mut(), this.armed, end);
                     this.state.set(State::Attempt { future });
+                    continue;
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
+            };
+            match step {
+                Step::Return => {
+                    let info = std::mem::take(&mut this.attempts.info);
+                    this.trace
+                        .finish(&info, result.as_ref().err().map(|e| &**e));
+                    return Poll::Ready(result.map(|mut response| {
+                        response.extensions_mut().insert(info);
+                        response
+                    }));
+                }
+                Step::AwaitRelease => {
+                    let bound = this.attempts.deadline.map(|(at, _)| at).unwrap_or_else(|| {
+                        instant_after(this.attempts.attempt_timeout.unwrap_or(RELEASE_GRACE))
+                    });
+                    arm(this.timer.as_mut(), this.armed, Some(bound));
+                    *this.held = Some(result);
+                    this.state.set(State::Releasing);
+                }
+                Step::Retry(wait) => {
+                    let info = &this.attempts.info;
+                    if let Some(record) = info.retries.last() {
+                        this.trace.retry(
+                            info.attempts,
+                            record,
+                            result.as_ref().err().map(|e| &**e),
+                        );
+                    }
+                    drop(result);
+                    arm(this.timer.as_mut(), this.armed, Some(instant_after(wait)));
+                    this.state.set(State::Waiting);
+                }
             }
         }
     }
 }
 
 /// Judges one outcome: return it, or retry after a wait. Records the decision in `info`.
+/// `may_wait` is false when the decision is taken again after waiting for the body's
+/// release: a body still held then is not replayable.
 fn decide<S, B, RB>(
     retrying: &mut Retrying<S, B>,
     attempts: &mut Attempts,
     result: &Result<Response<RB>, BoxError>,
+    may_wait: bool,
 ) -> Step {
     let info = &mut attempts.info;
     let stop = |info: &mut RetryInfo, reason: StopReason| {
@@ -397,15 +459,22 @@ fn decide<S, B, RB>(
     };
     // DESIGN 1.1: an idempotent method, or a key (stamped or the caller's), or a failure
     // that proves the server never saw the request.
-    let may_repeat = retrying.head.method().is_idempotent() || info.idempotency_key.is_some();
+    // A policy may also declare its requests repeatable whatever the method.
+    let may_repeat = retrying.head.method().is_idempotent()
+        || info.idempotency_key.is_some()
+        || policy.assume_idempotent;
     if !may_repeat && !reason.request_not_processed() {
         return stop(info, StopReason::NotIdempotent);
     }
     if info.attempts >= policy.max_attempts {
         return stop(info, StopReason::MaxAttempts);
     }
-    if retrying.replay.check(result.is_ok()).is_err() {
-        return stop(info, StopReason::BodyNotReplayable);
+    match retrying.replay.check(result.is_ok()) {
+        Ok(()) => {}
+        // The transport has not dropped the last attempt's body yet (hyper does that in its
+        // connection task or body pipe, after failing the response future).
+        Err(NotReplayable::InFlight) if may_wait => return Step::AwaitRelease,
+        Err(_) => return stop(info, StopReason::BodyNotReplayable),
     }
 
     let n = u32::try_from(info.retries.len() + 1).unwrap_or(u32::MAX);
@@ -484,6 +553,7 @@ where
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
             State::Attempt { .. } => "attempt",
+            State::Releasing => "releasing",
             State::Waiting => "waiting",
             State::Readying => "readying",
             State::Done => "done",

@@ -42,6 +42,7 @@ pub struct RetryPolicy {
     pub(crate) classifier: Option<Arc<dyn Classify>>,
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) seed: Option<Arc<SeedSequence>>,
+    pub(crate) assume_idempotent: bool,
 }
 
 impl Default for RetryPolicy {
@@ -55,6 +56,7 @@ impl Default for RetryPolicy {
             classifier: None,
             budget: None,
             seed: None,
+            assume_idempotent: false,
         }
     }
 }
@@ -183,6 +185,32 @@ impl RetryPolicy {
         self.max_retry_after
     }
 
+    /// Declares the requests under this policy repeatable whatever their method: the
+    /// service owner says a second copy does no harm (a POST-based query API, gRPC methods
+    /// listed in a retry policy). They are then retried as idempotent methods are, after
+    /// errors and retryable statuses alike, and the layer stamps no idempotency key on them.
+    ///
+    /// Use it for routes whose server really does tolerate duplicates: a keyless POST under
+    /// it that timed out after the server did the work is sent again.
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
+    ///
+    /// let search = RetryPolicy::default().assume_idempotent();
+    /// assert!(search.is_assumed_idempotent());
+    /// let layer = RetryLayer::new().route(RouteMatch::post().path_prefix("/v1/search"), search);
+    /// # let _ = layer;
+    /// ```
+    pub fn assume_idempotent(mut self) -> Self {
+        self.assume_idempotent = true;
+        self
+    }
+
+    /// True when [`RetryPolicy::assume_idempotent`] was set.
+    pub fn is_assumed_idempotent(&self) -> bool {
+        self.assume_idempotent
+    }
+
     /// True when requests under this policy are sent once and never retried.
     pub fn is_never(&self) -> bool {
         self.max_attempts <= 1
@@ -225,6 +253,7 @@ impl fmt::Debug for RetryPolicy {
             .field("custom_classifier", &self.classifier.is_some())
             .field("budget", &self.budget)
             .field("seeded", &self.seed.is_some())
+            .field("assume_idempotent", &self.assume_idempotent)
             .finish()
     }
 }

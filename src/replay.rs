@@ -12,16 +12,23 @@
 //!   the cap while streaming (the buffer is freed at once);
 //! - the caller's body returned an error;
 //! - a response arrived before the body was completely sent (the server may have acted on
-//!   a part of it);
-//! - an earlier attempt is still reading the original body (its transport has not let go of
-//!   it yet).
+//!   a part of it).
+//!
+//! A body counts as completely sent when its end was reached: the end of the stream, a
+//! trailers frame (nothing follows one), an exact size hint met, or the request's own
+//! `Content-Length` met (hyper stops reading there without a last poll).
+//!
+//! Transports let go of a body asynchronously: hyper's HTTP/1 connection task and its
+//! HTTP/2 body pipe may still hold the previous attempt's body when that attempt's response
+//! future has already failed. The retry loop then waits for the body to be dropped (the drop
+//! wakes it) before it replays, within a bound (see the crate docs).
 //!
 //! An empty body needs no buffer at all.
 
 use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes};
 use http::HeaderMap;
@@ -90,14 +97,28 @@ pub(crate) struct Recording<B> {
     overflowed: bool,
     /// The caller's body failed.
     errored: bool,
-    /// Every byte the size hint promised was sent, though the body did not say it ended:
-    /// over HTTP/1 with a `Content-Length`, hyper stops reading at the length and drops
-    /// the body without a last poll. A response after that did not come early.
+    /// Every byte of the known length (an exact size hint, else the request's
+    /// `Content-Length`) was sent, though the body did not say it ended: over HTTP/1 hyper
+    /// stops reading at the length and drops the body without a last poll. A response
+    /// after that did not come early.
     data_sent: bool,
     /// Attempt bodies not yet dropped; one of them may be holding `rest`.
     alive: usize,
     /// The original's size hint before anything was read.
     hint: SizeHint,
+    /// The body's length if known before anything was read.
+    expected: Option<u64>,
+    /// The retry loop, waiting for an attempt body to be dropped or to finish.
+    waker: Option<Waker>,
+}
+
+impl<B> Recording<B> {
+    /// Wakes the retry loop if it waits for this recording to change.
+    fn notify(&mut self) {
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
 }
 
 /// The recorded data frames. Most request bodies are one frame (`Full`, a buffered
@@ -163,11 +184,12 @@ impl<B: Body> ReplayBody<B> {
     /// A body whose size hint says it is larger than the cap is passed through and never
     /// replayed; an empty one needs no buffer.
     pub fn new(body: B, max_replay_bytes: usize) -> Self {
-        Self::with_handle(body, max_replay_bytes).0
+        Self::with_handle(body, max_replay_bytes, None).0
     }
 
-    /// Wraps `body` and returns the retry loop's handle on it.
-    pub(crate) fn with_handle(body: B, cap: usize) -> (Self, Replay<B>) {
+    /// Wraps `body` and returns the retry loop's handle on it. `declared_len` is the
+    /// request's `Content-Length`, if it has a valid one.
+    pub(crate) fn with_handle(body: B, cap: usize, declared_len: Option<u64>) -> (Self, Replay<B>) {
         if body.is_end_stream() {
             // Nothing to send, now or later: no frames, no trailers.
             return (Self::empty(), Replay::Empty);
@@ -191,6 +213,8 @@ impl<B: Body> ReplayBody<B> {
             // The first attempt's body, made below without taking the lock.
             alive: 1,
             hint,
+            expected: hint.exact().or(declared_len),
+            waker: None,
         }));
         let mut cursor = Cursor::new(Arc::clone(&shared), hint);
         cursor.rest = Some(body);
@@ -244,22 +268,34 @@ impl<B> Replay<B> {
         match self {
             Replay::Never => Err(NotReplayable::TooLarge),
             Replay::Empty => Ok(()),
+            Replay::Shared(shared) => lock(shared).check(responded),
+        }
+    }
+
+    /// Ready once the check no longer says [`NotReplayable::InFlight`], with its result;
+    /// until then the drop (or the end) of the attempt body holding the original wakes
+    /// `cx`.
+    pub(crate) fn poll_released(
+        &self,
+        cx: &mut Context<'_>,
+        responded: bool,
+    ) -> Poll<Result<(), NotReplayable>> {
+        match self {
             Replay::Shared(shared) => {
-                let state = lock(shared);
-                if state.errored {
-                    Err(NotReplayable::BodyError)
-                } else if state.overflowed {
-                    Err(NotReplayable::TooLarge)
-                } else if state.complete {
-                    Ok(())
-                } else if responded && !state.data_sent {
-                    Err(NotReplayable::EarlyResponse)
-                } else if state.alive > 0 {
-                    Err(NotReplayable::InFlight)
-                } else {
-                    Ok(())
+                let mut state = lock(shared);
+                match state.check(responded) {
+                    Err(NotReplayable::InFlight) => {
+                        // Registered under the lock the releasing body takes: no lost wake.
+                        match &mut state.waker {
+                            Some(waker) => waker.clone_from(cx.waker()),
+                            None => state.waker = Some(cx.waker().clone()),
+                        }
+                        Poll::Pending
+                    }
+                    other => Poll::Ready(other),
                 }
             }
+            _ => Poll::Ready(self.check(responded)),
         }
     }
 
@@ -280,6 +316,24 @@ impl<B> Replay<B> {
             Replay::Shared(shared) => ReplayBody {
                 inner: Inner::Shared(Cursor::attach(shared)),
             },
+        }
+    }
+}
+
+impl<B> Recording<B> {
+    fn check(&self, responded: bool) -> Result<(), NotReplayable> {
+        if self.errored {
+            Err(NotReplayable::BodyError)
+        } else if self.overflowed {
+            Err(NotReplayable::TooLarge)
+        } else if self.complete {
+            Ok(())
+        } else if responded && !self.data_sent {
+            Err(NotReplayable::EarlyResponse)
+        } else if self.alive > 0 {
+            Err(NotReplayable::InFlight)
+        } else {
+            Ok(())
         }
     }
 }
@@ -314,14 +368,12 @@ impl<B> Drop for Cursor<B> {
         let mut state = lock(&self.shared);
         state.alive -= 1;
         if let Some(rest) = self.rest.take() {
-            if state.hint.exact() == Some(self.sent) {
-                state.data_sent = true;
-            }
             if !state.complete && !state.overflowed && !state.errored {
                 // Hand the unfinished original to the next attempt.
                 state.rest = Some(rest);
             }
         }
+        state.notify();
     }
 }
 
@@ -367,21 +419,31 @@ where
         };
         let frame = match std::task::ready!(Pin::new(&mut *rest).poll_frame(cx)) {
             None => {
-                lock(&self.shared).complete = true;
+                let mut state = lock(&self.shared);
+                state.complete = true;
+                state.notify();
+                drop(state);
                 self.rest = None;
                 self.ended = true;
                 return Poll::Ready(None);
             }
             Some(Err(error)) => {
-                lock(&self.shared).errored = true;
+                let mut state = lock(&self.shared);
+                state.errored = true;
+                state.notify();
                 return Poll::Ready(Some(Err(error)));
             }
             Some(Ok(frame)) => frame.map_data(|mut data| data.copy_to_bytes(data.remaining())),
         };
-        let end = rest.is_end_stream();
+        // Nothing follows a trailers frame: the body ended with it, whatever the original
+        // says (hyper drops a body right after its trailers, without another poll).
+        let end = frame.is_trailers() || rest.is_end_stream();
         let mut state = lock(&self.shared);
         if let Some(data) = frame.data_ref() {
             self.sent += data.len() as u64;
+            if state.expected == Some(self.sent) {
+                state.data_sent = true;
+            }
             if !state.overflowed {
                 if state.len + data.len() > state.cap {
                     state.overflowed = true;
@@ -402,6 +464,7 @@ where
         }
         if end {
             state.complete = true;
+            state.notify();
             drop(state);
             self.rest = None;
             // Nothing follows the frame the original ended with.
@@ -531,6 +594,7 @@ mod tests {
                 Ok(Frame::data(source.slice(4..10))),
             ])),
             1024,
+            None,
         );
         let first = body.collect().await.unwrap().to_bytes();
         assert_eq!(&first[..], b"0123456789");
@@ -552,8 +616,11 @@ mod tests {
             Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from_static(b"body"))),
             Ok(Frame::trailers(trailers.clone())),
         ];
-        let (body, replay) =
-            ReplayBody::with_handle(StreamBody::new(futures_util::stream::iter(frames)), 1024);
+        let (body, replay) = ReplayBody::with_handle(
+            StreamBody::new(futures_util::stream::iter(frames)),
+            1024,
+            None,
+        );
         let first = body.collect().await.unwrap();
         assert_eq!(first.trailers(), Some(&trailers));
         let again = replay.body().collect().await.unwrap();
@@ -563,7 +630,7 @@ mod tests {
 
     #[tokio::test]
     async fn over_the_cap_while_streaming_is_sent_whole_and_not_replayed() {
-        let (body, replay) = ReplayBody::with_handle(chunks(&[b"aaaa", b"bbbb", b"cccc"]), 6);
+        let (body, replay) = ReplayBody::with_handle(chunks(&[b"aaaa", b"bbbb", b"cccc"]), 6, None);
         let sent = body.collect().await.unwrap().to_bytes();
         assert_eq!(&sent[..], b"aaaabbbbcccc");
         assert_eq!(replay.check(false), Err(NotReplayable::TooLarge));
@@ -577,7 +644,8 @@ mod tests {
 
     #[tokio::test]
     async fn size_hint_over_the_cap_is_never_buffered() {
-        let (body, replay) = ReplayBody::with_handle(Full::new(Bytes::from(vec![7u8; 100])), 99);
+        let (body, replay) =
+            ReplayBody::with_handle(Full::new(Bytes::from(vec![7u8; 100])), 99, None);
         assert!(matches!(replay, Replay::Never));
         assert_eq!(body.size_hint().exact(), Some(100));
         assert_eq!(body.collect().await.unwrap().to_bytes().len(), 100);
@@ -585,7 +653,8 @@ mod tests {
 
     #[tokio::test]
     async fn empty_body_needs_no_buffer() {
-        let (body, replay) = ReplayBody::with_handle(http_body_util::Empty::<Bytes>::new(), 10);
+        let (body, replay) =
+            ReplayBody::with_handle(http_body_util::Empty::<Bytes>::new(), 10, None);
         assert!(matches!(replay, Replay::Empty));
         assert!(body.is_end_stream());
         let again = replay.body();
@@ -595,7 +664,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unread_dropped_body_is_resumed_from_the_original() {
-        let (body, replay) = ReplayBody::with_handle(chunks(&[b"ab", b"cd"]), 1024);
+        let (body, replay) = ReplayBody::with_handle(chunks(&[b"ab", b"cd"]), 1024, None);
         drop(body); // e.g. the connection was refused before anything was written
         assert_eq!(replay.check(false), Ok(()));
         let again = replay.body().collect().await.unwrap().to_bytes();
@@ -604,7 +673,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_partly_sent_body_is_replayed_then_continued() {
-        let (mut body, replay) = ReplayBody::with_handle(chunks(&[b"ab", b"cd", b"ef"]), 1024);
+        let (mut body, replay) =
+            ReplayBody::with_handle(chunks(&[b"ab", b"cd", b"ef"]), 1024, None);
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(&first[..], b"ab");
         // Still held by the transport: cannot replay yet.
@@ -627,8 +697,11 @@ mod tests {
             Ok(Frame::data(Bytes::from_static(b"x"))),
             Err(std::io::Error::other("disk gone")),
         ];
-        let (body, replay) =
-            ReplayBody::with_handle(StreamBody::new(futures_util::stream::iter(frames)), 1024);
+        let (body, replay) = ReplayBody::with_handle(
+            StreamBody::new(futures_util::stream::iter(frames)),
+            1024,
+            None,
+        );
         let err = body.collect().await.unwrap_err();
         assert_eq!(err.to_string(), "disk gone");
         assert!(replay.body_failed());
@@ -664,7 +737,7 @@ mod tests {
             vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cd")],
             4,
         );
-        let (mut first, replay) = ReplayBody::with_handle(body, 1024);
+        let (mut first, replay) = ReplayBody::with_handle(body, 1024, None);
         first.frame().await.unwrap().unwrap();
         // Half of it: a response now would be early.
         assert_eq!(replay.check(true), Err(NotReplayable::EarlyResponse));
@@ -678,7 +751,8 @@ mod tests {
 
     #[tokio::test]
     async fn replays_keep_the_exact_size_hint() {
-        let (body, replay) = ReplayBody::with_handle(Full::new(Bytes::from_static(b"hello")), 64);
+        let (body, replay) =
+            ReplayBody::with_handle(Full::new(Bytes::from_static(b"hello")), 64, None);
         assert_eq!(body.size_hint().exact(), Some(5));
         let _ = body.collect().await.unwrap();
         let again = replay.body();

@@ -133,7 +133,8 @@ where
         // The key every attempt carries, for `RetryInfo`. Where keys are stamped, the one
         // lookup that finds or inserts it; elsewhere it is looked for in the head's copy.
         let stamped = match &config.key {
-            Some(key) if key.applies_to(request.method()) => {
+            // A policy that declares its requests repeatable needs no key for that.
+            Some(key) if key.applies_to(request.method()) && !policy.assume_idempotent => {
                 Some(match request.headers_mut().entry(key.header()) {
                     Entry::Occupied(caller) => Some(caller.get().clone()),
                     Entry::Vacant(slot) => match key.make_value() {
@@ -160,7 +161,13 @@ where
         }
 
         let (parts, body) = request.into_parts();
-        let (body, replay) = ReplayBody::with_handle(body, config.max_replay_bytes);
+        // hyper stops sending a body at the request's own `Content-Length` without a last
+        // poll; the header is read only when the body does not know its length itself.
+        let declared_len = match body.size_hint().exact() {
+            Some(_) => None,
+            None => content_length(&parts.headers),
+        };
+        let (body, replay) = ReplayBody::with_handle(body, config.max_replay_bytes, declared_len);
         let head = Head::copy(&parts, policy.has_custom_classifier());
         let key = stamped.unwrap_or_else(|| head.get(&config.key_header).cloned());
         // The service that `poll_ready` readied takes the first attempt; retries clone
@@ -178,6 +185,20 @@ where
             trace,
         )
     }
+}
+
+/// The request's `Content-Length`, if it has exactly one valid value.
+fn content_length(headers: &http::HeaderMap) -> Option<u64> {
+    let mut values = headers.get_all(http::header::CONTENT_LENGTH).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let text = value.to_str().ok()?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 impl<S: fmt::Debug> fmt::Debug for Retry<S> {

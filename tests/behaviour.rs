@@ -150,10 +150,6 @@ async fn retryable_errors_are_retried() {
             Box::new(|| Reply::error(tower::timeout::error::Elapsed::new)),
             RetryReason::Timeout,
         ),
-        (
-            Box::new(|| Reply::error(|| h2::Error::from(h2::Reason::REFUSED_STREAM))),
-            RetryReason::RefusedStream,
-        ),
     ];
     for (make, reason) in cases {
         let mock = Mock::new([make(), make()]);

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod server;
+pub mod transport;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
