@@ -6,6 +6,12 @@
 //! (b) Amplification during a total outage with sustained traffic: calls reaching the
 //!     bottom per logical request, for one retrying layer and three nested ones, without and
 //!     with the default retry budget (10% of requests + 10 per second).
+//! (c) The other half of the trade-off, a partial outage: 20,000 requests at 1,000 per second,
+//!     each attempt failing on its own with probability 5%, 20%, 50% or 100%; for no retries,
+//!     3 attempts alone and 3 attempts with the default budget, the share of requests that
+//!     succeed (goodput), the attempts at the server per request (load) and the retries the
+//!     budget refused, each beside the arithmetic it should match.
+//! (d) The same through three nested retrying layers, each with its own budget.
 //!
 //! Everything runs under paused time: minutes of simulated traffic take a moment.
 //! Run with `cargo run --example storm`.
@@ -110,4 +116,166 @@ fn main() {
     println!(
         "1.1^3 = 1.33x for three, instead of multiplying the load by the attempts at every layer."
     );
+
+    partial_outage_table(1);
+    partial_outage_table(3);
+}
+
+fn percent(share: f64) -> String {
+    format!("{:.2}%", share * 100.0)
+}
+
+/// Tables (c) and (d): goodput, load and refused retries at each failure rate, each figure
+/// beside the arithmetic it should match.
+fn partial_outage_table(layers: usize) {
+    let rows = sim::partial_outage(layers);
+    let (tag, what) = if layers == 1 {
+        ("(c)", "one retrying layer")
+    } else {
+        (
+            "(d)",
+            "three nested retrying layers, each its own client with its own budget",
+        )
+    };
+    let seconds = sim::PARTIAL_REQUESTS as f64 / f64::from(sim::PARTIAL_PER_SECOND);
+    println!("\n{tag} partial outage, {what}");
+    println!(
+        "    {} requests at {} per second for {seconds} s; each attempt fails (503) on its own with",
+        thousands(sim::PARTIAL_REQUESTS as f64),
+        thousands(f64::from(sim::PARTIAL_PER_SECOND)),
+    );
+    let backoff = sim::partial_backoff();
+    println!(
+        "    probability p (seeded); 3 attempts per layer, backoff {:?} base, {:?} cap, full jitter.",
+        backoff.base(),
+        backoff.cap()
+    );
+    println!(
+        "    goodput: share of requests that succeed; load: attempts at the server per request;"
+    );
+    println!("    refused: retries the budgets refused. In brackets: the arithmetic below.\n");
+    println!(
+        "{:>6}  {:<28} {:>18} {:>18} {:>18}",
+        "p", "retries", "goodput", "load", "refused"
+    );
+    let mut last = None;
+    for row in &rows {
+        let (m, e) = (&row.measured, &row.expected);
+        let p = if last == Some(row.storm.failure_rate) {
+            String::new()
+        } else {
+            format!("{:.0}%", row.storm.failure_rate * 100.0)
+        };
+        if last.is_some() && !p.is_empty() {
+            println!();
+        }
+        last = Some(row.storm.failure_rate);
+        let refused = match row.storm.retries {
+            sim::Retries::DefaultBudget => {
+                format!(
+                    "{} ({})",
+                    thousands(m.refused() as f64),
+                    thousands(e.refused)
+                )
+            }
+            _ => "-".to_string(),
+        };
+        println!(
+            "{p:>6}  {:<28} {:>18} {:>18} {:>18}",
+            row.storm.retries.label(),
+            format!("{} ({})", percent(m.goodput()), percent(e.goodput)),
+            format!("{:.3}x ({:.3}x)", m.load(), e.load),
+            refused,
+        );
+    }
+    println!(
+        "\n        grpc::Throttle with A6's example settings: a row added with the gRPC feature."
+    );
+
+    let budget = |p: f64| {
+        rows.iter()
+            .find(|r| r.storm.failure_rate == p && r.storm.retries == sim::Retries::DefaultBudget)
+            .expect("a budget row at every rate")
+    };
+    let ceiling = budget(1.0).expected.allowance[0];
+    let per_request = ceiling / sim::PARTIAL_REQUESTS as f64;
+    println!("\nThe arithmetic:");
+    println!("- no retries: goodput 1 - p, load 1.");
+    if layers == 1 {
+        println!("- 3 attempts, no budget: goodput 1 - p^3, load 1 + p + p^2 (3x at 100%).");
+        println!(
+            "- the default budget (r = {}, m = {}/s, C = {}) grants at most C + r * requests + m * T",
+            sim::RATIO,
+            sim::MIN_PER_SEC,
+            sim::MAX_TOKENS
+        );
+        println!(
+            "  = {} + {} * {} + {} * {seconds} = about {} retries, {per_request:.3} per request. While the",
+            sim::MAX_TOKENS,
+            sim::RATIO,
+            thousands(sim::PARTIAL_REQUESTS as f64),
+            sim::MIN_PER_SEC,
+            thousands(ceiling),
+        );
+        println!(
+            "  retries wanted, p + p^2 per request, stay under that (5%: 0.0525) it refuses none;"
+        );
+        println!(
+            "  above it (20%: 0.24) load is 1 + {per_request:.3} and goodput (1 - p) * {:.3}: every",
+            1.0 + per_request
+        );
+        println!("  attempt succeeds with chance 1 - p, and each success ends one request.");
+        println!(
+            "- refused: if every retry is granted with the same chance q, where q p + (q p)^2 = {per_request:.3},"
+        );
+        println!("  about requests * (1 - q) * p * (1 + q p).");
+        println!(
+            "\nThe budget costs nothing in a 5% blip and caps the load near {:.2}x from 20% on, at",
+            1.0 + per_request
+        );
+        println!("the price of the requests that the retries it refuses would have rescued.");
+    } else {
+        println!(
+            "- each layer meets the failure rate the layer below leaves: 1 - that layer's goodput."
+        );
+        println!(
+            "- 3 attempts, no budget: goodput 1 - p^27, load (1 + p + p^2)(1 + p^3 + p^6)(1 + p^9 + p^18)"
+        );
+        println!("  (27x at 100%).");
+        println!(
+            "- budgets: each layer's own ceiling, C + r * (requests that layer sees) + m * T, in the"
+        );
+        println!(
+            "  one-layer arithmetic; the requests a layer sees are the load of the layers above."
+        );
+        let nested = &budget(0.2).measured;
+        println!(
+            "\nAt 20% the bottom budget refuses {} retries, and the two layers above send {} retries",
+            thousands(nested.layers[2].refused as f64),
+            thousands((nested.retries_at(0) + nested.retries_at(1)) as f64),
+        );
+        println!(
+            "of their own, each reaching the server: load {:.2}x, as without budgets. At 100% the budgets",
+            nested.load(),
+        );
+        println!(
+            "hold {:.2}x instead of 27x, but not one layer's {:.2}x. Budgets bound each layer; only",
+            budget(1.0).measured.load(),
+            1.0 + per_request,
+        );
+        println!("retrying at one layer bounds the path.");
+    }
+}
+
+/// `12345.6` as `12,346`.
+fn thousands(n: f64) -> String {
+    let digits = format!("{:.0}", n);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::{Ready, ready};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -11,8 +12,9 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tower::util::MapResponse;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::{Backoff, Jitter, RetryBudget, RetryLayer, RetryPolicy};
+use tower_http_retry::{Backoff, Jitter, RetryBudget, RetryInfo, RetryLayer, RetryPolicy};
 
 /// Width of a time window, as in the figures the project grew from.
 pub const WINDOW: Duration = Duration::from_millis(50);
@@ -42,10 +44,6 @@ impl Outage {
             start: Instant::now(),
             calls: Arc::default(),
         }
-    }
-
-    fn count(&self) -> usize {
-        self.calls.lock().unwrap().len()
     }
 }
 
@@ -140,40 +138,414 @@ pub async fn jitter_spread(jitter: Jitter, clients: usize, retries: u32, seed: u
 /// `layers` nested retrying layers (3 attempts each, default backoff), each with its own
 /// default budget or none.
 pub async fn amplification(layers: usize, budget: bool, requests: usize, per_second: u32) -> f64 {
-    assert!(layers >= 1);
-    let outage = Outage::new();
-    let layer = |_| {
-        let layer = RetryLayer::new().policy(RetryPolicy::default().max_attempts(3).rng_seed(7));
-        if budget {
-            layer.budget(RetryBudget::default())
+    let storm = Storm {
+        layers,
+        retries: if budget {
+            Retries::DefaultBudget
         } else {
-            layer.no_budget()
-        }
+            Retries::AttemptsOnly
+        },
+        failure_rate: 1.0,
+        requests,
+        per_second,
+        backoff: Backoff::default(),
+        seed: 7,
     };
-    // Each layer is a separate client library on the path: each has its own budget.
-    macro_rules! run {
-        ($service:expr) => {{
-            let service = $service;
-            let gap = Duration::from_secs(1) / per_second;
-            let mut set = JoinSet::new();
-            for _ in 0..requests {
-                let service = service.clone();
-                set.spawn(async move {
-                    let request = Request::get("http://storm.test/")
-                        .body(http_body_util::Empty::<bytes::Bytes>::new())
-                        .expect("a valid request");
-                    let _ = service.oneshot(request).await;
-                });
-                tokio::time::sleep(gap).await;
+    storm.run().await.load()
+}
+
+/// The default budget's settings, for the arithmetic: `RetryBudget::default()` is
+/// `RetryBudget::new(RATIO, MIN_PER_SEC, MAX_TOKENS)`.
+pub const RATIO: f64 = 0.1;
+/// See [`RATIO`].
+pub const MIN_PER_SEC: f64 = 10.0;
+/// See [`RATIO`].
+pub const MAX_TOKENS: f64 = 100.0;
+
+/// What each layer of a storm does about a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retries {
+    /// `RetryPolicy::never()`: every request is sent once.
+    Off,
+    /// Three attempts, no budget.
+    AttemptsOnly,
+    /// Three attempts, spent from the default `RetryBudget` (each layer its own bucket).
+    DefaultBudget,
+}
+
+impl Retries {
+    /// The rows of a partial-outage table, in order.
+    pub const ALL: [Retries; 3] = [Retries::Off, Retries::AttemptsOnly, Retries::DefaultBudget];
+
+    /// The row's label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Retries::Off => "no retries",
+            Retries::AttemptsOnly => "3 attempts, no budget",
+            Retries::DefaultBudget => "3 attempts, default budget",
+        }
+    }
+}
+
+/// Sustained traffic through `layers` nested retrying layers to a server whose every
+/// attempt fails (503) with probability `failure_rate`, independently of the others.
+#[derive(Debug, Clone, Copy)]
+pub struct Storm {
+    /// Nested retrying layers, 1 to 3; each is a separate client with its own budget.
+    pub layers: usize,
+    /// What every layer does about a failed attempt.
+    pub retries: Retries,
+    /// The chance that one attempt fails, in [0, 1].
+    pub failure_rate: f64,
+    /// Logical requests sent at the top.
+    pub requests: usize,
+    /// Logical requests started per second, evenly spaced.
+    pub per_second: u32,
+    /// The backoff of every layer.
+    pub backoff: Backoff,
+    /// Seeds the server's failures and the layers' jitter.
+    pub seed: u64,
+}
+
+/// What one layer of a storm saw, top layer first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LayerCount {
+    /// Logical requests this layer answered.
+    pub requests: usize,
+    /// Retries its budget refused: answers marked `budget_exhausted`.
+    pub refused: usize,
+}
+
+/// What a storm run measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measured {
+    /// Logical requests sent at the top.
+    pub requests: usize,
+    /// Logical requests whose final answer was a success.
+    pub succeeded: usize,
+    /// Attempts that reached the server.
+    pub attempts: usize,
+    /// Each layer's counts, top first.
+    pub layers: Vec<LayerCount>,
+    /// Simulated time from the first request to the last answer.
+    pub elapsed: Duration,
+}
+
+impl Measured {
+    /// Share of logical requests that succeeded.
+    pub fn goodput(&self) -> f64 {
+        self.succeeded as f64 / self.requests as f64
+    }
+
+    /// Attempts at the server per logical request.
+    pub fn load(&self) -> f64 {
+        self.attempts as f64 / self.requests as f64
+    }
+
+    /// Retries refused, every layer's budget together.
+    pub fn refused(&self) -> usize {
+        self.layers.iter().map(|l| l.refused).sum()
+    }
+
+    /// Retries layer `k` (0 is the top) sent: calls it made below minus requests it got.
+    pub fn retries_at(&self, k: usize) -> usize {
+        let below = self
+            .layers
+            .get(k + 1)
+            .map_or(self.attempts, |next| next.requests);
+        below - self.layers[k].requests
+    }
+}
+
+/// A server that fails each call on its own with probability `failure_rate`: a 503, else
+/// a 200. Draws come from a seeded SplitMix64 sequence in call order, which a
+/// current-thread runtime under paused time makes the same on every run.
+#[derive(Clone)]
+struct Flaky {
+    failure_rate: f64,
+    state: Arc<AtomicU64>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Flaky {
+    const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
+    fn new(failure_rate: f64, seed: u64) -> Self {
+        Self {
+            failure_rate,
+            state: Arc::new(AtomicU64::new(seed)),
+            calls: Arc::default(),
+        }
+    }
+
+    /// Uniform in [0, 1).
+    fn draw(&self) -> f64 {
+        let mut z = self
+            .state
+            .fetch_add(Self::GAMMA, Ordering::Relaxed)
+            .wrapping_add(Self::GAMMA);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+impl<B> Service<Request<B>> for Flaky {
+    type Response = Response<()>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<()>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<B>) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let mut response = Response::new(());
+        if self.draw() < self.failure_rate {
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        }
+        ready(Ok(response))
+    }
+}
+
+/// Wraps a retrying layer's service to count what it answers: every answer ends one of its
+/// logical requests, and one marked `budget_exhausted` is a retry its budget refused.
+fn counted<S, RB>(
+    service: S,
+    count: Arc<Mutex<LayerCount>>,
+) -> MapResponse<S, impl FnOnce(Response<RB>) -> Response<RB> + Clone> {
+    MapResponse::new(service, move |response: Response<RB>| {
+        let mut count = count.lock().unwrap();
+        count.requests += 1;
+        if response
+            .extensions()
+            .get::<RetryInfo>()
+            .is_some_and(|info| info.budget_exhausted)
+        {
+            count.refused += 1;
+        }
+        response
+    })
+}
+
+impl Storm {
+    /// Runs the storm; call it under [`paused`].
+    pub async fn run(self) -> Measured {
+        assert!((1..=3).contains(&self.layers), "1 to 3 layers");
+        let server = Flaky::new(self.failure_rate, self.seed);
+        let counts: Vec<Arc<Mutex<LayerCount>>> =
+            (0..self.layers).map(|_| Arc::default()).collect();
+        let succeeded = Arc::new(AtomicUsize::new(0));
+        let start = Instant::now();
+        macro_rules! run {
+            ($service:expr) => {{
+                let service = $service;
+                let gap = Duration::from_secs(1) / self.per_second;
+                let mut set = JoinSet::new();
+                for _ in 0..self.requests {
+                    let service = service.clone();
+                    let succeeded = succeeded.clone();
+                    set.spawn(async move {
+                        let request = Request::get("http://storm.test/")
+                            .body(http_body_util::Empty::<bytes::Bytes>::new())
+                            .expect("a valid request");
+                        if let Ok(response) = service.oneshot(request).await {
+                            if response.status().is_success() {
+                                succeeded.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    });
+                    tokio::time::sleep(gap).await;
+                }
+                while set.join_next().await.is_some() {}
+            }};
+        }
+        // Each layer is a separate client library on the path: each has its own budget.
+        let layer = || self.layer();
+        match self.layers {
+            1 => run!(counted(layer().layer(server.clone()), counts[0].clone())),
+            2 => run!(counted(
+                layer().layer(counted(layer().layer(server.clone()), counts[1].clone())),
+                counts[0].clone()
+            )),
+            _ => run!(counted(
+                layer().layer(counted(
+                    layer().layer(counted(layer().layer(server.clone()), counts[2].clone())),
+                    counts[1].clone()
+                )),
+                counts[0].clone()
+            )),
+        }
+        Measured {
+            requests: self.requests,
+            succeeded: succeeded.load(Ordering::Relaxed),
+            attempts: server.calls.load(Ordering::Relaxed),
+            layers: counts.iter().map(|c| *c.lock().unwrap()).collect(),
+            elapsed: start.elapsed(),
+        }
+    }
+
+    fn layer(&self) -> RetryLayer {
+        let policy = RetryPolicy::default()
+            .max_attempts(3)
+            .backoff(self.backoff)
+            .rng_seed(self.seed);
+        match self.retries {
+            Retries::Off => RetryLayer::new().no_budget().policy(RetryPolicy::never()),
+            Retries::AttemptsOnly => RetryLayer::new().no_budget().policy(policy),
+            Retries::DefaultBudget => RetryLayer::new()
+                .budget(RetryBudget::default())
+                .policy(policy),
+        }
+    }
+
+    /// What the arithmetic says this storm should measure, given the simulated time it ran
+    /// (the budget's per-second refill depends on it). Each layer gets the one-layer
+    /// arithmetic of [`Step`], facing the failure rate the layer below leaves, as if the
+    /// outcomes it sees were independent too.
+    pub fn expected(&self, elapsed: Duration) -> Expected {
+        // Refill is credited per whole millisecond: count T up to the next one.
+        let seconds = elapsed.as_nanos().div_ceil(1_000_000) as f64 / 1000.0;
+        let top = self.requests as f64;
+        // Requests each layer sees, top first: found by iterating, as a layer's load
+        // depends on its allowance, which depends on the requests it sees.
+        let mut seen = vec![top; self.layers];
+        let mut steps = vec![Step::default(); self.layers];
+        for _ in 0..64 {
+            let mut failure = self.failure_rate;
+            for k in (0..self.layers).rev() {
+                let allowance = match self.retries {
+                    Retries::Off => 0.0,
+                    Retries::AttemptsOnly => f64::INFINITY,
+                    Retries::DefaultBudget => {
+                        (MAX_TOKENS + RATIO * seen[k] + MIN_PER_SEC * seconds) / seen[k]
+                    }
+                };
+                steps[k] = Step::new(failure, allowance);
+                failure = 1.0 - steps[k].goodput;
             }
-            while set.join_next().await.is_some() {}
-        }};
+            for k in 1..self.layers {
+                seen[k] = seen[k - 1] * steps[k - 1].load;
+            }
+        }
+        Expected {
+            goodput: steps[0].goodput,
+            load: steps.iter().map(|s| s.load).product(),
+            refused: steps.iter().zip(&seen).map(|(s, n)| s.refused * n).sum(),
+            allowance: steps
+                .iter()
+                .zip(&seen)
+                .map(|(s, n)| s.allowance * n)
+                .collect(),
+        }
     }
-    match layers {
-        1 => run!(layer(0).layer(outage.clone())),
-        2 => run!(layer(0).layer(layer(1).layer(outage.clone()))),
-        3 => run!(layer(0).layer(layer(1).layer(layer(2).layer(outage.clone())))),
-        _ => panic!("1 to 3 layers"),
+}
+
+/// The arithmetic for one layer with 3 attempts, facing attempts that fail with
+/// probability `p`, allowed `allowance` retries per request (0: none, infinite: no budget).
+///
+/// Without a budget: goodput 1 - p^3, load 1 + p + p^2. With one, model every retry as
+/// granted with the same chance q, so retries per request are q p + (q p)^2; the budget
+/// binds when p + p^2 exceeds the allowance, and then q solves q p + (q p)^2 = allowance.
+/// Each attempt succeeds with 1 - p and each success ends one request, so goodput is
+/// (1 - p) * load whatever q is; refused retries per request are (1 - q) p (1 + q p).
+#[derive(Debug, Clone, Copy, Default)]
+struct Step {
+    goodput: f64,
+    load: f64,
+    refused: f64,
+    allowance: f64,
+}
+
+impl Step {
+    fn new(p: f64, allowance: f64) -> Self {
+        let q = if allowance <= 0.0 {
+            0.0
+        } else if p + p * p <= allowance {
+            1.0
+        } else {
+            // q p = (-1 + sqrt(1 + 4 allowance)) / 2
+            ((1.0 + 4.0 * allowance).sqrt() - 1.0) / (2.0 * p)
+        };
+        let retries = q * p + (q * p) * (q * p);
+        let load = 1.0 + retries;
+        let refused = if allowance <= 0.0 {
+            0.0
+        } else {
+            (1.0 - q) * p * (1.0 + q * p)
+        };
+        Self {
+            goodput: (1.0 - p) * load,
+            load,
+            refused,
+            allowance,
+        }
     }
-    outage.count() as f64 / requests as f64
+}
+
+/// What the arithmetic says a storm should measure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expected {
+    /// 1 - p^3 per layer without a budget; (1 - p) * load with one.
+    pub goodput: f64,
+    /// 1 + p + p^2 per layer without a budget, multiplied over the layers.
+    pub load: f64,
+    /// Retries refused by the budgets, all layers together.
+    pub refused: f64,
+    /// Each layer's budget ceiling, top first: C + r * (requests it sees) + m * T
+    /// (infinite without a budget, 0 without retries).
+    pub allowance: Vec<f64>,
+}
+
+/// The failure rates of the partial-outage tables.
+pub const FAILURE_RATES: [f64; 4] = [0.05, 0.2, 0.5, 1.0];
+/// Logical requests per run of the partial-outage tables: 20 s at 1,000 per second.
+pub const PARTIAL_REQUESTS: usize = 20_000;
+/// Logical requests per second in the partial-outage tables.
+pub const PARTIAL_PER_SECOND: u32 = 1_000;
+
+/// The backoff of the partial-outage tables: small (10 ms base, 100 ms cap, full jitter),
+/// so retries follow soon after the failure they answer but not all in the same instant.
+pub fn partial_backoff() -> Backoff {
+    Backoff::exponential(Duration::from_millis(10), Duration::from_millis(100))
+}
+
+/// One row of a partial-outage table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// The storm that was run.
+    pub storm: Storm,
+    /// What it measured.
+    pub measured: Measured,
+    /// What the arithmetic says it should have.
+    pub expected: Expected,
+}
+
+/// Every row of the partial-outage table for `layers` nested layers: each failure rate in
+/// [`FAILURE_RATES`] under each of [`Retries::ALL`], 20,000 requests at 1,000 per second.
+pub fn partial_outage(layers: usize) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (i, &failure_rate) in FAILURE_RATES.iter().enumerate() {
+        for retries in Retries::ALL {
+            let storm = Storm {
+                layers,
+                retries,
+                failure_rate,
+                requests: PARTIAL_REQUESTS,
+                per_second: PARTIAL_PER_SECOND,
+                backoff: partial_backoff(),
+                seed: 2024 + i as u64,
+            };
+            let measured = paused(storm.run());
+            let expected = storm.expected(measured.elapsed);
+            rows.push(Row {
+                storm,
+                measured,
+                expected,
+            });
+        }
+    }
+    rows
 }
