@@ -7,7 +7,7 @@
 //! | connect error, connection refused | [`Classification::Retry`], [`RetryReason::Connect`]: the server never saw the request |
 //! | HTTP/2 `RST_STREAM(REFUSED_STREAM)` received on the request's own stream | [`Classification::Retry`], [`RetryReason::RefusedStream`]: the server did not process it |
 //! | HTTP/2 `GOAWAY` (any code) | [`Classification::Retry`], [`RetryReason::GoAway`]: the connection is going away, and the stream may have been processed |
-//! | connection reset / aborted, broken pipe, unexpected EOF, incomplete message, hyper's canceled and "dispatch task is gone" errors | [`Classification::Retry`], [`RetryReason::ConnectionClosed`] |
+//! | connection reset / aborted, broken pipe, unexpected EOF, incomplete message, hyper's canceled and "dispatch task is gone" errors, an HTTP/2 `RST_STREAM` with any other code received before the answer | [`Classification::Retry`], [`RetryReason::ConnectionClosed`] |
 //! | a timeout: tower's `Elapsed`, `io::ErrorKind::TimedOut`, [`AttemptTimedOut`] | [`Classification::Retry`], [`RetryReason::Timeout`] |
 //! | 408, 429, 502, 503, 504 | [`Classification::Retry`], [`RetryReason::Status`] |
 //! | 500 | [`Classification::RetryOnce`]: at most one retry per logical request |
@@ -284,10 +284,15 @@ mod hyper_errors {
             if e.is_go_away() {
                 return retry(RetryReason::GoAway);
             }
-            if e.is_reset() && e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM) {
-                // RST_STREAM received on this very stream: the one proof HTTP/2 gives that
-                // the server did not process it (RFC 9113, section 8.7).
-                return retry(RetryReason::RefusedStream);
+            if e.is_reset() && e.is_remote() {
+                if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+                    // RST_STREAM received on this very stream: the one proof HTTP/2 gives
+                    // that the server did not process it (RFC 9113, section 8.7).
+                    return retry(RetryReason::RefusedStream);
+                }
+                // The server reset the stream before answering: HTTP/2's counterpart of a
+                // connection reset under an HTTP/1 request.
+                return retry(RetryReason::ConnectionClosed);
             }
             return None;
         }

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::server::{Action, Hit, serve};
+use common::server::{Action, Hit, serve, serve_h2};
 use http::{Method, Request, Response};
 use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
@@ -365,10 +365,21 @@ struct LaneTally {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_two_thousand_requests_against_a_faulty_server() {
+    chaos(false).await;
+}
+
+/// The same over HTTP/2, every request multiplexed on one connection; "closing the
+/// connection" is the server resetting the request's stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_two_thousand_requests_against_a_faulty_server_over_http2() {
+    chaos(true).await;
+}
+
+async fn chaos(h2: bool) {
     let books = Arc::new(Mutex::new(Books::default()));
     let server = {
         let books = Arc::clone(&books);
-        serve(move |hit: Hit| {
+        let handler = move |hit: Hit| {
             let books = Arc::clone(&books);
             async move {
                 let (fault, response) = books.lock().unwrap().handle(&hit);
@@ -380,12 +391,20 @@ async fn chaos_two_thousand_requests_against_a_faulty_server() {
                     _ => Action::Close,
                 }
             }
-        })
-        .await
+        };
+        if h2 {
+            serve_h2(handler).await
+        } else {
+            serve(handler).await
+        }
     };
     assert!(server.addr.ip().is_loopback());
 
-    let client = common::server::client();
+    let client = if h2 {
+        common::server::client_h2()
+    } else {
+        common::server::client()
+    };
     let services: Vec<_> = LANES
         .iter()
         .map(|lane| {

@@ -184,11 +184,13 @@ fn h2_refused_stream_mid_body_retries_a_keyless_post() {
     });
 }
 
-/// Any other reset reason is not proof: a keyless POST is returned, applied at most once.
+/// Any other reset code is not proof: a keyless POST is returned, sent once; a PUT is
+/// retried (a stream reset is HTTP/2's connection reset), its whole body replayed.
 #[test]
-fn h2_other_resets_do_not_retry_a_keyless_post() {
+fn h2_other_resets_retry_a_put_and_not_a_keyless_post() {
     on_every_runtime(LIMIT, |mode| {
         repeat(mode, 20, move |run| async move {
+            let context = format!("{mode:?} run {run}");
             let server =
                 h2_server(|_| H2Action::ResetAfterFirstChunk(h2::Reason::INTERNAL_ERROR)).await;
             let result = send(
@@ -197,8 +199,31 @@ fn h2_other_resets_do_not_retry_a_keyless_post() {
                 request(Method::POST, &server, "/orders", STREAM),
             )
             .await;
-            assert!(result.is_err(), "{mode:?} run {run}");
-            assert_eq!(server.log.seen(), 1, "{mode:?} run {run}: sent again");
+            assert!(result.is_err(), "{context}");
+            assert_eq!(server.log.seen(), 1, "{context}: sent again");
+
+            let server = h2_server(|index| {
+                if index == 0 {
+                    H2Action::ResetAfterFirstChunk(h2::Reason::INTERNAL_ERROR)
+                } else {
+                    H2Action::Apply(200)
+                }
+            })
+            .await;
+            let result = send(
+                Proto::H2,
+                layer(false),
+                request(Method::PUT, &server, "/doc", STREAM),
+            )
+            .await;
+            assert_retried(
+                &context,
+                result,
+                &server,
+                2,
+                RetryReason::ConnectionClosed,
+                STREAM,
+            );
         })
     });
 }

@@ -75,6 +75,25 @@ where
     F: Fn(Hit) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Action> + Send + 'static,
 {
+    serve_on_with(listener, false, handler)
+}
+
+/// As [`serve`], over prior-knowledge HTTP/2: `Action::Close` resets the stream
+/// (hyper's server answers a failed handler with `RST_STREAM(INTERNAL_ERROR)`).
+pub async fn serve_h2<F, Fut>(handler: F) -> Server
+where
+    F: Fn(Hit) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Action> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_on_with(listener, true, handler)
+}
+
+fn serve_on_with<F, Fut>(listener: TcpListener, h2: bool, handler: F) -> Server
+where
+    F: Fn(Hit) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Action> + Send + 'static,
+{
     let addr = listener.local_addr().unwrap();
     let hits = Arc::new(std::sync::Mutex::new(Vec::new()));
     let count = Arc::new(AtomicUsize::new(0));
@@ -111,9 +130,16 @@ where
                         }
                     }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let io = TokioIo::new(stream);
+                let _ = if h2 {
+                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(io, service)
+                        .await
+                } else {
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await
+                };
             });
         }
     });
@@ -150,6 +176,13 @@ pub type TestClient = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
 /// A plain hyper-util legacy client over HTTP/1.
 pub fn client() -> TestClient {
     Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// A hyper-util legacy client speaking prior-knowledge HTTP/2, one connection multiplexed.
+pub fn client_h2() -> TestClient {
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
 }
 
 #[allow(dead_code)]

@@ -1,0 +1,379 @@
+//! An HTTP/2 load test against a real nginx on 127.0.0.1 (DESIGN 5).
+//!
+//! nginx closes an HTTP/2 connection with GOAWAY once it has served `keepalive_requests`
+//! requests on it. hyper hands that GOAWAY (or the close after it) to streams still open
+//! on the connection, the one nginx processed last included. Taking GOAWAY as proof that
+//! a request was never processed had keyless POSTs applied twice here, in every run.
+//!
+//! The test starts its own nginx (its own config, port, logs and temporary directories),
+//! sends keyless POSTs and GETs through the layer, and reads nginx's own access log: no id
+//! may be applied twice, and every GET must succeed. The same load through the bare client
+//! in the same run shows the fault is exercised.
+//!
+//! nginx comes from Debian's `nginx-light` (`.ci/run` installs it). Without it the test
+//! fails under `CI=true`, and elsewhere says loudly that it skipped.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tower::{BoxError, Layer, Service, ServiceExt};
+use tower_http_retry::{Backoff, ReplayBody, RetryLayer, RetryPolicy};
+
+/// The GOAWAY storm: nginx sends GOAWAY after every `STORM_KEEPALIVE` requests on a
+/// connection, and the client keeps `STORM_CONCURRENCY` keyless POSTs in flight over its one
+/// multiplexed connection, `STORM_POSTS` of them.
+const STORM_KEEPALIVE: usize = 2;
+const STORM_CONCURRENCY: usize = 16;
+const STORM_POSTS: usize = 1_000;
+/// Mixed traffic: GOAWAY every `MIXED_KEEPALIVE` requests, `MIXED_REQUESTS` POSTs and as
+/// many GETs, `MIXED_CONCURRENCY` at a time; every GET must succeed.
+const MIXED_KEEPALIVE: usize = 16;
+const MIXED_CONCURRENCY: usize = 4;
+const MIXED_REQUESTS: usize = 3_000;
+
+fn nginx_binary() -> Option<PathBuf> {
+    let candidates = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"];
+    candidates
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|dir| dir.join("nginx"))
+                    .find(|p| p.exists())
+            })
+        })
+}
+
+struct Nginx {
+    child: Child,
+    dir: PathBuf,
+    /// Where nginx sends GOAWAY after `STORM_KEEPALIVE` requests.
+    storm_port: u16,
+    /// Where it does after `MIXED_KEEPALIVE`.
+    mixed_port: u16,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Nginx {
+    fn start(binary: &Path) -> Nginx {
+        let dir = std::env::temp_dir().join(format!(
+            "tower-http-retry-nginx-{}-{}",
+            std::process::id(),
+            rand_suffix()
+        ));
+        for sub in ["", "logs", "tmp"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        // Free loopback ports: bound, read and released for nginx to take.
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let (storm_port, mixed_port) = (free(), free());
+        let d = dir.display();
+        let config = format!(
+            r#"daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/logs/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    log_format ids '$request_method $arg_id $status';
+    access_log {d}/logs/access.log ids;
+    client_body_temp_path {d}/tmp/body;
+    proxy_temp_path {d}/tmp/proxy;
+    fastcgi_temp_path {d}/tmp/fastcgi;
+    uwsgi_temp_path {d}/tmp/uwsgi;
+    scgi_temp_path {d}/tmp/scgi;
+    server {{
+        listen 127.0.0.1:{storm_port} http2;
+        keepalive_requests {STORM_KEEPALIVE};
+        location / {{ return 200 "applied\n"; }}
+    }}
+    server {{
+        listen 127.0.0.1:{mixed_port} http2;
+        keepalive_requests {MIXED_KEEPALIVE};
+        location / {{ return 200 "applied\n"; }}
+    }}
+}}
+"#
+        );
+        std::fs::write(dir.join("nginx.conf"), config).unwrap();
+        let child = Command::new(binary)
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("nginx starts");
+        let nginx = Nginx {
+            child,
+            dir,
+            storm_port,
+            mixed_port,
+        };
+        // Wait, bounded, for nginx to listen.
+        for _ in 0..200 {
+            let up = |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+            if up(storm_port) && up(mixed_port) {
+                return nginx;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!(
+            "nginx did not listen on 127.0.0.1:{storm_port} and :{mixed_port} within 5 s: {}",
+            std::fs::read_to_string(nginx.dir.join("logs/error.log")).unwrap_or_default()
+        );
+    }
+
+    fn access_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("logs/access.log")).unwrap_or_default()
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    h.finish()
+}
+
+type Body = ReplayBody<Full<Bytes>>;
+
+/// What one load sends: `posts` keyless POSTs and `gets` GETs, interleaved, `concurrency`
+/// at a time, with ids from `first_id` on.
+#[derive(Clone, Copy)]
+struct Load {
+    port: u16,
+    posts: usize,
+    gets: usize,
+    concurrency: usize,
+    first_id: usize,
+}
+
+/// A request not answered within this is counted as hung (and as failed).
+const HUNG: Duration = Duration::from_secs(10);
+
+/// Runs `load` through `svc`; returns (POST failures, GET failures, hung requests).
+async fn load<S>(svc: S, load: Load) -> (usize, usize, usize)
+where
+    S: Service<Request<Full<Bytes>>, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send,
+{
+    let next = Arc::new(AtomicUsize::new(0));
+    let post_failures = Arc::new(AtomicUsize::new(0));
+    let get_failures = Arc::new(AtomicUsize::new(0));
+    let hung = Arc::new(AtomicUsize::new(0));
+    let total = load.posts + load.gets;
+    let workers: Vec<_> = (0..load.concurrency)
+        .map(|_| {
+            let (svc, next) = (svc.clone(), Arc::clone(&next));
+            let (posts, gets) = (Arc::clone(&post_failures), Arc::clone(&get_failures));
+            let hung = Arc::clone(&hung);
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= total {
+                        return;
+                    }
+                    let id = load.first_id + i;
+                    // POSTs and GETs alternate while both last.
+                    let post = if load.gets == 0 {
+                        true
+                    } else if load.posts == 0 {
+                        false
+                    } else {
+                        i % 2 == 0 && i / 2 < load.posts || i >= 2 * load.gets
+                    };
+                    let (method, body, failures) = if post {
+                        (Method::POST, Bytes::from(format!("order {id}")), &posts)
+                    } else {
+                        (Method::GET, Bytes::new(), &gets)
+                    };
+                    let req = Request::builder()
+                        .method(method)
+                        .uri(format!("http://127.0.0.1:{}/apply?id={id}", load.port))
+                        .body(Full::new(body))
+                        .unwrap();
+                    let ok = match tokio::time::timeout(HUNG, svc.clone().oneshot(req)).await {
+                        Ok(result) => result.is_ok(),
+                        Err(_) => {
+                            let method = if post { "POST" } else { "GET" };
+                            eprintln!("request {id} ({method}) not answered within {HUNG:?}");
+                            hung.fetch_add(1, Ordering::SeqCst);
+                            false
+                        }
+                    };
+                    if !ok {
+                        failures.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    (
+        post_failures.load(Ordering::SeqCst),
+        get_failures.load(Ordering::SeqCst),
+        hung.load(Ordering::SeqCst),
+    )
+}
+
+/// Counts, per id, the requests nginx logged with status 200.
+fn applied(log: &str) -> HashMap<(String, usize), usize> {
+    let mut counts = HashMap::new();
+    for line in log.lines() {
+        let mut fields = line.split(' ');
+        let (Some(method), Some(id), Some("200")) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if let Ok(id) = id.parse::<usize>() {
+            *counts.entry((method.to_string(), id)).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+#[test]
+fn keyless_posts_are_never_applied_twice_against_nginx_over_http2() {
+    let Some(binary) = nginx_binary() else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("nginx is required under CI=true (apt-get install -y nginx-light)");
+        }
+        eprintln!(
+            "\n*** SKIPPED keyless_posts_are_never_applied_twice_against_nginx_over_http2: \
+             nginx not found (apt-get install -y nginx-light) ***\n"
+        );
+        return;
+    };
+    let nginx = Nginx::start(&binary);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let storm = Load {
+        port: nginx.storm_port,
+        posts: STORM_POSTS,
+        gets: 0,
+        concurrency: STORM_CONCURRENCY,
+        first_id: 0,
+    };
+    let mixed = Load {
+        port: nginx.mixed_port,
+        posts: MIXED_REQUESTS,
+        gets: MIXED_REQUESTS,
+        concurrency: MIXED_CONCURRENCY,
+        first_id: 500_000,
+    };
+    // Ids: the bare client's below LAYER, the layer's from LAYER on (one access log).
+    const LAYER: usize = 1_000_000;
+    let figures = runtime.block_on(async move {
+        let client = || {
+            Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build_http::<Body>()
+        };
+        let bare = tower::service_fn({
+            let client = client();
+            move |req: Request<Full<Bytes>>| {
+                let client = client.clone();
+                async move {
+                    let req = req.map(|b| ReplayBody::new(b, 0));
+                    client.request(req).await.map_err(BoxError::from)
+                }
+            }
+        });
+        // Keyless POSTs, a quick backoff, no budget to refuse: only the classification
+        // stands between a GOAWAY and a second copy of a POST.
+        let layer = RetryLayer::new().no_idempotency_key().no_budget().policy(
+            RetryPolicy::default()
+                .max_attempts(10)
+                // hyper-util's HTTP/2 client leaves an odd request unanswered in a GOAWAY
+                // storm (the bare client's hung count shows it); the attempt timeout is
+                // what a user sets against that.
+                .attempt_timeout(Duration::from_secs(2))
+                .backoff(Backoff::exponential(
+                    Duration::from_millis(5),
+                    Duration::from_millis(50),
+                )),
+        );
+        let layered = tower::util::BoxCloneSyncService::new(layer.layer(client()));
+        let limit = Duration::from_secs(120);
+        let mut figures = Vec::new();
+        for run in [storm, mixed] {
+            let bare = tokio::time::timeout(limit, load(bare.clone(), run)).await;
+            let ours = Load {
+                first_id: run.first_id + LAYER,
+                ..run
+            };
+            let ours = tokio::time::timeout(limit, load(layered.clone(), ours)).await;
+            figures.push((
+                bare.expect("the bare load ends"),
+                ours.expect("the load ends"),
+            ));
+        }
+        figures
+    });
+    let [(storm_bare, storm_ours), (mixed_bare, mixed_ours)] = figures[..] else {
+        unreachable!()
+    };
+    let counts = applied(&nginx.access_log());
+    let mut twice: Vec<usize> = counts
+        .iter()
+        .filter(|((method, id), n)| method == "POST" && *id >= LAYER && **n > 1)
+        .map(|((_, id), _)| *id)
+        .collect();
+    twice.sort_unstable();
+    let gets_applied = counts
+        .keys()
+        .filter(|(method, id)| method == "GET" && *id >= LAYER)
+        .count();
+    eprintln!(
+        "nginx over HTTP/2, failures (POST, GET): \
+         storm (keepalive_requests {STORM_KEEPALIVE}, {STORM_CONCURRENCY} at a time, {STORM_POSTS} POSTs): bare {storm_bare:?}, layer {storm_ours:?}; \
+         mixed (keepalive_requests {MIXED_KEEPALIVE}, {MIXED_CONCURRENCY} at a time, {MIXED_REQUESTS} POSTs + {MIXED_REQUESTS} GETs): bare {mixed_bare:?}, layer {mixed_ours:?}; \
+         keyless POSTs applied twice through the layer: {}",
+        twice.len()
+    );
+    assert!(
+        storm_bare.0 > 0 && mixed_bare.0 + mixed_bare.1 > 0,
+        "the bare client never failed: GOAWAY was not exercised ({storm_bare:?}, {mixed_bare:?})"
+    );
+    assert!(
+        twice.is_empty(),
+        "keyless POSTs applied twice: ids {twice:?}"
+    );
+    assert_eq!(storm_ours.2 + mixed_ours.2, 0, "requests hung in the layer");
+    assert_eq!(mixed_ours.1, 0, "GETs failed through the layer");
+    assert_eq!(gets_applied, MIXED_REQUESTS, "every GET reached nginx");
+}
