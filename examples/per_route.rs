@@ -2,7 +2,11 @@
 //!
 //! - Payments POSTs: 5 attempts and a budget of their own, so a payments outage cannot
 //!   drain the retries the rest of the traffic relies on.
+//! - Search POSTs: `assume_idempotent()`: a POST-based query API, retried like a GET and
+//!   sent without an idempotency key.
 //! - GETs: the layer's default policy (3 attempts) and its shared budget.
+//! - Every route starts from one base policy: a route's policy replaces the default one and
+//!   inherits nothing from it.
 //! - Health checks: `RetryPolicy::never()`: a health check that fails must say so at once.
 //! - One request overrides its route with a policy in its extensions.
 //!
@@ -56,6 +60,9 @@ async fn start_server() -> std::io::Result<std::net::SocketAddr> {
                                     (Method::POST, p) if p.starts_with("/v1/payments") => {
                                         if n <= 3 { 503 } else { 201 }
                                     }
+                                    // A keyed search would be a client bug here.
+                                    (Method::POST, "/v1/search") if !key.is_empty() => 400,
+                                    (Method::POST, "/v1/search") if n == 1 => 503,
                                     (Method::GET, "/health") => 503,
                                     (Method::GET, _) if n == 1 => 503,
                                     _ => 200,
@@ -82,15 +89,19 @@ async fn main() -> Result<(), BoxError> {
     let quick = Backoff::exponential(Duration::from_millis(10), Duration::from_millis(100));
     let shared = RetryBudget::new(0.1, 10, 100);
     let payments = RetryBudget::new(0.2, 5, 20);
+    let base = RetryPolicy::default()
+        .backoff(quick)
+        .deadline(Duration::from_secs(2));
     let layer = RetryLayer::new()
         .budget(shared.clone())
-        .policy(RetryPolicy::default().backoff(quick))
+        .policy(base.clone())
         .route(
             RouteMatch::post().path_prefix("/v1/payments"),
-            RetryPolicy::default()
-                .max_attempts(5)
-                .backoff(quick)
-                .budget(payments.clone()),
+            base.clone().max_attempts(5).budget(payments.clone()),
+        )
+        .route(
+            RouteMatch::post().path_prefix("/v1/search"),
+            base.clone().assume_idempotent(),
         )
         .route(
             RouteMatch::get().path_prefix("/health"),
@@ -110,6 +121,11 @@ async fn main() -> Result<(), BoxError> {
             "payments route (5 attempts, own budget)",
             Method::POST,
             "/v1/payments/refunds",
+        ),
+        (
+            "search route (repeatable POST, no key)",
+            Method::POST,
+            "/v1/search",
         ),
         (
             "default policy (3 attempts, shared budget)",
@@ -143,8 +159,13 @@ async fn main() -> Result<(), BoxError> {
             .cloned()
             .unwrap_or_default();
         println!("{line:<28} {route}");
+        let key = if info.idempotency_key.is_some() {
+            "with a key"
+        } else {
+            "no key"
+        };
         println!(
-            "    -> {} after {} attempt(s), stop: {}",
+            "    -> {} after {} attempt(s), {key}, stop: {}",
             response.status(),
             info.attempts,
             info.stop

@@ -1,21 +1,7 @@
 //! How long to wait before a retry: capped exponential backoff with jitter.
 //!
 //! Everything here is a pure function of the retry number, the previous sleep and a random
-//! number generator, so it is tested as plain maths. The formulas, for retry `n` (1 for the
-//! first retry), base `b`, cap `c` and previous sleep `p` (which starts at `b`):
-//!
-//! | kind | wait |
-//! | --- | --- |
-//! | ceiling | `min(c, b * 2^n)`, saturating |
-//! | [`Jitter::None`] | the ceiling |
-//! | [`Jitter::Full`] (default) | uniform in `[0, ceiling]` |
-//! | [`Jitter::Equal`] | `ceiling / 2` + uniform in `[0, ceiling / 2]` |
-//! | [`Jitter::Decorrelated`] | `min(c, uniform in [b, 3p])` |
-//!
-//! Why jitter at all: clients that fail together and wait the same time retry together, so
-//! every round of retries lands on the server as one spike. Full jitter spreads each round
-//! over the whole interval. Delays are computed in whole nanoseconds, so sub-second
-//! precision is kept.
+//! number generator, so it is tested as plain maths. The formulas are on [`Backoff`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +39,10 @@ pub enum Jitter {
 /// | [`Jitter::Full`] (default) | uniform in `[0, ceiling]` |
 /// | [`Jitter::Equal`] | `ceiling / 2` + uniform in `[0, ceiling / 2]` |
 /// | [`Jitter::Decorrelated`] | `min(c, uniform in [b, 3p])` |
+///
+/// Why jitter at all: clients that fail together and wait the same time retry together, so
+/// every round of retries lands on the server as one spike. Full jitter spreads each round
+/// over the whole interval.
 ///
 /// Waits are computed in whole nanoseconds, so sub-second precision is kept. Every logical
 /// request draws its own random numbers: no two requests share a jitter sequence.

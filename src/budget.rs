@@ -23,6 +23,9 @@
 //!
 //! # How it is used
 //!
+//! [`RetryLayer`](crate::RetryLayer) does both calls itself; use them directly
+//! only to share a budget with retries made elsewhere.
+//!
 //! * Call [`RetryBudget::deposit`] once per logical request, when it starts
 //!   (not once per attempt).
 //! * Call [`RetryBudget::withdraw`] before each retry (not before the first
@@ -30,7 +33,7 @@
 //!
 //! The same two calls are available through tower's
 //! [`Budget`](tower::retry::budget::Budget) trait, which `RetryBudget`
-//! implements.
+//! implements. Neither blocks nor allocates.
 //!
 //! # The guarantee
 //!
@@ -46,56 +49,11 @@
 //! no matter how many threads call in, or how their calls interleave. (Time is
 //! counted in whole milliseconds, so measured against a wall-clock interval
 //! the last term can be larger by the refill of one millisecond, `m / 1000`
-//! of a token.) Unlike a budget that first checks the balance and then
-//! subtracts in a separate step, concurrent withdrawals can never overdraw
-//! the bucket, and concurrent deposits are never lost (only clipped at `C`).
+//! of a token.) Concurrent withdrawals never overdraw the bucket, and
+//! concurrent deposits are never lost (only clipped at `C`).
 //!
-//! # Representation
-//!
-//! The whole state is one `AtomicU64`, changed only by compare-and-swap:
-//!
-//! ```text
-//!  63              38 37                               0
-//! +------------------+----------------------------------+
-//! | balance: 26 bits | last refill tick: 38 bits        |
-//! +------------------+----------------------------------+
-//! ```
-//!
-//! * The balance counts thousandths of a token ("units"), so `max_tokens` can
-//!   be at most 67 108 (`2^26 - 1` units is 67 108.863 tokens). A deposit adds
-//!   `r` rounded down to whole thousandths (ratios such as 0.57 or 1.001, which
-//!   floating point cannot represent exactly, count as the thousandths they
-//!   were written as; a positive ratio below 0.001 is refused instead of being
-//!   silently rounded to zero).
-//! * The tick is the number of whole milliseconds since the budget was
-//!   created, taken modulo `2^38`. With these units a refill of `m` tokens per
-//!   second is exactly `m` units per millisecond, so refill is exact integer
-//!   arithmetic: `elapsed_ms * m` units are credited and the tick moves to the
-//!   current millisecond, so no time is lost or counted twice. Time spent with
-//!   a full bucket is not banked.
-//! * Each call reads the clock once, before it loads the word, so with
-//!   several threads a call may carry a tick slightly older than the one
-//!   another thread has just stored. Such a call credits no refill and leaves
-//!   the stored tick alone; it is still a valid deposit or withdrawal. A tick
-//!   counts as older when it lies in the half of the 38-bit circle behind the
-//!   stored one, which is why the tick needs far more than 32 bits: with 32
-//!   bits that half is only 24.8 days, and a client idle for a month could see
-//!   its refill stall for weeks. With 38 bits the tick wraps every 8.7 years
-//!   (harmlessly: elapsed time uses wrapping subtraction), and only a budget
-//!   that sees no call at all for more than 2^37 ms (about 4.36 years) can
-//!   have its elapsed time misread as "older"; it then gets no refill until
-//!   the clock has gone round again, but deposits still work.
-//! * Reads and writes of the word use `Ordering::Relaxed`: the word publishes
-//!   no other memory, and every change is a read-modify-write of that one
-//!   word, so all changes are totally ordered and a successful
-//!   compare-and-swap proves no other change came in between its load and its
-//!   store.
-//!
-//! The hot path ([`RetryBudget::deposit`], [`RetryBudget::withdraw`]) reads
-//! the clock once, loads the word once, does a little integer arithmetic and,
-//! unless contended, a single compare-and-swap. It never allocates or blocks.
-//! Time comes from [`tokio::time::Instant`], so tests with a paused tokio
-//! clock control refill.
+//! Time comes from [`tokio::time::Instant`], so a test that pauses tokio's
+//! clock controls the refill.
 //!
 //! # Example
 //!
@@ -120,14 +78,53 @@
 //! assert!(budget.withdraw());
 //! ```
 
+// How it works.
+//
+// The whole state is one `AtomicU64`, changed only by compare-and-swap:
+//
+//  63              38 37                               0
+// +------------------+----------------------------------+
+// | balance: 26 bits | last refill tick: 38 bits        |
+// +------------------+----------------------------------+
+//
+// - The balance counts thousandths of a token ("units"), so `max_tokens` can be at most
+//   67 108 (`2^26 - 1` units is 67 108.863 tokens). A deposit adds `r` rounded down to
+//   whole thousandths (ratios such as 0.57 or 1.001, which floating point cannot represent
+//   exactly, count as the thousandths they were written as; a positive ratio below 0.001
+//   is refused instead of being silently rounded to zero).
+// - The tick is the number of whole milliseconds since the budget was created, taken
+//   modulo `2^38`. With these units a refill of `m` tokens per second is exactly `m` units
+//   per millisecond, so refill is exact integer arithmetic: `elapsed_ms * m` units are
+//   credited and the tick moves to the current millisecond, so no time is lost or counted
+//   twice. Time spent with a full bucket is not banked.
+// - A deposit reads no clock and leaves the tick alone; the next withdrawal credits the
+//   refill (see `add_deposit`). A withdrawal reads the clock once, before it loads the
+//   word, so with several threads it may carry a tick slightly older than the one another
+//   thread has just stored. Such a call credits no refill and leaves the stored tick alone;
+//   it is still a valid withdrawal. A tick counts as older when it lies in the half of the
+//   38-bit circle behind the stored one, which is why the tick needs far more than 32 bits:
+//   with 32 bits that half is only 24.8 days, and a client idle for a month could see its
+//   refill stall for weeks. With 38 bits the tick wraps every 8.7 years (harmlessly:
+//   elapsed time uses wrapping subtraction), and only a budget that sees no withdrawal for
+//   more than 2^37 ms (about 4.36 years) can have its elapsed time misread as "older"; it
+//   then gets no refill until the clock has gone round again, but deposits still work.
+// - Reads and writes of the word use `Ordering::Relaxed`: the word publishes no other
+//   memory, and every change is a read-modify-write of that one word, so all changes are
+//   totally ordered and a successful compare-and-swap proves no other change came in
+//   between its load and its store.
+//
+// The loom models at the end of this file check the compare-and-swap loops under every
+// interleaving; under `--cfg tower_http_retry_loom` the tests build the budget on loom's
+// atomics (loom is a dev-dependency, so users' lock files never list it).
+
 use std::fmt;
 
-#[cfg(tower_http_retry_loom)]
-use loom::sync::{
+#[cfg(all(test, tower_http_retry_loom))]
+use ::loom::sync::{
     Arc,
     atomic::{AtomicU64, Ordering},
 };
-#[cfg(not(tower_http_retry_loom))]
+#[cfg(not(all(test, tower_http_retry_loom)))]
 use std::sync::{
     Arc,
     atomic::{AtomicU64, Ordering},
@@ -387,8 +384,8 @@ impl RetryBudget {
     /// A deposit that also credits the refill up to an explicit tick (taken modulo
     /// `2^38`): the unit tests' model of a deposit at a known time. The layer's
     /// [`RetryBudget::deposit`] leaves the refill to the next withdrawal; both keep the
-    /// bound, and `tests/budget_bound.rs` and the loom models check that one.
-    #[cfg(test)]
+    /// bound, and `tests/budget_bound.rs` and the loom models below check that one.
+    #[cfg(all(test, not(tower_http_retry_loom)))]
     pub(crate) fn deposit_at(&self, now_ms: u64) {
         let now = now_ms & TICK_MASK;
         let state = &self.inner.state;
@@ -462,28 +459,6 @@ impl RetryBudget {
     pub(crate) fn units_at(&self, now_ms: u64) -> u64 {
         let current = self.inner.state.load(Ordering::Relaxed);
         balance_of(self.inner.refilled(current, now_ms & TICK_MASK))
-    }
-}
-
-/// Explicit-tick entry points for the loom model in `tests/loom_budget.rs`;
-/// they exist only when built with `--cfg tower_http_retry_loom`.
-#[cfg(tower_http_retry_loom)]
-#[doc(hidden)]
-impl RetryBudget {
-    /// [`RetryBudget::deposit`], which reads no clock: the tick is ignored, so the models
-    /// check the same code path the layer runs.
-    pub fn loom_deposit_at(&self, _now_ms: u64) {
-        self.add_deposit();
-    }
-
-    /// [`RetryBudget::withdraw`] at an explicit tick.
-    pub fn loom_withdraw_at(&self, now_ms: u64) -> bool {
-        self.withdraw_at(now_ms)
-    }
-
-    /// The balance in thousandths of a token at an explicit tick.
-    pub fn loom_units_at(&self, now_ms: u64) -> u64 {
-        self.units_at(now_ms)
     }
 }
 
@@ -1133,5 +1108,167 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+/// Loom models of the budget: every interleaving of a few threads depositing and
+/// withdrawing at fixed ticks, on loom's atomics. Run with
+/// `RUSTFLAGS="--cfg tower_http_retry_loom" cargo test --release --lib budget::loom_models`.
+#[cfg(all(test, tower_http_retry_loom))]
+mod loom_models {
+    use super::RetryBudget;
+
+    use ::loom::thread;
+
+    /// Runs `work` on a new loom thread with its own clone of `budget`.
+    fn spawn<T: 'static>(
+        budget: &RetryBudget,
+        work: impl FnOnce(&RetryBudget) -> T + 'static,
+    ) -> thread::JoinHandle<T> {
+        let budget = budget.clone();
+        thread::spawn(move || work(&budget))
+    }
+
+    /// Three threads race for two tokens: exactly two win, and the bucket ends
+    /// empty, never overdrawn.
+    #[test]
+    fn racing_withdrawals_take_each_token_exactly_once() {
+        ::loom::model(|| {
+            let budget = RetryBudget::new(0.0, 0, 2);
+            let first = spawn(&budget, |budget| budget.withdraw_at(0));
+            let second = spawn(&budget, |budget| budget.withdraw_at(0));
+            let third = budget.withdraw_at(0);
+            let grants = [first.join().unwrap(), second.join().unwrap(), third]
+                .into_iter()
+                .filter(|&granted| granted)
+                .count();
+            assert_eq!(grants, 2);
+            assert_eq!(budget.units_at(0), 0);
+        });
+    }
+
+    /// Preemption bound for the three-thread model with two calls per thread:
+    /// exploring it without a bound takes about ten minutes; with this bound a
+    /// few seconds. `LOOM_MAX_PREEMPTIONS` overrides it.
+    const PREEMPTION_BOUND: usize = 5;
+
+    /// Empties a budget of `max_tokens` tokens at tick 0.
+    fn drain(budget: &RetryBudget, max_tokens: u32) {
+        for _ in 0..max_tokens {
+            assert!(budget.withdraw_at(0));
+        }
+        assert!(!budget.withdraw_at(0));
+        assert_eq!(budget.units_at(0), 0);
+    }
+
+    /// Two threads deposit (the layer's clock-free deposit) and withdraw at
+    /// different, out-of-order ticks on an emptied bucket that never reaches
+    /// its cap; every interleaving is explored. Nothing is overdrawn, no
+    /// deposit is lost, and the 3 ms of refill are credited exactly once: the
+    /// final balance is start + deposits + refill - grants.
+    #[test]
+    fn two_threads_lose_no_deposit_and_count_time_once() {
+        ::loom::model(|| {
+            // 0.5 tokens per deposit, 1 token/s = 1 thousandth per ms, cap 10.
+            let budget = RetryBudget::new(0.5, 1, 10);
+            drain(&budget, 10);
+            let other = spawn(&budget, |budget| {
+                budget.add_deposit();
+                budget.withdraw_at(2)
+            });
+            budget.add_deposit();
+            let mine = budget.withdraw_at(3);
+            let grants = u64::from(other.join().unwrap()) + u64::from(mine);
+
+            // 2 deposits of 500 and 3 ms at 1 per ms: 1_003 thousandths in all,
+            // enough for one retry and not for two.
+            assert!(grants <= 1, "overdrawn: {grants} grants from 1.003 tokens");
+            assert_eq!(
+                budget.units_at(3) + grants * 1_000,
+                1_003,
+                "a deposit or some refill was lost, or time was counted twice"
+            );
+        });
+    }
+
+    /// The same with three threads, explored up to [`PREEMPTION_BOUND`]
+    /// preemptions.
+    #[test]
+    fn three_threads_lose_no_deposit_and_count_time_once() {
+        let mut builder = ::loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(PREEMPTION_BOUND);
+        }
+        builder.check(|| {
+            let budget = RetryBudget::new(0.5, 1, 10);
+            drain(&budget, 10);
+            let first = spawn(&budget, |budget| {
+                budget.add_deposit();
+                budget.withdraw_at(2)
+            });
+            let second = spawn(&budget, |budget| {
+                budget.add_deposit();
+                budget.withdraw_at(3)
+            });
+            budget.add_deposit();
+            let third = budget.withdraw_at(1);
+            let grants = [first.join().unwrap(), second.join().unwrap(), third]
+                .into_iter()
+                .map(u64::from)
+                .sum::<u64>();
+
+            // 3 deposits of 500 and 3 ms at 1 per ms: 1_503 thousandths in all.
+            assert!(grants <= 1, "overdrawn: {grants} grants from 1.503 tokens");
+            assert_eq!(
+                budget.units_at(3) + grants * 1_000,
+                1_503,
+                "a deposit or some refill was lost, or time was counted twice"
+            );
+        });
+    }
+
+    /// At the cap, a deposit and two withdrawals race on a one-token bucket. The
+    /// only results a sequential order could give are allowed: the deposit is
+    /// clipped if it comes first, kept otherwise.
+    #[test]
+    fn racing_at_the_cap_matches_some_sequential_order() {
+        ::loom::model(|| {
+            let budget = RetryBudget::new(1.0, 0, 1);
+            let depositor = spawn(&budget, |budget| budget.add_deposit());
+            let first = budget.withdraw_at(0);
+            let second = budget.withdraw_at(0);
+            depositor.join().unwrap();
+            let grants = u64::from(first) + u64::from(second);
+            let left = budget.units_at(0);
+            assert!(
+                matches!((grants, left), (2, 0) | (1, 1_000) | (1, 0)),
+                "no sequential order gives {grants} grants and {left} thousandths left"
+            );
+            // The first withdrawal always finds the starting token or the deposit.
+            assert!(first);
+        });
+    }
+
+    /// Two deposits race with a withdrawal on a full one-token bucket: the
+    /// balance never rises above the cap, and the withdrawal always finds a
+    /// token.
+    #[test]
+    fn racing_deposits_never_fill_past_the_cap() {
+        ::loom::model(|| {
+            let budget = RetryBudget::new(1.0, 0, 1);
+            let first = spawn(&budget, |budget| budget.add_deposit());
+            let second = spawn(&budget, |budget| budget.add_deposit());
+            let granted = budget.withdraw_at(0);
+            first.join().unwrap();
+            second.join().unwrap();
+            assert!(granted);
+            let left = budget.units_at(0);
+            // Both deposits before the withdrawal: both clipped, nothing left.
+            // Otherwise the bucket ends full, and never fuller.
+            assert!(
+                left == 0 || left == 1_000,
+                "{left} thousandths left in a one-token bucket"
+            );
+        });
     }
 }

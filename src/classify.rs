@@ -40,7 +40,11 @@ use http::{HeaderMap, StatusCode, request};
 use crate::error::{AttemptTimedOut, DeadlineExceeded};
 
 /// What one attempt produced, as a classifier sees it.
+///
+/// Non-exhaustive: a classifier's `match` needs a last arm, usually the
+/// [`DefaultClassifier`].
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub enum Outcome<'a> {
     /// The inner service answered.
     Response {
@@ -136,24 +140,52 @@ impl fmt::Display for RetryReason {
 }
 
 /// Decides which outcomes are retried. Replaces the default with
-/// [`RetryPolicy::classifier`](crate::RetryPolicy::classifier).
+/// [`RetryPolicy::classifier`](crate::RetryPolicy::classifier) (a closure, its argument
+/// types inferred) or [`RetryPolicy::custom_classifier`](crate::RetryPolicy::custom_classifier)
+/// (any implementation of this trait).
 ///
-/// It sees the request's head (method, URI, headers) and the outcome. Closures with the
-/// same signature implement it; a custom classifier can fall back to
-/// [`DefaultClassifier`]:
+/// It sees the request's head (method, URI, headers) and the outcome: a response's status
+/// and headers, or the error. Closures with the same signature implement it. A custom
+/// classifier can fall back to [`DefaultClassifier`]; here, a server that marks a 503 it
+/// will not recover from with a header of its own:
 ///
 /// ```
 /// use http::{request, StatusCode};
-/// use tower_http_retry::classify::{Classification, Classify, DefaultClassifier, Outcome, RetryReason};
+/// use tower_http_retry::RetryPolicy;
+/// use tower_http_retry::classify::{Classification, Classify, DefaultClassifier, Outcome};
 ///
-/// // Also retry 409 Conflict on this API, once.
-/// let classifier = |head: &request::Parts, outcome: Outcome<'_>| match outcome {
-///     Outcome::Response { status: StatusCode::CONFLICT, .. } => {
-///         Classification::RetryOnce(RetryReason::Custom("conflict"))
+/// /// A 503 that says `x-retryable: false` is final.
+/// struct HonourNoRetry;
+///
+/// impl Classify for HonourNoRetry {
+///     fn classify(&self, head: &request::Parts, outcome: Outcome<'_>) -> Classification {
+///         match outcome {
+///             Outcome::Response { status: StatusCode::SERVICE_UNAVAILABLE, headers }
+///                 if headers.get("x-retryable").is_some_and(|v| v == "false") =>
+///             {
+///                 Classification::Done
+///             }
+///             _ => DefaultClassifier.classify(head, outcome),
+///         }
 ///     }
-///     _ => DefaultClassifier.classify(head, outcome),
-/// };
-/// # let _ = tower_http_retry::RetryPolicy::default().classifier(classifier);
+/// }
+///
+/// let policy = RetryPolicy::default().custom_classifier(HonourNoRetry);
+///
+/// // Classifiers are plain functions of their inputs: test them without a service.
+/// let head = http::Request::get("http://h/").body(()).unwrap().into_parts().0;
+/// let mut headers = http::HeaderMap::new();
+/// let status = StatusCode::SERVICE_UNAVAILABLE;
+/// assert!(matches!(
+///     HonourNoRetry.classify(&head, Outcome::Response { status, headers: &headers }),
+///     Classification::Retry(_)
+/// ));
+/// headers.insert("x-retryable", "false".parse().unwrap());
+/// assert_eq!(
+///     HonourNoRetry.classify(&head, Outcome::Response { status, headers: &headers }),
+///     Classification::Done
+/// );
+/// # let _ = policy;
 /// ```
 pub trait Classify: Send + Sync + 'static {
     /// Classifies one outcome of the request whose head is `request`.

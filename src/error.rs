@@ -10,6 +10,33 @@ use std::time::Duration;
 /// The overall deadline of a logical request passed while an attempt was still in flight.
 ///
 /// The attempt was dropped. Set with [`RetryPolicy::deadline`](crate::RetryPolicy::deadline).
+/// The caller gets it as a [`tower::BoxError`]; downcast it:
+///
+/// ```
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use http_body_util::Full;
+/// use tower::{Layer, ServiceExt};
+/// use tower_http_retry::{DeadlineExceeded, RetryLayer, RetryPolicy};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // A server that never answers.
+/// let inner = tower::service_fn(|_: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| {
+///     std::future::pending::<Result<Response<()>, std::convert::Infallible>>()
+/// });
+/// let client = RetryLayer::new()
+///     .policy(RetryPolicy::default().deadline(Duration::from_secs(2)))
+///     .layer(inner);
+///
+/// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
+/// let error = client.oneshot(request).await.unwrap_err();
+/// let deadline = error.downcast_ref::<DeadlineExceeded>().expect("the deadline passed");
+/// assert_eq!(deadline.deadline(), Duration::from_secs(2));
+/// assert_eq!(deadline.attempts(), 1);
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct DeadlineExceeded {
     deadline: Duration,
@@ -47,7 +74,35 @@ impl std::error::Error for DeadlineExceeded {}
 /// One attempt took longer than its per-attempt timeout and was dropped.
 ///
 /// The default classification treats it as a retryable timeout. Set with
-/// [`RetryPolicy::attempt_timeout`](crate::RetryPolicy::attempt_timeout).
+/// [`RetryPolicy::attempt_timeout`](crate::RetryPolicy::attempt_timeout). When the last
+/// attempt timed out too, the caller gets it as a [`tower::BoxError`]; downcast it:
+///
+/// ```
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use http_body_util::Full;
+/// use tower::{Layer, ServiceExt};
+/// use tower_http_retry::{AttemptTimedOut, RetryLayer, RetryPolicy};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // A server that takes a minute to answer.
+/// let inner = tower::service_fn(|_: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| async {
+///     tokio::time::sleep(Duration::from_secs(60)).await;
+///     Ok::<_, std::convert::Infallible>(Response::new(()))
+/// });
+/// let client = RetryLayer::new()
+///     .policy(RetryPolicy::default().max_attempts(2).attempt_timeout(Duration::from_secs(1)))
+///     .layer(inner);
+///
+/// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
+/// let error = client.oneshot(request).await.unwrap_err();
+/// let timed_out = error.downcast_ref::<AttemptTimedOut>().expect("both attempts timed out");
+/// assert_eq!(timed_out.attempt(), 2);
+/// assert_eq!(timed_out.timeout(), Duration::from_secs(1));
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct AttemptTimedOut {
     timeout: Duration,

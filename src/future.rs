@@ -40,6 +40,7 @@ use crate::trace::Trace;
 
 pin_project! {
     /// The response future of [`Retry`](crate::Retry).
+    #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct ResponseFuture<S, B>
     where
         S: Service<Request<ReplayBody<B>>>,

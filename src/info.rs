@@ -50,6 +50,44 @@ pub struct RetryRecord {
 }
 
 /// Why the layer stopped retrying and returned what it returned.
+///
+/// [`RetryInfo::stop`] tells a 503 the layer gave up on from one it was not allowed to
+/// retry:
+///
+/// ```
+/// use bytes::Bytes;
+/// use http::{Method, Request, Response, StatusCode};
+/// use http_body_util::Full;
+/// use tower::{Layer, ServiceExt};
+/// use tower_http_retry::{RetryInfo, RetryLayer, StopReason};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // A server that is down.
+/// let inner = tower::service_fn(|_: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| async {
+///     Ok::<_, std::convert::Infallible>(
+///         Response::builder().status(StatusCode::SERVICE_UNAVAILABLE).body(()).unwrap(),
+///     )
+/// });
+/// let client = RetryLayer::new().no_idempotency_key().layer(inner);
+///
+/// for (method, expected) in [
+///     (Method::GET, StopReason::MaxAttempts),   // retried, 3 attempts in all
+///     (Method::POST, StopReason::NotIdempotent), // no key: may not be repeated
+/// ] {
+///     let request = Request::builder()
+///         .method(method)
+///         .uri("http://127.0.0.1:3000/orders")
+///         .body(Full::new(Bytes::new()))
+///         .unwrap();
+///     let response = client.clone().oneshot(request).await.unwrap();
+///     let info = response.extensions().get::<RetryInfo>().unwrap();
+///     assert_eq!(info.stop, expected);
+///     // A stable label for logs and metrics.
+///     println!("{} after {} attempt(s)", info.stop.as_str(), info.attempts);
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum StopReason {

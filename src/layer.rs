@@ -9,7 +9,7 @@ use tower_layer::Layer;
 use crate::budget::RetryBudget;
 use crate::error::InvalidConfig;
 use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey};
-use crate::policy::RetryPolicy;
+use crate::policy::{PolicyKey, RetryPolicy};
 use crate::route::RouteMatch;
 use crate::service::Retry;
 
@@ -21,19 +21,34 @@ pub const DEFAULT_MAX_REPLAY_BYTES: usize = 64 * 1024;
 /// Every service made by one layer (and every clone of them) shares the layer's
 /// configuration and its [`RetryBudget`].
 ///
+/// By default every non-idempotent request (POST, PATCH, ...) gets a generated
+/// `Idempotency-Key`, and that key makes it retryable: safe only against servers that
+/// de-duplicate on the key. Turn keys off layer-wide with
+/// [`RetryLayer::no_idempotency_key`], or for one route with
+/// [`RetryPolicy::no_idempotency_key`].
+///
 /// ```
 /// use std::time::Duration;
 /// use tower_http_retry::{RetryBudget, RetryLayer, RetryPolicy, RouteMatch};
 ///
 /// let budget = RetryBudget::new(0.1, 10, 100);
+/// let base = RetryPolicy::default().max_attempts(3).deadline(Duration::from_secs(10));
 /// let layer = RetryLayer::new()
-///     .policy(RetryPolicy::default().max_attempts(3).deadline(Duration::from_secs(10)))
+///     .policy(base.clone())
 ///     .budget(budget.clone())
 ///     .max_replay_bytes(64 * 1024)
-///     .route(RouteMatch::post().path_prefix("/v1/payments"), RetryPolicy::default().max_attempts(5))
+///     .route(RouteMatch::post().path_prefix("/v1/payments"), base.clone().max_attempts(5))
+///     .route(RouteMatch::post().path_prefix("/v1/legacy"), base.clone().no_idempotency_key())
 ///     .route(RouteMatch::get().path_prefix("/health"), RetryPolicy::never());
 /// # let _ = layer;
 /// ```
+///
+/// # Runtime
+///
+/// Waits, deadlines and attempt timeouts are tokio timers, so the services must run on a
+/// tokio runtime with time enabled (`#[tokio::main]` and `#[tokio::test]` enable it; a
+/// hand-built runtime needs `enable_time` or `enable_all`). Without it a call panics at its
+/// first retry, or at once when its policy has a deadline or an attempt timeout.
 #[derive(Clone)]
 pub struct RetryLayer {
     config: Arc<Config>,
@@ -92,6 +107,27 @@ impl Config {
     pub(crate) fn budget_for<'a>(&'a self, policy: &'a RetryPolicy) -> Option<&'a RetryBudget> {
         policy.budget.as_ref().or(self.budget.as_ref())
     }
+
+    /// How keys are stamped under this policy: its own configuration, else the layer's. A
+    /// policy that declares its requests repeatable needs no key for that, so it gets none
+    /// from the layer.
+    pub(crate) fn key_for<'a>(&'a self, policy: &'a RetryPolicy) -> Option<&'a IdempotencyKey> {
+        match &policy.key {
+            PolicyKey::Own(key) => Some(key),
+            PolicyKey::Off => None,
+            PolicyKey::Layer if policy.assume_idempotent => None,
+            PolicyKey::Layer => self.key.as_ref(),
+        }
+    }
+
+    /// The header whose presence makes a non-idempotent request under this policy
+    /// retryable.
+    pub(crate) fn key_header_for<'a>(&'a self, policy: &'a RetryPolicy) -> &'a HeaderName {
+        match &policy.key {
+            PolicyKey::Own(key) => key.header(),
+            PolicyKey::Layer | PolicyKey::Off => &self.key_header,
+        }
+    }
 }
 
 impl Default for RetryLayer {
@@ -129,7 +165,30 @@ impl RetryLayer {
     }
 
     /// Requests matching `route` use `policy`. Routes are tried in the order they were
-    /// added; the first match wins.
+    /// added; the first match wins; a request no route matches uses the default policy
+    /// ([`RetryLayer::policy`]).
+    ///
+    /// The route's policy is complete: it replaces the default policy and inherits nothing
+    /// from it (only the layer's budget and idempotency keys apply when the policy sets no
+    /// budget or key configuration of its own). A route given
+    /// `RetryPolicy::default().max_attempts(5)` has no deadline and no attempt timeout, even
+    /// when the default policy has both. Build routes from the base policy instead:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
+    ///
+    /// let base = RetryPolicy::default()
+    ///     .deadline(Duration::from_secs(10))
+    ///     .attempt_timeout(Duration::from_secs(2));
+    /// let layer = RetryLayer::new()
+    ///     .policy(base.clone())
+    ///     // 5 attempts, the base's deadline and attempt timeout.
+    ///     .route(RouteMatch::post().path_prefix("/v1/payments"), base.clone().max_attempts(5))
+    ///     // A POST that may be repeated: retried like a GET, with no key.
+    ///     .route(RouteMatch::post().path_prefix("/v1/search"), base.clone().assume_idempotent());
+    /// # let _ = layer;
+    /// ```
     pub fn route(self, route: RouteMatch, policy: RetryPolicy) -> Self {
         self.edit(|c| c.routes.push((route, policy)))
     }
@@ -146,7 +205,9 @@ impl RetryLayer {
         self.edit(|c| c.budget = None)
     }
 
-    /// How idempotency keys are stamped on non-idempotent requests.
+    /// How idempotency keys are stamped on non-idempotent requests, for every policy that
+    /// does not configure its own ([`RetryPolicy::idempotency_key`],
+    /// [`RetryPolicy::no_idempotency_key`]). On by default: [`IdempotencyKey::default`].
     pub fn idempotency_key(self, key: IdempotencyKey) -> Self {
         self.edit(|c| {
             c.key_header = key.header().clone();
@@ -154,9 +215,11 @@ impl RetryLayer {
         })
     }
 
-    /// No keys are added. A non-idempotent request is then retried only when the caller
-    /// set an `Idempotency-Key` header itself, or when the failure proves the server never
-    /// saw it.
+    /// No keys are added, except under policies that configure their own
+    /// ([`RetryPolicy::idempotency_key`]). A non-idempotent request is then retried only when
+    /// the caller set an `Idempotency-Key` header itself, or when the failure proves the
+    /// server never saw it, or when its policy declares it repeatable
+    /// ([`RetryPolicy::assume_idempotent`]).
     pub fn no_idempotency_key(self) -> Self {
         self.edit(|c| c.key = None)
     }

@@ -6,8 +6,9 @@
 //! and retries only what is safe to repeat, only as often as the server can bear:
 //!
 //! - **Only safe requests.** Idempotent methods (GET, HEAD, OPTIONS, TRACE, PUT, DELETE),
-//!   requests that carry an `Idempotency-Key`, and failures that prove the server never
-//!   saw the request (connect errors, HTTP/2 `REFUSED_STREAM`). `CONNECT` never.
+//!   requests that carry an `Idempotency-Key`, requests whose policy declares them
+//!   repeatable ([`RetryPolicy::assume_idempotent`]), and failures that prove the server
+//!   never saw the request (connect errors, HTTP/2 `REFUSED_STREAM`). `CONNECT` never.
 //! - **One stable idempotency key.** Non-idempotent requests get an `Idempotency-Key`
 //!   before the first attempt; every retry carries the same one ([`IdempotencyKey`]).
 //! - **Only retryable outcomes.** Connection failures, timeouts, 408, 429, 502, 503, 504,
@@ -22,6 +23,15 @@
 //! - **Per-route policies** ([`RouteMatch`]) and a per-request override
 //!   ([`RetryPolicy`] in the request's extensions).
 //! - **A record of what happened**: [`RetryInfo`] in the response's extensions.
+//!
+//! **POSTs are retried by default.** The generated key makes a POST retryable, which is
+//! safe only against servers that de-duplicate on it. For a server that does not, turn
+//! keys off for the whole layer ([`RetryLayer::no_idempotency_key`]) or for its routes
+//! ([`RetryPolicy::no_idempotency_key`]); its POSTs are then retried only when the failure
+//! proves the server never saw them.
+//!
+//! The layer's waits and time limits are tokio timers: it needs a tokio runtime with time
+//! enabled (see [`RetryLayer`]).
 //!
 //! # Example
 //!

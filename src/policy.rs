@@ -4,33 +4,47 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::request;
+
 use crate::backoff::{Backoff, JitterRng, SeedSequence};
 use crate::budget::RetryBudget;
 use crate::classify::{Classification, Classify, Outcome};
 use crate::error::InvalidConfig;
 use crate::head::Head;
+use crate::idempotency::IdempotencyKey;
 
 /// The retry rules for a class of requests.
 ///
 /// Defaults: 3 attempts (the first included), [`Backoff::default`] (100 ms base, 10 s cap,
 /// full jitter), no deadline, no per-attempt timeout, `Retry-After` honoured up to 30 s, the
-/// [`DefaultClassifier`](crate::classify::DefaultClassifier), and the layer's shared budget.
+/// [`DefaultClassifier`](crate::classify::DefaultClassifier), the layer's shared budget and
+/// the layer's idempotency keys.
 ///
 /// A policy is set on the layer ([`RetryLayer::policy`](crate::RetryLayer::policy)), per
 /// route ([`RetryLayer::route`](crate::RetryLayer::route)), or per request by inserting it
 /// in the request's extensions, which overrides both.
 ///
+/// A policy is complete: a route's or a request's policy replaces the layer's default
+/// policy and inherits nothing from it; only the budget and the idempotency keys come from
+/// the layer when the policy sets none of its own. Build the policies of a layer from one
+/// base, so a route does not silently lose the deadline or the timeouts:
+///
 /// ```
 /// use std::time::Duration;
 /// use tower_http_retry::{Backoff, Jitter, RetryPolicy};
 ///
-/// let policy = RetryPolicy::default()
-///     .max_attempts(4)
+/// let base = RetryPolicy::default()
 ///     .backoff(Backoff::exponential(Duration::from_millis(50), Duration::from_secs(2))
 ///         .jitter(Jitter::Equal))
 ///     .deadline(Duration::from_secs(5))
 ///     .attempt_timeout(Duration::from_secs(1));
-/// assert_eq!(policy.get_max_attempts(), 4);
+/// let payments = base.clone().max_attempts(5);
+/// assert_eq!(payments.get_max_attempts(), 5);
+/// assert_eq!(payments.get_deadline(), Some(Duration::from_secs(5)));
+///
+/// // Not so: this route keeps 5 attempts and drops the base's deadline and timeout.
+/// let bare = RetryPolicy::default().max_attempts(5);
+/// assert_eq!(bare.get_deadline(), None);
 /// ```
 #[derive(Clone)]
 pub struct RetryPolicy {
@@ -43,6 +57,17 @@ pub struct RetryPolicy {
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) seed: Option<Arc<SeedSequence>>,
     pub(crate) assume_idempotent: bool,
+    pub(crate) key: PolicyKey,
+}
+
+/// A policy's own idempotency-key configuration.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum PolicyKey {
+    /// The layer's, unless the policy assumes its requests idempotent.
+    #[default]
+    Layer,
+    Own(IdempotencyKey),
+    Off,
 }
 
 impl Default for RetryPolicy {
@@ -57,6 +82,7 @@ impl Default for RetryPolicy {
             budget: None,
             seed: None,
             assume_idempotent: false,
+            key: PolicyKey::Layer,
         }
     }
 }
@@ -135,13 +161,58 @@ impl RetryPolicy {
         self
     }
 
-    /// Replaces the [`DefaultClassifier`](crate::classify::DefaultClassifier).
+    /// Replaces the [`DefaultClassifier`](crate::classify::DefaultClassifier) with a closure
+    /// given the request's head and one outcome. Its argument types are inferred:
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::{Request, Response, StatusCode};
+    /// use http_body_util::Full;
+    /// use tower::{Layer, ServiceExt};
+    /// use tower_http_retry::classify::{Classification, Classify, DefaultClassifier, Outcome, RetryReason};
+    /// use tower_http_retry::{RetryInfo, RetryLayer, RetryPolicy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Also retry a 409 Conflict on the cart, once; everything else as by default.
+    /// let policy = RetryPolicy::default().classifier(|head, outcome| match outcome {
+    ///     Outcome::Response { status: StatusCode::CONFLICT, .. } if head.uri.path() == "/cart" => {
+    ///         Classification::RetryOnce(RetryReason::Custom("conflict"))
+    ///     }
+    ///     _ => DefaultClassifier.classify(head, outcome),
+    /// });
+    /// # let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    /// # let inner = tower::service_fn(move |_: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| {
+    /// #     let first = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+    /// #     let status = if first { StatusCode::CONFLICT } else { StatusCode::OK };
+    /// #     async move { Ok::<_, std::convert::Infallible>(Response::builder().status(status).body(()).unwrap()) }
+    /// # });
+    /// let client = RetryLayer::new().policy(policy).layer(inner);
+    /// let request = Request::get("http://127.0.0.1:3000/cart").body(Full::new(Bytes::new())).unwrap();
+    /// let response = client.oneshot(request).await.unwrap();
+    /// assert_eq!(response.status(), StatusCode::OK);
+    /// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts, 2); // 409, then 200
+    /// # }
+    /// ```
+    ///
+    /// A classifier that is a type of its own goes to [`RetryPolicy::custom_classifier`].
     ///
     /// A custom classifier is given the request's head as `http::request::Parts`, so for
     /// requests under this policy the layer keeps its copy of the head in that form (a
     /// `HeaderMap` copy, two allocations), where the default classifier, which looks at the
     /// outcome alone, lets it keep a plain list of the header fields (one allocation).
-    pub fn classifier<C: Classify>(mut self, classifier: C) -> Self {
+    pub fn classifier<F>(self, classifier: F) -> Self
+    where
+        F: Fn(&request::Parts, Outcome<'_>) -> Classification + Send + Sync + 'static,
+    {
+        self.custom_classifier(classifier)
+    }
+
+    /// Replaces the [`DefaultClassifier`](crate::classify::DefaultClassifier) with any
+    /// [`Classify`] implementation: a type of your own (see [`Classify`] for one that reads
+    /// a response header). For a closure, [`RetryPolicy::classifier`] infers its argument
+    /// types.
+    pub fn custom_classifier<C: Classify>(mut self, classifier: C) -> Self {
         self.classifier = Some(Arc::new(classifier));
         self
     }
@@ -188,7 +259,8 @@ impl RetryPolicy {
     /// Declares the requests under this policy repeatable whatever their method: the
     /// service owner says a second copy does no harm (a POST-based query API, gRPC methods
     /// listed in a retry policy). They are then retried as idempotent methods are, after
-    /// errors and retryable statuses alike, and the layer stamps no idempotency key on them.
+    /// errors and retryable statuses alike, and the layer stamps no idempotency key on them
+    /// unless this policy configures one itself ([`RetryPolicy::idempotency_key`]).
     ///
     /// Use it for routes whose server really does tolerate duplicates: a keyless POST under
     /// it that timed out after the server did the work is sent again.
@@ -209,6 +281,96 @@ impl RetryPolicy {
     /// True when [`RetryPolicy::assume_idempotent`] was set.
     pub fn is_assumed_idempotent(&self) -> bool {
         self.assume_idempotent
+    }
+
+    /// Stamps idempotency keys on this policy's requests as `key` says, in place of the
+    /// layer's key configuration: on a route, for the requests it matches; in a request's
+    /// extensions, for that request. Also with [`RetryPolicy::assume_idempotent`], which on
+    /// its own stamps no key.
+    ///
+    /// Give each API the key format it documents:
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::{Request, Response};
+    /// use http_body_util::Full;
+    /// use tower::{Layer, ServiceExt};
+    /// use tower_http_retry::{IdempotencyKey, RetryInfo, RetryLayer, RetryPolicy, RouteMatch};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// # let inner = tower::service_fn(|req: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| async move {
+    /// #     let mut response = Response::new(());
+    /// #     response.extensions_mut().insert(req.headers().clone());
+    /// #     Ok::<_, std::convert::Infallible>(response)
+    /// # });
+    /// let base = RetryPolicy::default();
+    /// let client = RetryLayer::new()
+    ///     // Stripe documents the bare token; every other route keeps the quoted default.
+    ///     .route(
+    ///         RouteMatch::post().host("api.stripe.com"),
+    ///         base.clone().idempotency_key(IdempotencyKey::default().raw()),
+    ///     )
+    ///     .policy(base)
+    ///     .layer(inner);
+    ///
+    /// let request = Request::post("https://api.stripe.com/v1/charges")
+    ///     .body(Full::new(Bytes::from_static(b"amount=100")))
+    ///     .unwrap();
+    /// let response = client.oneshot(request).await.unwrap();
+    /// let key = &response.extensions().get::<RetryInfo>().unwrap().idempotency_key;
+    /// // 36 characters: a UUID v4 without the quotes of the default.
+    /// assert_eq!(key.as_ref().map(|key| key.len()), Some(36));
+    /// # let sent = response.extensions().get::<http::HeaderMap>().unwrap();
+    /// # assert_eq!(sent.get("idempotency-key"), key.as_ref());
+    /// # }
+    /// ```
+    pub fn idempotency_key(mut self, key: IdempotencyKey) -> Self {
+        self.key = PolicyKey::Own(key);
+        self
+    }
+
+    /// Stamps no idempotency key on this policy's requests, whatever the layer does. A
+    /// non-idempotent request under it is then retried only when the caller set the key
+    /// header itself, or when the failure proves the server never saw the request.
+    ///
+    /// For routes whose server ignores `Idempotency-Key`: a generated key there makes a POST
+    /// retryable without making the retry safe.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::{Request, Response, StatusCode};
+    /// use http_body_util::Full;
+    /// use tower::{Layer, ServiceExt};
+    /// use tower_http_retry::{RetryInfo, RetryLayer, RetryPolicy, RouteMatch, StopReason};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// # let inner = tower::service_fn(|_: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| async {
+    /// #     Ok::<_, std::convert::Infallible>(
+    /// #         Response::builder().status(StatusCode::SERVICE_UNAVAILABLE).body(()).unwrap(),
+    /// #     )
+    /// # });
+    /// let base = RetryPolicy::default();
+    /// let client = RetryLayer::new()
+    ///     // This server applies a repeated POST twice, key or no key.
+    ///     .route(RouteMatch::post().path_prefix("/legacy"), base.clone().no_idempotency_key())
+    ///     .policy(base)
+    ///     .layer(inner);
+    ///
+    /// let request = Request::post("http://127.0.0.1:3000/legacy/orders")
+    ///     .body(Full::new(Bytes::from_static(b"{}")))
+    ///     .unwrap();
+    /// let response = client.oneshot(request).await.unwrap();
+    /// let info = response.extensions().get::<RetryInfo>().unwrap();
+    /// assert_eq!(info.idempotency_key, None);
+    /// assert_eq!(info.attempts, 1); // the 503 is returned: the POST may have been applied
+    /// assert_eq!(info.stop, StopReason::NotIdempotent);
+    /// # }
+    /// ```
+    pub fn no_idempotency_key(mut self) -> Self {
+        self.key = PolicyKey::Off;
+        self
     }
 
     /// True when requests under this policy are sent once and never retried.
@@ -254,6 +416,7 @@ impl fmt::Debug for RetryPolicy {
             .field("budget", &self.budget)
             .field("seeded", &self.seed.is_some())
             .field("assume_idempotent", &self.assume_idempotent)
+            .field("idempotency_key", &self.key)
             .finish()
     }
 }

@@ -24,8 +24,8 @@
 //! at or before that reference yields [`Duration::ZERO`] (the server allows
 //! an immediate retry).
 //!
-//! Both functions are pure: the current time is an argument, and no clock is
-//! read inside, which keeps them deterministic and easy to test.
+//! [`parse`] is pure: the current time is an argument, and no clock is read
+//! inside, which keeps it deterministic and easy to test.
 //!
 //! # Accepted syntax
 //!
@@ -72,7 +72,7 @@
 //! * Bytes that are not visible ASCII (obs-text, control characters, or
 //!   anything that is not UTF-8) make the whole value invalid.
 //!
-//! No input makes these functions panic, whatever the value, the `Date`
+//! No input makes [`parse`] panic, whatever the value, the `Date`
 //! header or `now` (including times before 1970 or far in the future).
 //!
 //! [RFC 9110, section 10.2.3]: https://www.rfc-editor.org/rfc/rfc9110#section-10.2.3
@@ -129,8 +129,9 @@ pub fn parse(value: &HeaderValue, date: Option<&HeaderValue>, now: SystemTime) -
 
 /// Same as [`parse`], for header values already available as strings.
 ///
-/// This is convenient in tests and fuzzing. The result is identical to that
-/// of [`parse`] on header values holding the same bytes.
+/// For the crate's tests and fuzz targets, hence hidden from the docs. The
+/// result is identical to that of [`parse`] on header values holding the
+/// same bytes.
 ///
 /// # Examples
 ///
@@ -143,6 +144,7 @@ pub fn parse(value: &HeaderValue, date: Option<&HeaderValue>, now: SystemTime) -
 /// assert_eq!(parse_str(" 5 ", None, now), Some(Duration::from_secs(5)));
 /// assert_eq!(parse_str("-5", None, now), None);
 /// ```
+#[doc(hidden)]
 pub fn parse_str(value: &str, date: Option<&str>, now: SystemTime) -> Option<Duration> {
     parse_bytes(value.as_bytes(), date.map(str::as_bytes), now)
 }

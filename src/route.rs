@@ -47,8 +47,18 @@ impl RouteMatch {
         Self::default()
     }
 
-    /// Matches requests with this method; call again (or use [`RouteMatch::or_method`]) to
-    /// add more.
+    /// Matches requests with this method. Add more with [`RouteMatch::or_method`], or
+    /// start from [`RouteMatch::methods`]:
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tower_http_retry::RouteMatch;
+    ///
+    /// let writes = RouteMatch::method(Method::POST).or_method(Method::PATCH);
+    /// let patch = http::Request::patch("http://h/items/1").body(()).unwrap();
+    /// assert!(writes.matches(&patch));
+    /// assert!(!writes.matches(&http::Request::get("http://h/items/1").body(()).unwrap()));
+    /// ```
     pub fn method(method: Method) -> Self {
         Self {
             methods: vec![method],

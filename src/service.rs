@@ -20,6 +20,38 @@ use crate::trace::Trace;
 ///
 /// Made by [`RetryLayer`]. The inner service receives `Request<ReplayBody<B>>`.
 ///
+/// # Errors
+///
+/// A response, retryable or not, is returned as `Ok` (a last 503 included). An error is a
+/// [`tower::BoxError`]: the last attempt's error from the inner service, unchanged, or the
+/// layer's own [`DeadlineExceeded`](crate::DeadlineExceeded) or
+/// [`AttemptTimedOut`](crate::AttemptTimedOut). Downcast it to tell them apart:
+///
+/// ```
+/// use std::io;
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use http_body_util::Full;
+/// use tower::ServiceExt;
+/// use tower_http_retry::{DeadlineExceeded, Retry};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let inner = tower::service_fn(|_: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| async {
+///     Err::<Response<()>, _>(io::Error::from(io::ErrorKind::PermissionDenied))
+/// });
+/// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
+/// let error = Retry::new(inner).oneshot(request).await.unwrap_err();
+/// if let Some(io) = error.downcast_ref::<io::Error>() {
+///     // The inner service's error, passed through (not retried: not a connection failure).
+///     assert_eq!(io.kind(), io::ErrorKind::PermissionDenied);
+/// } else if error.is::<DeadlineExceeded>() {
+///     unreachable!("no deadline was set");
+/// }
+/// # assert!(error.is::<io::Error>());
+/// # }
+/// ```
+///
 /// # Clone
 ///
 /// Clones share the configuration and the retry budget (an `Arc` each): a budget spent
@@ -64,7 +96,34 @@ impl<S: Clone> Prototype<S> {
 }
 
 impl<S: Clone> Retry<S> {
-    /// Wraps `inner` with every default of [`RetryLayer::new`].
+    /// Wraps `inner` with every default of [`RetryLayer::new`]. For anything else, build
+    /// a [`RetryLayer`] and apply it (`ServiceBuilder::layer`, or [`Layer::layer`]).
+    ///
+    /// [`Layer::layer`]: tower_layer::Layer::layer
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::{Request, Response, StatusCode};
+    /// use http_body_util::Full;
+    /// use tower::ServiceExt;
+    /// use tower_http_retry::{Retry, RetryInfo};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// # let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    /// // `inner` answers 503 once, then 200.
+    /// # let inner = tower::service_fn(move |_: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| {
+    /// #     let first = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+    /// #     let status = if first { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    /// #     async move { Ok::<_, std::convert::Infallible>(Response::builder().status(status).body(()).unwrap()) }
+    /// # });
+    /// let client = Retry::new(inner);
+    /// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
+    /// let response = client.oneshot(request).await.unwrap();
+    /// assert_eq!(response.status(), StatusCode::OK);
+    /// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts, 2);
+    /// # }
+    /// ```
     pub fn new(inner: S) -> Self {
         tower_layer::Layer::layer(&RetryLayer::new(), inner)
     }
@@ -132,9 +191,8 @@ where
 
         // The key every attempt carries, for `RetryInfo`. Where keys are stamped, the one
         // lookup that finds or inserts it; elsewhere it is looked for in the head's copy.
-        let stamped = match &config.key {
-            // A policy that declares its requests repeatable needs no key for that.
-            Some(key) if key.applies_to(request.method()) && !policy.assume_idempotent => {
+        let stamped = match config.key_for(policy) {
+            Some(key) if key.applies_to(request.method()) => {
                 Some(match request.headers_mut().entry(key.header()) {
                     Entry::Occupied(caller) => Some(caller.get().clone()),
                     Entry::Vacant(slot) => match key.make_value() {
@@ -169,7 +227,7 @@ where
         };
         let (body, replay) = ReplayBody::with_handle(body, config.max_replay_bytes, declared_len);
         let head = Head::copy(&parts, policy.has_custom_classifier());
-        let key = stamped.unwrap_or_else(|| head.get(&config.key_header).cloned());
+        let key = stamped.unwrap_or_else(|| head.get(config.key_header_for(policy)).cloned());
         // The service that `poll_ready` readied takes the first attempt; retries clone
         // from the prototype, and only if they happen.
         let future = self.inner.call(Request::from_parts(parts, body));

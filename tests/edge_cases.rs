@@ -206,3 +206,48 @@ async fn retry_sent_at_the_deadline() {
     let info = response.extensions().get::<RetryInfo>().unwrap();
     assert_eq!(info.stop, tower_http_retry::StopReason::Deadline);
 }
+
+/// `RetryLayer`'s docs: the layer needs a tokio runtime with time enabled. Without it, a
+/// request that needs no timer goes through; the first retry panics, and so does a call
+/// whose policy has a deadline.
+#[test]
+fn a_runtime_without_timers_panics_at_the_first_retry_or_at_a_deadline() {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    use tower::Layer;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let run = |layer: RetryLayer, mock: &Mock| {
+        let svc = layer.layer(mock.clone());
+        catch_unwind(AssertUnwindSafe(|| {
+            runtime
+                .block_on(svc.oneshot(get("http://h/")))
+                .map(|response| response.status())
+        }))
+    };
+    let message = |panic: Box<dyn std::any::Any + Send>| {
+        panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    };
+
+    let mock = Mock::statuses(&[200]);
+    let status = run(RetryLayer::new(), &mock)
+        .expect("no timer needed")
+        .unwrap();
+    assert_eq!(status, 200);
+
+    let mock = Mock::statuses(&[503]);
+    let panic = run(RetryLayer::new(), &mock).expect_err("the first retry needs a timer");
+    assert!(message(panic).contains("timers are disabled"));
+    assert_eq!(mock.calls(), 1, "panicked before the retry was sent");
+
+    let mock = Mock::statuses(&[200]);
+    let deadline =
+        RetryLayer::new().policy(RetryPolicy::default().deadline(Duration::from_secs(1)));
+    let panic = run(deadline, &mock).expect_err("a deadline needs a timer at once");
+    assert!(message(panic).contains("timers are disabled"));
+}

@@ -14,7 +14,7 @@ use http::{HeaderValue, Method, Request};
 use http_body_util::Full;
 use tower::{Layer, ServiceExt};
 use tower_http_retry::{
-    Backoff, IdempotencyKey, Jitter, RetryInfo, RetryLayer, RetryPolicy, StopReason,
+    Backoff, IdempotencyKey, Jitter, RetryInfo, RetryLayer, RetryPolicy, RouteMatch, StopReason,
 };
 
 fn layer() -> RetryLayer {
@@ -293,4 +293,345 @@ async fn with_keys_off_nothing_is_retried_or_applied_twice() {
         "nothing applied twice"
     );
     assert!(orders.len() <= 200);
+}
+
+// ---- A policy's own key configuration (on routes and per-request overrides) ----
+
+fn base() -> RetryPolicy {
+    RetryPolicy::default().backoff(
+        Backoff::exponential(Duration::from_millis(10), Duration::from_millis(100))
+            .jitter(Jitter::None),
+    )
+}
+
+fn info(response: &http::Response<Full<Bytes>>) -> RetryInfo {
+    response.extensions().get::<RetryInfo>().unwrap().clone()
+}
+
+fn has_header(mock: &Mock, name: &str) -> Vec<bool> {
+    mock.seen()
+        .iter()
+        .map(|s| s.headers.contains_key(name))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_route_without_keys_sends_none_and_does_not_repeat_its_posts() {
+    let layer = RetryLayer::new().policy(base()).route(
+        RouteMatch::post().path_prefix("/legacy"),
+        base().no_idempotency_key(),
+    );
+
+    let mock = Mock::statuses(&[503]);
+    let response = layer
+        .layer(mock.clone())
+        .oneshot(request(Method::POST, "http://h/legacy/orders", b"1"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(
+        mock.calls(),
+        1,
+        "a keyless POST is not repeated after a 503"
+    );
+    assert_eq!(has_header(&mock, "idempotency-key"), [false]);
+    let legacy = info(&response);
+    assert_eq!(legacy.idempotency_key, None);
+    assert_eq!(legacy.stop, StopReason::NotIdempotent);
+
+    // The layer's keys still apply everywhere else.
+    let mock = Mock::statuses(&[503]);
+    let response = layer
+        .layer(mock.clone())
+        .oneshot(request(Method::POST, "http://h/orders", b"1"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let sent = keys(&mock);
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0], sent[1]);
+    assert!(is_quoted_uuid(&sent[0]), "{:?}", sent[0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_routes_own_key_applies_when_the_layer_has_none() {
+    let layer = RetryLayer::new().policy(base()).no_idempotency_key().route(
+        RouteMatch::post().host("pay.example"),
+        base().idempotency_key(IdempotencyKey::default().header_name("x-pay-key").raw()),
+    );
+
+    let mock = Mock::statuses(&[503]);
+    let response = layer
+        .layer(mock.clone())
+        .oneshot(request(Method::POST, "https://pay.example/charges", b"1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        200,
+        "the route's key makes the POST retryable"
+    );
+    let sent: Vec<_> = mock
+        .seen()
+        .iter()
+        .map(|s| s.headers["x-pay-key"].clone())
+        .collect();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0], sent[1]);
+    assert!(uuid_v4(sent[0].to_str().unwrap()), "raw: {:?}", sent[0]);
+    assert_eq!(has_header(&mock, "idempotency-key"), [false, false]);
+    assert_eq!(info(&response).idempotency_key.as_ref(), Some(&sent[0]));
+
+    // Another host: the layer's configuration, no keys.
+    let mock = Mock::statuses(&[503]);
+    let response = layer
+        .layer(mock.clone())
+        .oneshot(request(Method::POST, "https://shop.example/orders", b"1"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(has_header(&mock, "x-pay-key"), [false]);
+    assert_eq!(has_header(&mock, "idempotency-key"), [false]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_policy_without_keys_overrides_the_layers_keys() {
+    let layer = RetryLayer::new().policy(base());
+    let mock = Mock::statuses(&[503]);
+    let mut req = request(Method::POST, "http://h/orders", b"1");
+    req.extensions_mut().insert(base().no_idempotency_key());
+    let response = layer.layer(mock.clone()).oneshot(req).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(has_header(&mock, "idempotency-key"), [false]);
+    assert_eq!(info(&response).stop, StopReason::NotIdempotent);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_policy_without_keys_overrides_its_routes_keys() {
+    let layer = RetryLayer::new().no_idempotency_key().route(
+        RouteMatch::post(),
+        base().idempotency_key(IdempotencyKey::default()),
+    );
+    let mock = Mock::statuses(&[503]);
+    let mut req = request(Method::POST, "http://h/orders", b"1");
+    req.extensions_mut().insert(base().no_idempotency_key());
+    let response = layer.layer(mock.clone()).oneshot(req).await.unwrap();
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(has_header(&mock, "idempotency-key"), [false]);
+    assert_eq!(info(&response).idempotency_key, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_policy_with_its_own_key_gets_one_when_the_layer_has_none() {
+    let layer = RetryLayer::new().policy(base()).no_idempotency_key();
+    let mock = Mock::statuses(&[503, 502]);
+    let mut req = request(Method::PATCH, "http://h/orders/1", b"{}");
+    req.extensions_mut().insert(
+        base().idempotency_key(IdempotencyKey::default().generator(|| "order-1-v2".to_string())),
+    );
+    let response = layer.layer(mock.clone()).oneshot(req).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(keys(&mock), ["\"order-1-v2\""; 3]);
+    assert_eq!(
+        info(&response).idempotency_key,
+        Some(HeaderValue::from_static("\"order-1-v2\""))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_assumed_idempotent_route_gets_no_key_unless_it_configures_one() {
+    let layer = RetryLayer::new()
+        .policy(base())
+        .route(
+            RouteMatch::post().path_prefix("/search"),
+            base().assume_idempotent(),
+        )
+        .route(
+            RouteMatch::post().path_prefix("/import"),
+            base()
+                .assume_idempotent()
+                .idempotency_key(IdempotencyKey::default()),
+        );
+
+    // Retried like a GET, after statuses and errors alike, and sent without a key.
+    let mock = Mock::new([
+        common::Reply::Status(503),
+        common::Reply::error(|| std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+    ]);
+    let response = layer
+        .layer(mock.clone())
+        .oneshot(request(Method::POST, "http://h/search", b"q=rust"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(mock.calls(), 3);
+    assert_eq!(has_header(&mock, "idempotency-key"), [false, false, false]);
+    assert_eq!(info(&response).idempotency_key, None);
+
+    // A policy that also configures a key gets one.
+    let mock = Mock::statuses(&[503]);
+    let response = layer
+        .layer(mock.clone())
+        .oneshot(request(Method::POST, "http://h/import", b"rows"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let sent = keys(&mock);
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0], sent[1]);
+    assert!(is_quoted_uuid(&sent[0]), "{:?}", sent[0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_assumed_idempotent_request_policy_is_retried_without_a_key() {
+    for layer in [
+        RetryLayer::new().policy(base()),
+        RetryLayer::new().policy(base()).no_idempotency_key(),
+    ] {
+        let mock = Mock::statuses(&[503]);
+        let mut req = request(Method::POST, "http://h/rpc/Lookup", b"id=7");
+        req.extensions_mut().insert(base().assume_idempotent());
+        let response = layer.layer(mock.clone()).oneshot(req).await.unwrap();
+        assert_eq!(response.status(), 200, "{layer:?}");
+        assert_eq!(mock.calls(), 2);
+        assert_eq!(has_header(&mock, "idempotency-key"), [false, false]);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_callers_key_counts_under_a_policy_without_keys() {
+    let layer = RetryLayer::new()
+        .policy(base())
+        .route(RouteMatch::post(), base().no_idempotency_key());
+    let mock = Mock::statuses(&[503]);
+    let mut req = request(Method::POST, "http://h/orders", b"1");
+    req.headers_mut()
+        .insert("idempotency-key", HeaderValue::from_static("\"mine\""));
+    let response = layer.layer(mock.clone()).oneshot(req).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(keys(&mock), ["\"mine\"", "\"mine\""]);
+    assert_eq!(
+        info(&response).idempotency_key,
+        Some(HeaderValue::from_static("\"mine\""))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_callers_key_in_the_policys_own_header_is_kept() {
+    let layer = RetryLayer::new().policy(base()).route(
+        RouteMatch::post(),
+        base().idempotency_key(IdempotencyKey::default().header_name("x-key")),
+    );
+    let mock = Mock::statuses(&[503]);
+    let mut req = request(Method::POST, "http://h/orders", b"1");
+    req.headers_mut()
+        .insert("x-key", HeaderValue::from_static("abc"));
+    let response = layer.layer(mock.clone()).oneshot(req).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let sent: Vec<_> = mock
+        .seen()
+        .iter()
+        .map(|s| s.headers["x-key"].clone())
+        .collect();
+    assert_eq!(sent, ["abc", "abc"]);
+    assert_eq!(has_header(&mock, "idempotency-key"), [false, false]);
+    assert_eq!(
+        info(&response).idempotency_key,
+        Some(HeaderValue::from_static("abc"))
+    );
+}
+
+/// Against a real hyper server that applies every POST it reads, de-duplicating only on
+/// `Idempotency-Key`, and drops the connection after the first application of each: the
+/// keyed route's POST is retried with its key and applied once; the key-less route's is
+/// applied once and not repeated; the repeatable route's is retried without a key.
+#[tokio::test]
+async fn per_route_keys_against_a_real_server() {
+    let applied: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let a = Arc::clone(&applied);
+    let server = serve(move |hit| {
+        let applied = Arc::clone(&a);
+        async move {
+            let key = hit
+                .headers
+                .get("idempotency-key")
+                .map(|k| k.to_str().unwrap().to_string());
+            let mut applied = applied.lock().unwrap();
+            if let Some(key) = key {
+                if applied.contains_key(&key) {
+                    return respond(200); // the stored answer
+                }
+                applied.insert(key, 1);
+            }
+            let n = applied.entry(hit.path.clone()).or_default();
+            *n += 1;
+            if *n == 1 { Action::Close } else { respond(200) }
+        }
+    })
+    .await;
+    let quick = RetryPolicy::default().backoff(Backoff::exponential(
+        Duration::from_millis(5),
+        Duration::from_millis(20),
+    ));
+    let svc = RetryLayer::new()
+        .policy(quick.clone())
+        .route(
+            RouteMatch::post().path_prefix("/legacy"),
+            quick.clone().no_idempotency_key(),
+        )
+        .route(
+            RouteMatch::post().path_prefix("/search"),
+            quick.clone().assume_idempotent(),
+        )
+        .layer(client());
+    let post = |path: &str| {
+        Request::post(server.url(path))
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+
+    let orders = svc.clone().oneshot(post("/orders")).await.unwrap();
+    assert_eq!(orders.status(), 200);
+    let legacy = svc.clone().oneshot(post("/legacy")).await;
+    assert!(
+        legacy.is_err(),
+        "the key-less POST is not repeated: {legacy:?}"
+    );
+    let search = svc.clone().oneshot(post("/search")).await.unwrap();
+    assert_eq!(search.status(), 200);
+
+    let hits = server.hits();
+    let on = |path: &str| -> Vec<Option<HeaderValue>> {
+        hits.iter()
+            .filter(|h| h.path == path)
+            .map(|h| h.headers.get("idempotency-key").cloned())
+            .collect()
+    };
+    let orders_keys = on("/orders");
+    assert_eq!(orders_keys.len(), 2);
+    assert!(orders_keys[0].is_some() && orders_keys[0] == orders_keys[1]);
+    assert_eq!(
+        orders
+            .extensions()
+            .get::<RetryInfo>()
+            .unwrap()
+            .idempotency_key,
+        orders_keys[0]
+    );
+    assert_eq!(on("/legacy"), [None]);
+    assert_eq!(on("/search"), [None, None]);
+    let applied = applied.lock().unwrap();
+    assert_eq!(
+        applied.get("/orders"),
+        Some(&1),
+        "applied once, the retry answered by key"
+    );
+    assert_eq!(applied.get("/legacy"), Some(&1));
+    assert_eq!(
+        applied.get("/search"),
+        Some(&2),
+        "repeatable: applied by each attempt"
+    );
 }

@@ -171,3 +171,50 @@ async fn clones_of_one_service_share_one_budget() {
     assert_eq!(info.attempts, 2, "the clone found one token left");
     assert!(info.budget_exhausted);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_routes_policy_is_complete_and_inherits_nothing_from_the_default() {
+    use common::Reply;
+    use tower_http_retry::AttemptTimedOut;
+
+    let base = policy(2).attempt_timeout(Duration::from_secs(1));
+    let layer = RetryLayer::new()
+        .policy(base.clone())
+        // Built from nothing: no attempt timeout, whatever the default policy has.
+        .route(
+            RouteMatch::get().path_prefix("/bare"),
+            RetryPolicy::default(),
+        )
+        // Built from the base: its attempt timeout too.
+        .route(
+            RouteMatch::get().path_prefix("/based"),
+            base.clone().max_attempts(3),
+        );
+    let slow = || {
+        Mock::new((0..4).map(|_| Reply::Slow(Duration::from_secs(5), Box::new(Reply::Status(200)))))
+    };
+
+    let mock = slow();
+    let response = layer
+        .layer(mock.clone())
+        .oneshot(common::get("http://h/bare"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "waited the 5 s out");
+    assert_eq!(mock.calls(), 1);
+
+    let mock = slow();
+    let error = layer
+        .layer(mock.clone())
+        .oneshot(common::get("http://h/based"))
+        .await
+        .unwrap_err();
+    let timed_out = error.downcast_ref::<AttemptTimedOut>().expect("{error}");
+    assert_eq!(timed_out.attempt(), 3, "the route's 3 attempts");
+    assert_eq!(
+        timed_out.timeout(),
+        Duration::from_secs(1),
+        "the base's timeout"
+    );
+    assert_eq!(mock.calls(), 3);
+}
