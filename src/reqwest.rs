@@ -54,6 +54,12 @@ use tower_service::Service;
 
 use crate::ReplayBody;
 
+#[cfg(feature = "reqwest-middleware")]
+mod middleware;
+#[cfg(feature = "reqwest-middleware")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest-middleware")))]
+pub use self::middleware::RetryMiddleware;
+
 /// A [`reqwest::Client`] as a `Service<http::Request<ReplayBody<B>>>`,
 /// for [`RetryLayer`](crate::RetryLayer) to wrap.
 ///

@@ -212,6 +212,34 @@ async fn a_request_reqwest_cannot_take_fails_at_once_and_sends_nothing() {
     assert_eq!(server.count(), 0);
 }
 
+// ---- redirects, which reqwest follows itself ---------------------------------------------
+
+#[tokio::test]
+async fn a_redirect_is_followed_without_a_body_and_returned_with_one() {
+    let server = serve(|hit| async move {
+        match hit.path.as_str() {
+            "/old" => respond_with(307, &[("location", "/new")]),
+            _ => respond(200),
+        }
+    })
+    .await;
+    let svc = quick(3).layer(ReqwestService::new(client()));
+    // An empty body is known to be empty: reqwest sends it again to the new location, and
+    // the response knows where it came from.
+    let response = svc.clone().oneshot(get(server.url("/old"))).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let response = reqwest::Response::from(response);
+    assert_eq!(response.url().path(), "/new");
+    assert_eq!(server.count(), 2);
+    // A body reqwest cannot clone: the 307 comes back as it is, the body sent once.
+    let request = Request::put(server.url("/old"))
+        .body(Full::new(Bytes::from_static(b"data")))
+        .unwrap();
+    let response = svc.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 307);
+    assert_eq!(server.count(), 3);
+}
+
 // ---- end to end, on both runtimes -------------------------------------------------------
 
 macro_rules! on_both_runtimes {
