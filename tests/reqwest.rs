@@ -87,9 +87,14 @@ async fn reqwest_error(client: reqwest::Client, request: Request<Full<Bytes>>) -
         .expect_err("the request must fail")
 }
 
-/// A hyper server on 127.0.0.1 whose sockets close with an RST (`SO_LINGER` 0) and which
-/// drops the connection, without answering, after reading the first `resets` requests.
-async fn resetting_server(resets: usize) -> (SocketAddr, Arc<AtomicUsize>) {
+/// A hyper server on 127.0.0.1 whose sockets close with an RST (`SO_LINGER` 0). After
+/// reading a request, it drops the connection without answering when `reset(index, path)`
+/// says so (`index` counts every request before this one), else it answers 200 with the
+/// body it read.
+async fn resetting_server<F>(reset: F) -> (SocketAddr, Arc<AtomicUsize>)
+where
+    F: Fn(usize, &str) -> bool + Clone + Send + Sync + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let hits = Arc::new(AtomicUsize::new(0));
@@ -97,16 +102,20 @@ async fn resetting_server(resets: usize) -> (SocketAddr, Arc<AtomicUsize>) {
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             stream.set_zero_linger().unwrap();
-            let counter = Arc::clone(&counter);
+            let (counter, reset) = (Arc::clone(&counter), reset.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                     let n = counter.fetch_add(1, Ordering::SeqCst);
+                    let reset = reset(n, req.uri().path());
                     async move {
-                        let _ = req.into_body().collect().await;
-                        if n < resets {
-                            Err("reset")
+                        let body = match req.into_body().collect().await {
+                            Ok(body) => body.to_bytes(),
+                            Err(e) => return Err(std::io::Error::other(e)),
+                        };
+                        if reset {
+                            Err(std::io::Error::other("reset"))
                         } else {
-                            Ok(http::Response::new(Full::new(Bytes::from_static(b"ok"))))
+                            Ok(http::Response::new(Full::new(body)))
                         }
                     }
                 });
@@ -163,7 +172,7 @@ async fn a_reqwest_timeout_is_a_timeout() {
 
 #[tokio::test]
 async fn a_reset_underneath_is_a_closed_connection() {
-    let (addr, hits) = resetting_server(usize::MAX).await;
+    let (addr, hits) = resetting_server(|_, _| true).await;
     let error = reqwest_error(client(), get(format!("http://{addr}/reset"))).await;
     assert!(!error.is_connect() && !error.is_timeout(), "{error:?}");
     // A real reset, found under reqwest's and hyper's own errors.
@@ -274,6 +283,7 @@ on_both_runtimes!(
     full_body_keeps_its_content_length,
     retry_after_is_honoured,
     spawned_requests_are_each_retried,
+    many_resets_under_streaming_uploads_never_refuse_a_safe_retry,
     reqwest_timeout_is_retried,
     keyless_post_is_not_retried_after_a_reqwest_timeout,
     response_converts_back_to_a_reqwest_response,
@@ -303,7 +313,7 @@ async fn get_after_two_503s_takes_three_attempts() {
 }
 
 async fn put_after_a_reset_is_sent_again_with_the_same_body() {
-    let (addr, hits) = resetting_server(1).await;
+    let (addr, hits) = resetting_server(|n, _| n == 0).await;
     let svc = quick(3).layer(ReqwestService::new(client()));
     let request = Request::put(format!("http://{addr}/doc"))
         .body(Full::new(Bytes::from_static(b"version 2")))
@@ -347,7 +357,7 @@ async fn post_carries_one_key_on_every_attempt() {
 }
 
 async fn keyless_post_is_not_retried_after_a_reset() {
-    let (addr, hits) = resetting_server(1).await;
+    let (addr, hits) = resetting_server(|n, _| n == 0).await;
     let svc = quick(3)
         .no_idempotency_key()
         .layer(ReqwestService::new(client()));
@@ -517,6 +527,38 @@ async fn spawned_requests_are_each_retried() {
     assert_eq!(server.count(), 2 * TASKS);
 }
 
+/// Races between the transport letting go of a failed attempt's body and the retry that
+/// replays it: repeated, concurrent, each upload reset once.
+async fn many_resets_under_streaming_uploads_never_refuse_a_safe_retry() {
+    const REQUESTS: usize = 48;
+    const AT_ONCE: usize = 8;
+    let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let (addr, hits) =
+        resetting_server(move |_, path: &str| seen.lock().unwrap().insert(path.to_owned())).await;
+    let svc = quick(3).layer(ReqwestService::new(client()));
+    for round in 0..REQUESTS / AT_ONCE {
+        let tasks: Vec<_> = (0..AT_ONCE)
+            .map(|i| {
+                let request = Request::put(format!("http://{addr}/doc/{round}/{i}"))
+                    .body(common::stream(chunks()))
+                    .unwrap();
+                tokio::spawn(svc.clone().oneshot(request))
+            })
+            .collect();
+        for task in tasks {
+            let response = task.await.unwrap().unwrap();
+            assert_eq!(response.status(), 200);
+            let info = response.extensions().get::<RetryInfo>().unwrap().clone();
+            assert_eq!(info.attempts, 2);
+            assert_eq!(info.retries[0].reason, RetryReason::ConnectionClosed);
+            // The server echoes what it read: the whole body, replayed.
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body, Bytes::from_static(b"alpha,beta,gamma"));
+        }
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 2 * REQUESTS);
+}
+
 /// A server whose first answer comes after `delay`, every later one at once.
 async fn slow_once(delay: Duration) -> common::server::Server {
     serve(move |hit| async move {
@@ -589,7 +631,7 @@ async fn response_converts_back_to_a_reqwest_response() {
 // ---- the service itself -------------------------------------------------------------------
 
 #[test]
-fn the_service_and_its_future_are_send_and_the_service_is_cheap_to_share() {
+fn the_service_is_send_sync_and_clone_and_its_future_is_send() {
     fn send_sync_clone<T: Send + Sync + Clone + 'static>(_: &T) {}
     fn send<T: Send>(_: &T) {}
     let runtime = tokio::runtime::Builder::new_current_thread()
