@@ -16,6 +16,9 @@
 //! retryable timeout; anything else is judged by what it wraps, so a reset or a closed
 //! connection underneath is found too. See [`classify`](crate::classify).
 //!
+//! With the `reqwest-middleware` feature, `RetryMiddleware` runs the same retry loop as a
+//! reqwest-middleware `Middleware`, for applications built on `ClientWithMiddleware`.
+//!
 //! # Things to know
 //!
 //! - **Timeouts.** Every attempt is a separate `execute`, so reqwest's
@@ -28,8 +31,8 @@
 //!   refusals itself only for bodies it can clone; the body handed to it here is a stream,
 //!   so it never sends a copy of its own and the layer's limits and budget hold.
 //! - **Redirects.** reqwest follows them (unless its redirect policy says otherwise), but a
-//!   307 or 308 for a request with a body is returned as is, since it cannot clone the
-//!   body.
+//!   307 or 308 for a request with a non-empty body is returned as is, since it cannot
+//!   clone the body.
 //! - **The response.** `reqwest::Response::from(response)` turns it back into a
 //!   `reqwest::Response` (`text()`, `json()`, `error_for_status()`), with the final URL
 //!   and the [`RetryInfo`](crate::RetryInfo) in its extensions.
