@@ -75,6 +75,8 @@
 //! - `reqwest`: `reqwest::ReqwestService`, the layer over a `reqwest::Client`, and
 //!   reqwest's errors recognised when classifying (turns on `hyper` too: reqwest's
 //!   transport is hyper's).
+//! - `reqwest-middleware`: `reqwest::RetryMiddleware`, the same retry loop as a
+//!   reqwest-middleware `Middleware` (turns on `reqwest`).
 //!
 //! [tower]: https://docs.rs/tower
 //! [hyper]: https://docs.rs/hyper
