@@ -30,6 +30,10 @@
 //! Errors are recognised by walking the whole [`std::error::Error::source`] chain (and the
 //! payload of every custom [`std::io::Error`]) and downcasting at each step, never by the
 //! depth at which they sit and never by their text.
+//!
+//! With the `reqwest` feature, a `reqwest::Error` whose `is_connect()` is true counts as a
+//! connect error (a connect timeout too), one whose `is_timeout()` is true as a timeout
+//! (reqwest's own timeout error is a private type), and any other is judged by its source.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -261,6 +265,10 @@ fn classify_link(error: &(dyn StdError + 'static)) -> Option<Classification> {
     if let Some(io) = error.downcast_ref::<io::Error>() {
         return classify_io(io.kind());
     }
+    #[cfg(feature = "reqwest")]
+    if let Some(verdict) = reqwest_errors::classify(error) {
+        return Some(verdict);
+    }
     #[cfg(feature = "hyper")]
     if let Some(verdict) = hyper_errors::classify(error) {
         return Some(verdict);
@@ -328,6 +336,26 @@ mod hyper_errors {
             }
             return None;
         }
+        None
+    }
+}
+
+#[cfg(feature = "reqwest")]
+mod reqwest_errors {
+    use super::{Classification, RetryReason, StdError, retry};
+
+    pub(super) fn classify(error: &(dyn StdError + 'static)) -> Option<Classification> {
+        let e = error.downcast_ref::<reqwest::Error>()?;
+        // A connect timeout is both: the connection never existed, which is the stronger
+        // claim.
+        if e.is_connect() {
+            return retry(RetryReason::Connect);
+        }
+        // reqwest's own timeout error is a private type: only `is_timeout` can tell.
+        if e.is_timeout() {
+            return retry(RetryReason::Timeout);
+        }
+        // Anything else is judged by its source (a reset, a closed connection, ...).
         None
     }
 }

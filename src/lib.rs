@@ -82,6 +82,11 @@
 //!   `http_retry_retries_total` (label `reason`), the counter
 //!   `http_retry_budget_refusals_total` (label `reason`) and the histogram
 //!   `http_retry_wait_seconds`.
+//! - `reqwest`: `reqwest::ReqwestService`, the layer over a `reqwest::Client`, and
+//!   reqwest's errors recognised when classifying (turns on `hyper` too: reqwest's
+//!   transport is hyper's).
+//! - `reqwest-middleware`: `reqwest::RetryMiddleware`, the same retry loop as a
+//!   reqwest-middleware `Middleware` (turns on `reqwest`).
 //!
 //! [tower]: https://docs.rs/tower
 //! [hyper]: https://docs.rs/hyper
@@ -106,6 +111,9 @@ mod info;
 mod layer;
 mod policy;
 mod replay;
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod reqwest;
 pub mod retry_after;
 mod route;
 mod service;
