@@ -106,6 +106,7 @@ pub mod classify;
 mod error;
 pub mod future;
 mod head;
+pub mod hints;
 mod idempotency;
 mod info;
 mod layer;

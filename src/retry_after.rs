@@ -165,7 +165,7 @@ fn parse_bytes(value: &[u8], date: Option<&[u8]>, now: SystemTime) -> Option<Dur
 }
 
 /// Removes leading and trailing spaces and horizontal tabs (HTTP's `OWS`).
-fn trim_ows(mut bytes: &[u8]) -> &[u8] {
+pub(crate) fn trim_ows(mut bytes: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = bytes {
         bytes = rest;
     }
@@ -176,7 +176,7 @@ fn trim_ows(mut bytes: &[u8]) -> &[u8] {
 }
 
 /// Reads a non-empty run of ASCII digits, saturating at `u64::MAX`.
-fn delta_seconds(digits: &[u8]) -> u64 {
+pub(crate) fn delta_seconds(digits: &[u8]) -> u64 {
     digits
         .iter()
         .try_fold(0_u64, |total, digit| {
@@ -187,7 +187,7 @@ fn delta_seconds(digits: &[u8]) -> u64 {
 
 /// Parses an HTTP-date in any of its three forms, with the leniency
 /// documented on the module. `pivot` decides the century of a two-digit year.
-fn parse_http_date(raw: &[u8], pivot: SystemTime) -> Option<SystemTime> {
+pub(crate) fn parse_http_date(raw: &[u8], pivot: SystemTime) -> Option<SystemTime> {
     let raw = trim_ows(raw);
     // Visible ASCII plus the spaces inside the date; this also guarantees
     // the bytes are UTF-8 and that `httpdate` has nothing left to trim.

@@ -1,8 +1,10 @@
-//! The two fuzz targets as property tests, so that `cargo test` checks what the fuzzer
+//! The fuzz targets as property tests, so that `cargo test` checks what the fuzzer
 //! checks: the oracles are the fuzz crate's own files, included by path, fed by proptest
 //! instead of libFuzzer. The case counts are bounded to keep the whole file well under a
 //! second or two in a debug build.
 
+#[path = "../fuzz/src/hints_case.rs"]
+mod hints_case;
 #[path = "../fuzz/src/replay_case.rs"]
 mod replay_case;
 #[path = "../fuzz/src/retry_after_case.rs"]
@@ -17,6 +19,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use tower_http_retry::ReplayBody;
 
+use hints_case::{LimitModel, NameModel, RateLimitModel, ResetModel, ValueModel};
 use replay_case::{Hint, ReplayCase};
 use retry_after_case::{LAST_DATE_SECS, RawCase, check_date, check_delta, check_raw, date_forms};
 
@@ -124,6 +127,248 @@ fn the_retry_after_oracle_returns_the_parsers_answer() {
         Some(Duration::from_secs(u64::MAX))
     );
     assert_eq!(check_raw(&case("soon", None)), None);
+}
+
+// ---- server hints: RateLimit, X-RateLimit-Reset ----
+
+/// Text for names and string values: any characters, the oracle maps them to what the
+/// syntax allows.
+fn short_text() -> impl Strategy<Value = String> {
+    "[ -~]{0,8}|\\PC{0,4}"
+}
+
+fn value_model() -> impl Strategy<Value = ValueModel> {
+    prop_oneof![
+        2 => Just(ValueModel::Missing),
+        6 => Just(ValueModel::Integer(0)),
+        3 => (0_i64..100_000).prop_map(ValueModel::Integer),
+        1 => any::<i64>().prop_map(ValueModel::Integer),
+        1 => Just(ValueModel::Integer(hints_case::MAX_SF_INTEGER)),
+        1 => any::<i64>().prop_map(ValueModel::Decimal),
+        1 => short_text().prop_map(ValueModel::String),
+        1 => Just(ValueModel::Token),
+        1 => any::<bool>().prop_map(ValueModel::Boolean),
+        1 => Just(ValueModel::Overlong),
+    ]
+}
+
+fn limit_model() -> impl Strategy<Value = LimitModel> {
+    let name = prop_oneof![
+        4 => short_text().prop_map(NameModel::String),
+        3 => short_text().prop_map(NameModel::Token),
+        1 => any::<i64>().prop_map(NameModel::Integer),
+        1 => Just(NameModel::Bytes),
+        1 => Just(NameModel::Boolean),
+        1 => Just(NameModel::InnerList),
+    ];
+    (
+        name,
+        value_model(),
+        prop_oneof![3 => Just(ValueModel::Missing), 1 => value_model()],
+        value_model(),
+        any::<bool>(),
+        any::<u8>(),
+    )
+        .prop_map(|(name, r, earlier_r, t, t_first, comments)| LimitModel {
+            name,
+            r,
+            earlier_r,
+            t,
+            t_first,
+            comments,
+        })
+}
+
+fn rate_limit_model() -> impl Strategy<Value = RateLimitModel> {
+    (
+        vec(limit_model(), 0..6),
+        any::<u64>(),
+        any::<u64>(),
+        prop_oneof![6 => Just(0_u8), 1 => Just(1_u8), 1 => Just(2_u8)],
+    )
+        .prop_map(|(limits, breaks, spacing, damage)| RateLimitModel {
+            limits,
+            breaks,
+            spacing,
+            damage,
+        })
+}
+
+/// Header text that looks like a `RateLimit` field, then maybe damaged like `date_like`.
+fn rate_limit_like() -> impl Strategy<Value = Vec<u8>> {
+    (
+        rate_limit_model(),
+        0..4_u8,
+        any::<prop::sample::Index>(),
+        any::<u8>(),
+    )
+        .prop_map(|(model, damage, at, byte)| {
+            let (lines, _) = hints_case::rate_limit_lines(&model);
+            let mut text = lines.join(", ").into_bytes();
+            if !text.is_empty() {
+                let i = at.index(text.len());
+                match damage {
+                    0 => {}
+                    1 => text[i] = byte,
+                    2 => text.truncate(i),
+                    _ => text.insert(i, byte),
+                }
+            }
+            text
+        })
+}
+
+fn hint_header_bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        3 => rate_limit_like(),
+        1 => "[ \t]{0,2}[0-9]{1,22}[ \t]{0,2}".prop_map(String::into_bytes),
+        1 => "[ \t0-9a-z\";=,:()?*.-]{0,32}".prop_map(String::into_bytes),
+        1 => date_like(),
+        1 => vec(any::<u8>(), 0..40),
+    ]
+}
+
+fn lines_of(strategy: impl Strategy<Value = Vec<u8>>) -> impl Strategy<Value = Vec<Vec<u8>>> {
+    prop_oneof![
+        2 => vec(strategy, 0..2),
+        1 => vec(hint_header_bytes(), 2..4),
+    ]
+}
+
+fn near_or_any_secs() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        1 => 999_999_998..=1_000_000_002_u64,
+        1 => 0..=1_000_000_000_u64,
+        2 => 1_000_000_001..=4_000_000_000_u64,
+        1 => any::<u64>(),
+    ]
+}
+
+fn reset_model() -> impl Strategy<Value = ResetModel> {
+    (
+        near_or_any_secs(),
+        any::<u8>(),
+        any::<u16>(),
+        prop::option::of(prop_oneof![0..=4_000_000_000_u64, 0..=LAST_DATE_SECS]),
+        any_now(),
+        prop::option::of(0_u32..5_000),
+        prop::option::weighted(0.2, any::<u32>()),
+    )
+        .prop_map(
+            |(reset, zeros, pad, date, now, rate_limit_t, retry_after)| ResetModel {
+                reset,
+                zeros,
+                pad,
+                date,
+                now,
+                rate_limit_t,
+                retry_after,
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn hint_readers_keep_their_promises_on_any_bytes(
+        rate_limit in lines_of(rate_limit_like()),
+        remaining in lines_of("[ \t]{0,1}0{1,3}[ \t]{0,1}|[0-9]{1,3}".prop_map(String::into_bytes)),
+        reset in lines_of(near_or_any_secs().prop_map(|n| n.to_string().into_bytes())),
+        retry_after in lines_of(header_bytes()),
+        date in lines_of(date_like()),
+        now in any_now(),
+    ) {
+        hints_case::check_raw(&hints_case::RawCase {
+            rate_limit,
+            remaining,
+            reset,
+            retry_after,
+            date,
+            now,
+        });
+    }
+
+    #[test]
+    fn rate_limit_gives_the_modelled_wait(model in rate_limit_model()) {
+        hints_case::check_rate_limit(&model);
+    }
+
+    #[test]
+    fn x_rate_limit_reset_gives_the_modelled_wait(model in reset_model()) {
+        hints_case::check_reset(&model);
+    }
+}
+
+#[test]
+fn the_hint_oracles_return_the_readers_answers() {
+    let secs = |n| Some(Duration::from_secs(n));
+    let limit = |name: NameModel, r: ValueModel, t: ValueModel| LimitModel {
+        name,
+        r,
+        earlier_r: ValueModel::Missing,
+        t,
+        t_first: false,
+        comments: 3,
+    };
+    let model = RateLimitModel {
+        limits: vec![
+            limit(
+                NameModel::String("burst".into()),
+                ValueModel::Integer(0),
+                ValueModel::Integer(5),
+            ),
+            limit(
+                NameModel::Token("daily".into()),
+                ValueModel::Integer(0),
+                ValueModel::Integer(3600),
+            ),
+            limit(
+                NameModel::String("hourly".into()),
+                ValueModel::Integer(12),
+                ValueModel::Integer(86_400),
+            ),
+        ],
+        breaks: 0b1,
+        spacing: 12_345,
+        damage: 0,
+    };
+    let (lines, _) = hints_case::rate_limit_lines(&model);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(hints_case::check_rate_limit(&model), secs(3600));
+    let damaged = RateLimitModel {
+        damage: 2,
+        ..model.clone()
+    };
+    assert_eq!(hints_case::check_rate_limit(&damaged), None);
+
+    let now = retry_after_case::system_time(1_700_000_000, 0);
+    let reset = ResetModel {
+        reset: 1_700_000_042,
+        zeros: 0,
+        pad: 0,
+        date: None,
+        now,
+        rate_limit_t: None,
+        retry_after: None,
+    };
+    assert_eq!(hints_case::check_reset(&reset), secs(42));
+    let with_date = ResetModel {
+        date: Some(1_700_000_040),
+        ..reset.clone()
+    };
+    assert_eq!(hints_case::check_reset(&with_date), secs(2));
+
+    let raw = hints_case::RawCase {
+        rate_limit: vec![br#""a";r=0;t=7"#.to_vec()],
+        remaining: vec![b"0".to_vec()],
+        reset: vec![b"9".to_vec()],
+        retry_after: vec![b"soon".to_vec()],
+        date: Vec::new(),
+        now,
+    };
+    let hint = hints_case::check_raw(&raw).expect("a hint");
+    assert_eq!(hint.wait, Duration::from_secs(9));
 }
 
 // ---- ReplayBody ----

@@ -3,5 +3,6 @@
 //! The same files are compiled into `tests/proptest_parsers.rs`, so every property the
 //! fuzzer checks is also checked by `cargo test`, on inputs drawn by proptest.
 
+pub mod hints_case;
 pub mod replay_case;
 pub mod retry_after_case;
