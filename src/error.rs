@@ -7,10 +7,95 @@
 use std::fmt;
 use std::time::Duration;
 
+use tower::BoxError;
+
+use crate::info::RetryInfo;
+
+/// The error a [`Retry`](crate::Retry) service returns: the last attempt's error, with the
+/// record of the whole logical request.
+///
+/// Its [`source`](std::error::Error::source) is the last error unchanged (the inner
+/// service's, or the layer's own [`DeadlineExceeded`] or [`AttemptTimedOut`]), so
+/// classifiers that walk the source chain (tonic's status mapping, a circuit breaker, a
+/// second retry layer) see through it. [`RetryError::into_source`] gives it back.
+///
+/// ```
+/// use bytes::Bytes;
+/// use http::Request;
+/// use http_body_util::Full;
+/// use tower::{Layer, ServiceExt};
+/// use tower_http_retry::{ReplayBody, RetryError, RetryLayer, StopReason};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // A server whose connection is always refused.
+/// let inner = tower::service_fn(|_: Request<ReplayBody<Full<Bytes>>>| async {
+///     Err::<http::Response<()>, _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+/// });
+/// let error = RetryLayer::new()
+///     .layer(inner)
+///     .oneshot(Request::get("http://127.0.0.1:9/").body(Full::new(Bytes::new())).unwrap())
+///     .await
+///     .unwrap_err();
+/// let error = error.downcast::<RetryError>().unwrap();
+/// assert_eq!(error.info().attempts, 3);
+/// assert_eq!(error.info().stop, StopReason::MaxAttempts);
+/// let io = error.into_source().downcast::<std::io::Error>().unwrap();
+/// assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct RetryError {
+    info: RetryInfo,
+    source: BoxError,
+}
+
+impl RetryError {
+    pub(crate) fn new(info: RetryInfo, source: BoxError) -> Self {
+        Self { info, source }
+    }
+
+    /// What happened: attempts, waits, why retrying stopped.
+    pub fn info(&self) -> &RetryInfo {
+        &self.info
+    }
+
+    /// The last error, as the inner service (or the layer's own limit) raised it.
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.source
+    }
+
+    /// The last error, given back.
+    pub fn into_source(self) -> BoxError {
+        self.source
+    }
+
+    /// The record and the last error.
+    pub fn into_parts(self) -> (RetryInfo, BoxError) {
+        (self.info, self.source)
+    }
+}
+
+impl fmt::Display for RetryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (after {} attempt(s); {})",
+            self.source, self.info.attempts, self.info.stop
+        )
+    }
+}
+
+impl std::error::Error for RetryError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
 /// The overall deadline of a logical request passed while an attempt was still in flight.
 ///
 /// The attempt was dropped. Set with [`RetryPolicy::deadline`](crate::RetryPolicy::deadline).
-/// The caller gets it as a [`tower::BoxError`]; downcast it:
+/// The caller gets it inside a [`RetryError`]:
 ///
 /// ```
 /// use std::time::Duration;
@@ -18,7 +103,7 @@ use std::time::Duration;
 /// use http::{Request, Response};
 /// use http_body_util::Full;
 /// use tower::{Layer, ServiceExt};
-/// use tower_http_retry::{DeadlineExceeded, RetryLayer, RetryPolicy};
+/// use tower_http_retry::{DeadlineExceeded, RetryError, RetryLayer, RetryPolicy, StopReason};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -32,7 +117,9 @@ use std::time::Duration;
 ///
 /// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
 /// let error = client.oneshot(request).await.unwrap_err();
-/// let deadline = error.downcast_ref::<DeadlineExceeded>().expect("the deadline passed");
+/// let error = error.downcast_ref::<RetryError>().expect("the layer's error");
+/// assert_eq!(error.info().stop, StopReason::Deadline);
+/// let deadline = error.get_ref().downcast_ref::<DeadlineExceeded>().expect("the deadline passed");
 /// assert_eq!(deadline.deadline(), Duration::from_secs(2));
 /// assert_eq!(deadline.attempts(), 1);
 /// # }
@@ -75,7 +162,7 @@ impl std::error::Error for DeadlineExceeded {}
 ///
 /// The default classification treats it as a retryable timeout. Set with
 /// [`RetryPolicy::attempt_timeout`](crate::RetryPolicy::attempt_timeout). When the last
-/// attempt timed out too, the caller gets it as a [`tower::BoxError`]; downcast it:
+/// attempt timed out too, the caller gets it inside a [`RetryError`]:
 ///
 /// ```
 /// use std::time::Duration;
@@ -83,7 +170,7 @@ impl std::error::Error for DeadlineExceeded {}
 /// use http::{Request, Response};
 /// use http_body_util::Full;
 /// use tower::{Layer, ServiceExt};
-/// use tower_http_retry::{AttemptTimedOut, RetryLayer, RetryPolicy};
+/// use tower_http_retry::{AttemptTimedOut, RetryError, RetryLayer, RetryPolicy};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -98,7 +185,8 @@ impl std::error::Error for DeadlineExceeded {}
 ///
 /// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
 /// let error = client.oneshot(request).await.unwrap_err();
-/// let timed_out = error.downcast_ref::<AttemptTimedOut>().expect("both attempts timed out");
+/// let error = error.downcast_ref::<RetryError>().expect("the layer's error");
+/// let timed_out = error.get_ref().downcast_ref::<AttemptTimedOut>().expect("both attempts timed out");
 /// assert_eq!(timed_out.attempt(), 2);
 /// assert_eq!(timed_out.timeout(), Duration::from_secs(1));
 /// # }

@@ -1,23 +1,30 @@
-//! [`ResponseFuture`]: the attempt / wait / re-ready state machine.
+//! [`ResponseFuture`]: drives attempts, timers and readiness; the decisions are made in
+//! plain code elsewhere in the crate.
+//!
+//! A request that may be retried goes through these states; one that is sent once only
+//! through the first:
 //!
 //! ```text
-//!   call ──► Attempt ──outcome──► decide ──return──► Done
-//!               ▲                 │   ▲ │
-//!               │           retry │   │ └─body still held──► Releasing
-//!               │                 ▼   └───────released──────────┘
-//!           Readying ◄──timer── Waiting
+//!   call ──► Attempt ──outcome──► retry? ──no──► finished
+//!               ▲                  │    ▲
+//!               │             yes  │    │ released (decided anew)
+//!               │                  ▼    │
+//!               │   body still held by the transport ──► Releasing
+//!               │                  │
+//!           Readying ◄── timer ── Waiting
 //! ```
 //!
 //! One timer serves every state: during an attempt it fires at the attempt timeout or the
 //! deadline, whichever is first; while the transport still holds the last attempt's body
-//! it bounds the wait for its release; while waiting it is the backoff; while re-readying
-//! the service it is the deadline. Nothing is boxed on the way to a first-attempt success (the
-//! state only retries use is boxed when the first retry is considered) and no task is
-//! spawned: dropping the future drops the attempt in flight and sends nothing more.
+//! and while the retry's service gets ready, at the deadline, else the attempt timeout;
+//! while waiting, at the end of the backoff. Every outcome leaves through one place, which
+//! finishes the record and the trace. Nothing is boxed on the way to a first-attempt
+//! success, and no task is spawned: dropping the future drops the attempt in flight and
+//! sends nothing more.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, SystemTime};
 
@@ -28,33 +35,35 @@ use tower::BoxError;
 use tower_service::Service;
 
 use crate::backoff::JitterRng;
-use crate::classify::{Classification, Outcome};
-use crate::error::{AttemptTimedOut, DeadlineExceeded};
+use crate::classify::Outcome;
+use crate::config::Plan;
+use crate::decision::{self, Judgement, Limits, RELEASE_GRACE, Schedule};
+use crate::error::{DeadlineExceeded, RetryError};
 use crate::head::Head;
-use crate::info::{RetryInfo, RetryRecord, StopReason};
-use crate::layer::{Config, PolicyRef};
-use crate::policy::RetryPolicy;
+use crate::info::{Attempt, RetryInfo, StopReason};
 use crate::replay::{NotReplayable, Replay, ReplayBody};
-use crate::service::Prototype;
 use crate::trace::Trace;
 
 pin_project! {
     /// The response future of [`Retry`](crate::Retry).
-    #[must_use = "futures do nothing unless you `.await` or poll them"]
-    pub struct ResponseFuture<S, B>
-    where
-        S: Service<Request<ReplayBody<B>>>,
-    {
+    ///
+    /// Generic over the inner service's future `F` (as tower's `Timeout` future is), its
+    /// service `S`, the caller's body `B` and the response `R`, and naming none of their
+    /// associated types, so that a client made with the layer can be driven from inside
+    /// `tokio::spawn` wherever the bare client can.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct ResponseFuture<F, S, B, R> {
         #[pin]
-        state: State<S::Future>,
+        state: State<F>,
         #[pin]
         timer: Option<Sleep>,
         // Whether `timer` means anything in the current state.
         armed: bool,
-        attempts: Attempts,
+        limits: Limits,
+        info: RetryInfo,
         retrying: Option<Retrying<S, B>>,
         // The outcome kept while waiting for the transport to let go of the body.
-        held: Option<Result<S::Response, BoxError>>,
+        held: Option<Result<R, BoxError>>,
         trace: Trace,
     }
 }
@@ -70,66 +79,59 @@ pin_project! {
     }
 }
 
-/// Limits and the running record, for every request, retried or not.
-#[derive(Debug)]
-pub(crate) struct Attempts {
-    /// When the deadline passes, and the configured deadline.
-    deadline: Option<(Instant, Duration)>,
-    attempt_timeout: Option<Duration>,
-    info: RetryInfo,
+/// The copy of the inner service that retries clone from. Behind a `Mutex` so that the
+/// response future stays `Send` for services that are `Send` but not `Sync` (tower's
+/// `BoxCloneService`); it is locked only to clone, when a first retry is decided.
+pub(crate) struct Prototype<S>(Arc<Mutex<S>>);
+
+impl<S> Clone for Prototype<S> {
+    fn clone(&self) -> Self {
+        Prototype(Arc::clone(&self.0))
+    }
 }
 
-impl Attempts {
-    pub(crate) fn start(policy: &RetryPolicy) -> Self {
-        let deadline = policy
-            .deadline
-            .and_then(|d| Instant::now().checked_add(d).map(|at| (at, d)));
-        Self {
-            deadline,
-            attempt_timeout: policy.attempt_timeout,
-            info: RetryInfo {
-                attempts: 1,
-                ..RetryInfo::default()
-            },
-        }
+impl<S: Clone> Prototype<S> {
+    pub(crate) fn new(service: &S) -> Self {
+        Prototype(Arc::new(Mutex::new(service.clone())))
     }
 
-    /// When the current attempt must end, if ever.
-    fn attempt_end(&self) -> Option<Instant> {
-        let timeout = self
-            .attempt_timeout
-            .and_then(|t| Instant::now().checked_add(t));
-        match (timeout, self.deadline) {
-            (Some(t), Some((d, _))) => Some(t.min(d)),
-            (t, d) => t.or(d.map(|(at, _)| at)),
-        }
-    }
-
-    /// The error for a timer that fired during an attempt or while re-readying.
-    fn expired(&self) -> BoxError {
-        match self.deadline {
-            Some((at, deadline)) if Instant::now() >= at => {
-                Box::new(DeadlineExceeded::new(deadline, self.info.attempts))
-            }
-            _ => Box::new(AttemptTimedOut::new(
-                self.attempt_timeout.unwrap_or_default(),
-                self.info.attempts,
-            )),
-        }
+    /// A fresh clone of the inner service.
+    fn make(&self) -> S {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 }
 
 /// What a request that may be retried keeps between attempts.
 pub(crate) struct Retrying<S, B> {
-    prototype: Prototype<S>,
-    head: Head,
-    replay: Replay<B>,
-    config: Arc<Config>,
-    policy: PolicyRef,
-    /// What only retries use, boxed when the first retry is considered: most requests
-    /// succeed at once, and a clone of a client (hundreds of bytes for hyper-util's) would
-    /// make every response future that much larger.
+    pub(crate) prototype: Prototype<S>,
+    pub(crate) head: Head,
+    pub(crate) replay: Replay<B>,
+    /// The request's policy, resolved once when it was called.
+    pub(crate) plan: Arc<Plan>,
+    /// What only retries use, boxed when the first retry goes ahead: most requests succeed
+    /// at once, and a clone of a client (hundreds of bytes for hyper-util's) would make
+    /// every response future that much larger.
     later: Option<Box<Later<S>>>,
+}
+
+impl<S, B> Retrying<S, B> {
+    pub(crate) fn new(
+        prototype: Prototype<S>,
+        head: Head,
+        replay: Replay<B>,
+        plan: Arc<Plan>,
+    ) -> Self {
+        Self {
+            prototype,
+            head,
+            replay,
+            plan,
+            later: None,
+        }
+    }
 }
 
 /// The retry-only part of [`Retrying`].
@@ -137,87 +139,41 @@ struct Later<S> {
     /// The inner service for retries, cloned from the prototype before the first retry.
     service: Option<S>,
     rng: JitterRng,
-    /// The previous backoff, for decorrelated jitter.
+    /// The previous wait actually slept, for decorrelated jitter.
     previous: Duration,
 }
 
-enum Step {
-    Return,
-    Retry(Duration),
+/// What the driver does after an outcome.
+enum Next {
+    Finish,
+    Wait(Duration),
     /// Worth a retry, but the transport still holds the last attempt's body: wait for it
     /// to be dropped, then decide again.
     AwaitRelease,
 }
 
-/// How long to wait for a transport to drop the last attempt's body when neither a
-/// deadline nor an attempt timeout bounds it. hyper drops it within moments of failing the
-/// response future (its connection task or body pipe notices the failure on its next
-/// poll); this is the margin for a loaded runtime.
-const RELEASE_GRACE: Duration = Duration::from_secs(1);
-
-impl<S, B> ResponseFuture<S, B>
-where
-    S: Service<Request<ReplayBody<B>>>,
-{
-    /// A request that is sent once.
-    pub(crate) fn once(future: S::Future, mut attempts: Attempts, trace: Trace) -> Self {
-        attempts.info.stop = StopReason::Disabled;
-        let end = attempts.attempt_end();
-        Self {
-            state: State::Attempt { future },
-            timer: end.map(sleep_until),
-            armed: end.is_some(),
-            attempts,
-            retrying: None,
-            held: None,
-            trace,
-        }
-    }
-
-    /// A request that may be retried.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn retrying(
-        future: S::Future,
-        mut attempts: Attempts,
-        prototype: Prototype<S>,
-        head: Head,
-        key: Option<HeaderValue>,
-        replay: Replay<B>,
-        config: Arc<Config>,
-        policy: PolicyRef,
+impl<F, S, B, R> ResponseFuture<F, S, B, R> {
+    /// Starts the future on the first attempt. `retrying` is `None` for a request that is
+    /// sent once.
+    pub(crate) fn new(
+        future: F,
+        limits: Limits,
+        info: RetryInfo,
+        retrying: Option<Retrying<S, B>>,
         trace: Trace,
     ) -> Self {
-        attempts.info.idempotency_key = key;
-        let end = attempts.attempt_end();
+        let end = limits.attempt_end(Instant::now());
         Self {
             state: State::Attempt { future },
             timer: end.map(sleep_until),
             armed: end.is_some(),
-            attempts,
-            retrying: Some(Retrying {
-                prototype,
-                head,
-                replay,
-                config,
-                policy,
-                later: None,
-            }),
+            limits,
+            info,
+            retrying,
             held: None,
             trace,
         }
     }
-}
-
-/// How late a tokio timer may fire: it rounds deadlines up to the next millisecond.
-const TIMER_SLACK: Duration = Duration::from_millis(1);
-
-/// The instant `wait` from now; a wait too long to represent ends in about thirty years,
-/// which is "never" for a request but still a wait, not none.
-fn instant_after(wait: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(wait)
-        .or_else(|| now.checked_add(Duration::from_secs(86_400 * 365 * 30)))
-        .unwrap_or(now)
 }
 
 /// Points the timer at `at`, reusing the one already there.
@@ -231,14 +187,6 @@ fn arm(mut timer: Pin<&mut Option<Sleep>>, armed: &mut bool, at: Option<Instant>
     }
 }
 
-/// Ends the future with the error of a timer that fired while re-readying: the deadline.
-fn give_up<F>(mut state: Pin<&mut State<F>>, attempts: &Attempts, trace: &Trace) -> BoxError {
-    state.set(State::Done);
-    let error = attempts.expired();
-    trace.deadline(&*error);
-    error
-}
-
 fn timer_fired(timer: Pin<&mut Option<Sleep>>, armed: bool, cx: &mut Context<'_>) -> bool {
     armed
         && timer
@@ -246,10 +194,11 @@ fn timer_fired(timer: Pin<&mut Option<Sleep>>, armed: bool, cx: &mut Context<'_>
             .is_some_and(|sleep| sleep.poll(cx).is_ready())
 }
 
-impl<S, B, RB> Future for ResponseFuture<S, B>
+impl<F, S, B, RB, E> Future for ResponseFuture<F, S, B, Response<RB>>
 where
-    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
-    S::Error: Into<BoxError>,
+    F: Future<Output = Result<Response<RB>, E>>,
+    E: Into<BoxError>,
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>, Error = E, Future = F> + Clone,
     B: http_body::Body + Unpin,
 {
     type Output = Result<Response<RB>, BoxError>;
@@ -258,7 +207,7 @@ where
         let mut this = self.project();
         let _entered = this.trace.enter();
         loop {
-            let (result, step) = match this.state.as_mut().project() {
+            let (result, next) = match this.state.as_mut().project() {
                 StateProj::Attempt { future } => {
                     let result = match future.poll(cx) {
                         Poll::Ready(result) => result.map_err(Into::into),
@@ -266,151 +215,127 @@ where
                             if !timer_fired(this.timer.as_mut(), *this.armed, cx) {
                                 return Poll::Pending;
                             }
-                            let error = this.attempts.expired();
-                            if error.is::<DeadlineExceeded>() {
-                                this.state.set(State::Done);
-                                this.trace.deadline(&*error);
-                                return Poll::Ready(Err(error));
-                            }
-                            Err(error)
+                            Err(this.limits.expired(Instant::now(), this.info.attempts))
                         }
                     };
                     // Drop the attempt (and the body it may hold) before judging it.
                     this.state.set(State::Done);
-                    let step = match this.retrying.as_mut() {
-                        Some(retrying) => decide(retrying, this.attempts, &result, true),
-                        None => Step::Return,
+                    let next = match this.retrying.as_mut() {
+                        Some(_) if is_deadline(&result) => {
+                            decision::record_stop(this.info, StopReason::Deadline);
+                            Next::Finish
+                        }
+                        Some(retrying) => decide(retrying, this.limits, this.info, &result, true),
+                        None => Next::Finish,
                     };
-                    (result, step)
+                    (result, next)
                 }
                 StateProj::Releasing => {
                     let retrying = this
                         .retrying
                         .as_mut()
-                        .expect("only requests that may be retried wait for their body");
+                        .expect("only retries wait for a body");
                     let responded = matches!(this.held, Some(Ok(_)));
-                    match retrying.replay.poll_released(cx, responded) {
-                        Poll::Ready(_) => {
-                            let result = this.held.take().expect("an outcome is held");
-                            this.state.set(State::Done);
-                            // Decided anew: time has passed, and the body's state changed.
-                            let step = decide(retrying, this.attempts, &result, false);
-                            (result, step)
-                        }
-                        Poll::Pending => {
-                            if !timer_fired(this.timer.as_mut(), *this.armed, cx) {
-                                return Poll::Pending;
-                            }
-                            let result = this.held.take().expect("an outcome is held");
-                            this.state.set(State::Done);
-                            let past_deadline = this
-                                .attempts
-                                .deadline
-                                .is_some_and(|(at, _)| Instant::now() >= at);
-                            this.attempts.info.stop = if past_deadline {
-                                StopReason::Deadline
-                            } else {
-                                StopReason::BodyNotReplayable
-                            };
-                            (result, Step::Return)
-                        }
+                    let released = retrying.replay.poll_released(cx, responded).is_ready();
+                    if !released && !timer_fired(this.timer.as_mut(), *this.armed, cx) {
+                        return Poll::Pending;
                     }
+                    let result = this.held.take().expect("an outcome is held");
+                    this.state.set(State::Done);
+                    let next = if released {
+                        // Decided anew: time has passed, and the body's state changed.
+                        decide(retrying, this.limits, this.info, &result, false)
+                    } else {
+                        let stop = if this.limits.past_deadline(Instant::now()) {
+                            StopReason::Deadline
+                        } else {
+                            StopReason::BodyNotReplayable
+                        };
+                        decision::record_stop(this.info, stop);
+                        Next::Finish
+                    };
+                    (result, next)
                 }
                 StateProj::Waiting => {
-                    if let Some(sleep) = this.timer.as_mut().as_pin_mut() {
-                        if *this.armed {
+                    if *this.armed {
+                        if let Some(sleep) = this.timer.as_mut().as_pin_mut() {
                             ready!(sleep.poll(cx));
                         }
                     }
-                    let deadline = this.attempts.deadline.map(|(at, _)| at);
-                    arm(this.timer.as_mut(), this.armed, deadline);
+                    let end = this.limits.wait_end(Instant::now(), None);
+                    arm(this.timer.as_mut(), this.armed, end);
                     this.state.set(State::Readying);
                     continue;
                 }
                 StateProj::Readying => {
-                    let retrying = this
-                        .retrying
-                        .as_mut()
-                        .expect("only requests that may be retried wait");
+                    let retrying = this.retrying.as_mut().expect("only retries get ready");
                     let prototype = &retrying.prototype;
-                    let service = retrying
-                        .later
-                        .as_mut()
-                        .expect("a retry was decided")
-                        .service
-                        .get_or_insert_with(|| prototype.make());
-                    match service.poll_ready(cx) {
-                        Poll::Ready(Ok(())) => {}
-                        Poll::Ready(Err(error)) => {
-                            this.state.set(State::Done);
-                            return Poll::Ready(Err(error.into()));
-                        }
+                    let later = retrying.later.as_mut().expect("a retry was decided");
+                    let service = later.service.get_or_insert_with(|| prototype.make());
+                    let ready = match service.poll_ready(cx) {
+                        Poll::Ready(ready) => ready.map_err(Into::into),
                         Poll::Pending => {
-                            if timer_fired(this.timer.as_mut(), *this.armed, cx) {
-                                return Poll::Ready(Err(give_up(
-                                    this.state,
-                                    this.attempts,
-                                    this.trace,
-                                )));
+                            if !timer_fired(this.timer.as_mut(), *this.armed, cx) {
+                                return Poll::Pending;
                             }
-                            return Poll::Pending;
+                            Err(this.limits.expired(Instant::now(), this.info.attempts))
+                        }
+                    };
+                    let now = Instant::now();
+                    match ready {
+                        // Readiness took the time that was left: send nothing.
+                        Ok(()) if this.limits.past_deadline(now) => {
+                            decision::record_stop(this.info, StopReason::Deadline);
+                            (
+                                Err(this.limits.expired(now, this.info.attempts)),
+                                Next::Finish,
+                            )
+                        }
+                        Ok(()) => {
+                            this.info.attempts += 1;
+                            let attempt = this.info.attempts;
+                            let mut head = retrying.head.to_parts();
+                            if let Some(name) = &retrying.plan.attempt_header {
+                                head.headers
+                                    .insert(name.clone(), HeaderValue::from(attempt));
+                            }
+                            head.extensions.insert(Attempt::new(attempt));
+                            let request = Request::from_parts(head, retrying.replay.body());
+                            let future = service.call(request);
+                            arm(
+                                this.timer.as_mut(),
+                                this.armed,
+                                this.limits.attempt_end(now),
+                            );
+                            this.state.set(State::Attempt { future });
+                            continue;
+                        }
+                        Err(error) => {
+                            if this.limits.past_deadline(now) {
+                                decision::record_stop(this.info, StopReason::Deadline);
+                            }
+                            (Err(error), Next::Finish)
                         }
                     }
-                    if let Some((at, _)) = this.attempts.deadline {
-                        if Instant::now() >= at {
-                            // Readiness took the time that was left: send nothing.
-                            return Poll::Ready(Err(give_up(
-                                this.state,
-                                this.attempts,
-                                this.trace,
-                            )));
-                        }
-                    }
-                    this.attempts.info.attempts += 1;
-                    let attempt = this.attempts.info.attempts;
-                    let mut head = retrying.head.to_parts();
-                    if let Some(name) = &retrying.config.attempt_header {
-                        head.headers
-                            .insert(name.clone(), HeaderValue::from(attempt));
-                    }
-                    let request = Request::from_parts(head, retrying.replay.body());
-                    let future = service.call(request);
-                    let end = this.attempts.attempt_end();
-                    arm(this.timer.as_mut(), this.armed, end);
-                    this.state.set(State::Attempt { future });
-                    continue;
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             };
-            match step {
-                Step::Return => {
-                    let info = std::mem::take(&mut this.attempts.info);
-                    this.trace
-                        .finish(&info, result.as_ref().err().map(|e| &**e));
-                    return Poll::Ready(result.map(|mut response| {
-                        response.extensions_mut().insert(info);
-                        response
-                    }));
-                }
-                Step::AwaitRelease => {
-                    let bound = this.attempts.deadline.map(|(at, _)| at).unwrap_or_else(|| {
-                        instant_after(this.attempts.attempt_timeout.unwrap_or(RELEASE_GRACE))
-                    });
-                    arm(this.timer.as_mut(), this.armed, Some(bound));
+            match next {
+                Next::Finish => return Poll::Ready(finish(this.info, this.trace, result)),
+                Next::AwaitRelease => {
+                    let end = this.limits.wait_end(Instant::now(), Some(RELEASE_GRACE));
+                    arm(this.timer.as_mut(), this.armed, end);
                     *this.held = Some(result);
                     this.state.set(State::Releasing);
                 }
-                Step::Retry(wait) => {
-                    let info = &this.attempts.info;
-                    if let Some(record) = info.retries.last() {
-                        this.trace.retry(
-                            info.attempts,
-                            record,
-                            result.as_ref().err().map(|e| &**e),
-                        );
+                Next::Wait(wait) => {
+                    if let Some(record) = this.info.retries.last() {
+                        let error = result.as_ref().err().map(|e| &**e);
+                        this.trace.retry(this.info.attempts, record, error);
                     }
                     drop(result);
-                    arm(this.timer.as_mut(), this.armed, Some(instant_after(wait)));
+                    let at = decision::after(Instant::now(), wait);
+                    arm(this.timer.as_mut(), this.armed, Some(at));
                     this.state.set(State::Waiting);
                 }
             }
@@ -418,63 +343,80 @@ where
     }
 }
 
-/// Judges one outcome: return it, or retry after a wait. Records the decision in `info`.
-/// `may_wait` is false when the decision is taken again after waiting for the body's
-/// release: a body still held then is not replayable.
+/// True for this layer's own deadline error.
+fn is_deadline<R>(result: &Result<R, BoxError>) -> bool {
+    result
+        .as_ref()
+        .err()
+        .is_some_and(|e| e.is::<DeadlineExceeded>())
+}
+
+/// The one way out: the record goes into the response's extensions, or into the error.
+fn finish<RB>(
+    info: &mut RetryInfo,
+    trace: &Trace,
+    result: Result<Response<RB>, BoxError>,
+) -> Result<Response<RB>, BoxError> {
+    let info = std::mem::take(info);
+    match result {
+        Ok(mut response) => {
+            trace.finish(&info, None);
+            response.extensions_mut().insert(info);
+            Ok(response)
+        }
+        Err(error) => {
+            if error.is::<DeadlineExceeded>() {
+                trace.deadline(&*error);
+            }
+            trace.finish(&info, Some(&*error));
+            Err(Box::new(RetryError::new(info, error)))
+        }
+    }
+}
+
+/// Gathers the facts of one outcome, has the decision made, and books it. `may_wait` is
+/// false when the decision is taken again after waiting for the body's release: a body
+/// still held then is not replayable.
 fn decide<S, B, RB>(
     retrying: &mut Retrying<S, B>,
-    attempts: &mut Attempts,
+    limits: &Limits,
+    info: &mut RetryInfo,
     result: &Result<Response<RB>, BoxError>,
     may_wait: bool,
-) -> Step {
-    let info = &mut attempts.info;
-    let stop = |info: &mut RetryInfo, reason: StopReason| {
-        info.stop = reason;
-        Step::Return
+) -> Next {
+    let stop = |info: &mut RetryInfo, reason| {
+        decision::record_stop(info, reason);
+        Next::Finish
     };
-    let config = &*retrying.config;
-    let policy = retrying.policy.get(config);
-
+    let plan = &*retrying.plan;
+    let policy = &plan.policy;
     let outcome = match result {
         Ok(response) => Outcome::Response {
             status: response.status(),
             headers: response.headers(),
         },
-        Err(error) => {
-            if retrying.replay.body_failed() {
-                // The caller's own body failed: theirs to handle.
-                return stop(info, StopReason::Final);
-            }
-            Outcome::Error(&**error)
-        }
+        // The caller's own body failed: theirs to handle.
+        Err(_) if retrying.replay.body_failed() => return stop(info, StopReason::Final),
+        Err(error) => Outcome::Error(&**error),
     };
-    let reason = match policy.classify(&retrying.head, outcome) {
-        Classification::Done => return stop(info, StopReason::Final),
-        Classification::Retry(reason) => reason,
-        Classification::RetryOnce(reason) => {
-            if info.retries.iter().any(|r| r.reason == reason) {
-                return stop(info, StopReason::Final);
-            }
-            reason
-        }
+    let judgement = Judgement {
+        verdict: policy.classify(&retrying.head, outcome),
+        may_repeat: retrying.head.method().is_idempotent()
+            || info.idempotency_key.is_some()
+            || policy.assume_idempotent,
+        attempts: info.attempts,
+        max_attempts: policy.max_attempts,
+        previous: &info.retries,
     };
-    // DESIGN 1.1: an idempotent method, or a key (stamped or the caller's), or a failure
-    // that proves the server never saw the request.
-    // A policy may also declare its requests repeatable whatever the method.
-    let may_repeat = retrying.head.method().is_idempotent()
-        || info.idempotency_key.is_some()
-        || policy.assume_idempotent;
-    if !may_repeat && !reason.request_not_processed() {
-        return stop(info, StopReason::NotIdempotent);
-    }
-    if info.attempts >= policy.max_attempts {
-        return stop(info, StopReason::MaxAttempts);
-    }
+    let reason = match decision::judge(&judgement) {
+        Ok(reason) => reason,
+        Err(reason) => return stop(info, reason),
+    };
     match retrying.replay.check(result.is_ok()) {
         Ok(()) => {}
         // The transport has not dropped the last attempt's body yet (hyper does that in its
         // connection task or body pipe, after failing the response future).
-        Err(NotReplayable::InFlight) if may_wait => return Step::AwaitRelease,
+        Err(NotReplayable::InFlight) if may_wait => return Next::AwaitRelease,
         Err(_) => return stop(info, StopReason::BodyNotReplayable),
     }
 
@@ -491,54 +433,38 @@ fn decide<S, B, RB>(
         Ok(response) => retry_after_hint(response),
         Err(_) => None,
     };
-    if hint.is_some_and(|hint| hint > policy.max_retry_after) {
-        return stop(info, StopReason::RetryAfterTooLong);
-    }
-    let wait = hint.map_or(backoff, |hint| hint.max(backoff));
-    let from_hint = hint.is_some_and(|hint| hint > backoff);
-    if let Some((at, _)) = attempts.deadline {
-        // Timers fire on whole milliseconds, so a wait may end up to 1 ms late: a wait that
-        // would end within that of the deadline leaves no time for an attempt.
-        let ends = Instant::now()
-            .checked_add(wait)
-            .and_then(|ends| ends.checked_add(TIMER_SLACK));
-        if ends.is_none_or(|ends| ends >= at) {
-            let reason = if from_hint {
-                StopReason::RetryAfterTooLong
-            } else {
-                StopReason::Deadline
-            };
+    let schedule = Schedule {
+        reason,
+        backoff,
+        hint,
+        max_hint: policy.max_retry_after,
+        now: Instant::now(),
+        deadline: limits.deadline(),
+    };
+    let withdraw = || plan.budget.as_ref().is_none_or(|budget| budget.withdraw());
+    let record = match decision::schedule(&schedule, withdraw) {
+        Ok(record) => record,
+        Err(reason) => {
+            if reason == StopReason::BudgetExhausted {
+                crate::trace::budget_refused(info.attempts, &schedule.reason);
+            }
             return stop(info, reason);
         }
-    }
-    if let Some(budget) = config.budget_for(policy) {
-        if !budget.withdraw() {
-            info.budget_exhausted = true;
-            crate::trace::budget_refused(info.attempts, &reason);
-            return stop(info, StopReason::BudgetExhausted);
-        }
-    }
-
+    };
     match retrying.later.as_deref_mut() {
-        Some(later) => later.previous = backoff,
+        Some(later) => later.previous = record.wait,
         None => {
             retrying.later = Some(Box::new(Later {
                 service: None,
                 // Always the one drawn from above: `later` was empty then too.
                 rng: fresh.unwrap_or_else(|| policy.jitter_rng()),
-                previous: backoff,
+                previous: record.wait,
             }));
         }
     }
-    info.total_wait = info.total_wait.saturating_add(wait);
-    let record = RetryRecord {
-        reason,
-        wait,
-        retry_after: from_hint,
-    };
     crate::trace::retried(&record);
-    info.retries.push(record);
-    Step::Retry(wait)
+    decision::record_retry(info, record);
+    Next::Wait(record.wait)
 }
 
 fn retry_after_hint<RB>(response: &Response<RB>) -> Option<Duration> {
@@ -547,10 +473,7 @@ fn retry_after_hint<RB>(response: &Response<RB>) -> Option<Duration> {
     crate::retry_after::parse(value, date, SystemTime::now())
 }
 
-impl<S, B> std::fmt::Debug for ResponseFuture<S, B>
-where
-    S: Service<Request<ReplayBody<B>>>,
-{
+impl<F, S, B, R> std::fmt::Debug for ResponseFuture<F, S, B, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
             State::Attempt { .. } => "attempt",
@@ -561,7 +484,7 @@ where
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
-            .field("info", &self.attempts.info)
+            .field("info", &self.info)
             .finish()
     }
 }

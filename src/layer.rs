@@ -3,13 +3,14 @@
 use std::fmt;
 use std::sync::Arc;
 
-use http::{HeaderName, Request};
+use http::HeaderName;
 use tower_layer::Layer;
 
 use crate::budget::RetryBudget;
+use crate::config::{Defaults, Plans};
 use crate::error::InvalidConfig;
 use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey};
-use crate::policy::{PolicyKey, RetryPolicy};
+use crate::policy::RetryPolicy;
 use crate::route::RouteMatch;
 use crate::service::Retry;
 
@@ -64,70 +65,6 @@ pub(crate) struct Config {
     pub(crate) key_header: HeaderName,
     pub(crate) max_replay_bytes: usize,
     pub(crate) attempt_header: Option<HeaderName>,
-}
-
-/// Which policy a request runs under.
-#[derive(Debug)]
-pub(crate) enum PolicyRef {
-    Default,
-    Route(usize),
-    /// Boxed: rare, and it would make every response future larger.
-    Request(Box<RetryPolicy>),
-}
-
-impl PolicyRef {
-    pub(crate) fn get<'a>(&'a self, config: &'a Config) -> &'a RetryPolicy {
-        match self {
-            PolicyRef::Default => &config.policy,
-            PolicyRef::Route(i) => &config.routes[*i].1,
-            PolicyRef::Request(policy) => policy,
-        }
-    }
-}
-
-impl Config {
-    /// Picks the policy for a request: its own extension first, then the first matching
-    /// route, else the default. Allocates nothing unless the request carries a policy.
-    pub(crate) fn select<B>(&self, request: &Request<B>) -> PolicyRef {
-        if let Some(policy) = request.extensions().get::<RetryPolicy>() {
-            return PolicyRef::Request(Box::new(policy.clone()));
-        }
-        let (method, uri, headers) = (request.method(), request.uri(), request.headers());
-        match self
-            .routes
-            .iter()
-            .position(|(route, _)| route.matches_parts(method, uri, headers))
-        {
-            Some(i) => PolicyRef::Route(i),
-            None => PolicyRef::Default,
-        }
-    }
-
-    /// The budget that pays for this policy's retries.
-    pub(crate) fn budget_for<'a>(&'a self, policy: &'a RetryPolicy) -> Option<&'a RetryBudget> {
-        policy.budget.as_ref().or(self.budget.as_ref())
-    }
-
-    /// How keys are stamped under this policy: its own configuration, else the layer's. A
-    /// policy that declares its requests repeatable needs no key for that, so it gets none
-    /// from the layer.
-    pub(crate) fn key_for<'a>(&'a self, policy: &'a RetryPolicy) -> Option<&'a IdempotencyKey> {
-        match &policy.key {
-            PolicyKey::Own(key) => Some(key),
-            PolicyKey::Off => None,
-            PolicyKey::Layer if policy.assume_idempotent => None,
-            PolicyKey::Layer => self.key.as_ref(),
-        }
-    }
-
-    /// The header whose presence makes a non-idempotent request under this policy
-    /// retryable.
-    pub(crate) fn key_header_for<'a>(&'a self, policy: &'a RetryPolicy) -> &'a HeaderName {
-        match &policy.key {
-            PolicyKey::Own(key) => key.header(),
-            PolicyKey::Layer | PolicyKey::Off => &self.key_header,
-        }
-    }
 }
 
 impl Default for RetryLayer {
@@ -261,7 +198,16 @@ impl<S: Clone> Layer<S> for RetryLayer {
     type Service = Retry<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Retry::from_config(inner, Arc::clone(&self.config))
+        let c = &*self.config;
+        let defaults = Defaults {
+            budget: c.budget.clone(),
+            key: c.key.clone(),
+            key_header: c.key_header.clone(),
+            max_replay_bytes: c.max_replay_bytes,
+            attempt_header: c.attempt_header.clone(),
+        };
+        let plans = Plans::new(&c.policy, &c.routes, &defaults);
+        Retry::from_plans(inner, Arc::new(plans))
     }
 }
 

@@ -1,7 +1,7 @@
 //! [`Retry`]: readiness, policy choice, the idempotency key, body wrapping, the deposit.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::header::Entry;
@@ -10,9 +10,12 @@ use http_body::Body;
 use tower::BoxError;
 use tower_service::Service;
 
-use crate::future::{Attempts, ResponseFuture};
+use crate::config::Plans;
+use crate::decision::Limits;
+use crate::future::{Prototype, ResponseFuture, Retrying};
 use crate::head::Head;
-use crate::layer::{Config, RetryLayer};
+use crate::info::{RetryInfo, StopReason};
+use crate::layer::RetryLayer;
 use crate::replay::ReplayBody;
 use crate::trace::Trace;
 
@@ -22,10 +25,12 @@ use crate::trace::Trace;
 ///
 /// # Errors
 ///
-/// A response, retryable or not, is returned as `Ok` (a last 503 included). An error is a
-/// [`tower::BoxError`]: the last attempt's error from the inner service, unchanged, or the
-/// layer's own [`DeadlineExceeded`](crate::DeadlineExceeded) or
-/// [`AttemptTimedOut`](crate::AttemptTimedOut). Downcast it to tell them apart:
+/// A response, retryable or not, is returned as `Ok` (a last 503 included), with a
+/// [`RetryInfo`](crate::RetryInfo) in its extensions. An error is a [`tower::BoxError`]
+/// holding a [`RetryError`](crate::RetryError): the same record, and the last attempt's
+/// error as its source, from the inner service unchanged, or the layer's own
+/// [`DeadlineExceeded`](crate::DeadlineExceeded) or
+/// [`AttemptTimedOut`](crate::AttemptTimedOut). Downcast the source to tell them apart:
 ///
 /// ```
 /// use std::io;
@@ -33,7 +38,7 @@ use crate::trace::Trace;
 /// use http::{Request, Response};
 /// use http_body_util::Full;
 /// use tower::ServiceExt;
-/// use tower_http_retry::{DeadlineExceeded, Retry};
+/// use tower_http_retry::{DeadlineExceeded, Retry, RetryError};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -42,6 +47,9 @@ use crate::trace::Trace;
 /// });
 /// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
 /// let error = Retry::new(inner).oneshot(request).await.unwrap_err();
+/// let error = error.downcast::<RetryError>().expect("every error carries the record");
+/// assert_eq!(error.info().attempts, 1);
+/// let error = error.into_source();
 /// if let Some(io) = error.downcast_ref::<io::Error>() {
 ///     // The inner service's error, passed through (not retried: not a connection failure).
 ///     assert_eq!(io.kind(), io::ErrorKind::PermissionDenied);
@@ -67,32 +75,7 @@ use crate::trace::Trace;
 pub struct Retry<S> {
     inner: S,
     prototype: Prototype<S>,
-    config: Arc<Config>,
-}
-
-/// The copy of the inner service that retries clone from. Behind a `Mutex` so that the
-/// response future stays `Send` for services that are `Send` but not `Sync` (tower's
-/// `BoxCloneService`); it is locked only to clone, when a first retry is decided.
-pub(crate) struct Prototype<S>(Arc<Mutex<S>>);
-
-impl<S> Clone for Prototype<S> {
-    fn clone(&self) -> Self {
-        Prototype(Arc::clone(&self.0))
-    }
-}
-
-impl<S: Clone> Prototype<S> {
-    fn new(service: &S) -> Self {
-        Prototype(Arc::new(Mutex::new(service.clone())))
-    }
-
-    /// A fresh clone of the inner service.
-    pub(crate) fn make(&self) -> S {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-    }
+    plans: Arc<Plans>,
 }
 
 impl<S: Clone> Retry<S> {
@@ -128,12 +111,12 @@ impl<S: Clone> Retry<S> {
         tower_layer::Layer::layer(&RetryLayer::new(), inner)
     }
 
-    pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
+    pub(crate) fn from_plans(inner: S, plans: Arc<Plans>) -> Self {
         let prototype = Prototype::new(&inner);
         Self {
             inner,
             prototype,
-            config,
+            plans,
         }
     }
 }
@@ -166,32 +149,30 @@ where
 {
     type Response = Response<RB>;
     type Error = BoxError;
-    type Future = ResponseFuture<S, B>;
+    type Future = ResponseFuture<S::Future, S, B, Response<RB>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
-        let config = &self.config;
-        let policy_ref = config.select(&request);
-        let policy = policy_ref.get(config);
-        let attempts = Attempts::start(policy);
+        let plan = self.plans.select(&request);
+        let policy = &plan.policy;
+        let limits = Limits::start(policy, tokio::time::Instant::now());
         let trace = Trace::new(&request);
+        let mut info = RetryInfo {
+            attempts: 1,
+            ..RetryInfo::default()
+        };
 
-        if policy.is_never() || request.method() == Method::CONNECT {
-            if let Some(name) = &config.attempt_header {
-                request
-                    .headers_mut()
-                    .insert(name.clone(), http::HeaderValue::from_static("1"));
-            }
-            let future = self.inner.call(request.map(ReplayBody::passthrough));
-            return ResponseFuture::once(future, attempts, trace);
+        // Every logical request is the client's traffic, retried or not (DESIGN 1.7).
+        if let Some(budget) = &plan.budget {
+            budget.deposit();
         }
-
-        // The key every attempt carries, for `RetryInfo`. Where keys are stamped, the one
-        // lookup that finds or inserts it; elsewhere it is looked for in the head's copy.
-        let stamped = match config.key_for(policy) {
+        // Whether a key is stamped depends on the key configuration alone, never on
+        // whether retries are on. Where keys are stamped, the one lookup that finds or
+        // inserts it; elsewhere it is looked for in the head's copy below.
+        let stamped = match &plan.key {
             Some(key) if key.applies_to(request.method()) => {
                 Some(match request.headers_mut().entry(key.header()) {
                     Entry::Occupied(caller) => Some(caller.get().clone()),
@@ -209,13 +190,19 @@ where
             }
             _ => None,
         };
-        if let Some(budget) = config.budget_for(policy) {
-            budget.deposit();
-        }
-        if let Some(name) = &config.attempt_header {
+        if let Some(name) = &plan.attempt_header {
             request
                 .headers_mut()
                 .insert(name.clone(), http::HeaderValue::from_static("1"));
+        }
+
+        if policy.is_never() || request.method() == Method::CONNECT {
+            info.stop = StopReason::Disabled;
+            info.idempotency_key = stamped
+                .flatten()
+                .or_else(|| request.headers().get(&plan.key_header).cloned());
+            let future = self.inner.call(request.map(ReplayBody::passthrough));
+            return ResponseFuture::new(future, limits, info, None, trace);
         }
 
         let (parts, body) = request.into_parts();
@@ -225,23 +212,15 @@ where
             Some(_) => None,
             None => content_length(&parts.headers),
         };
-        let (body, replay) = ReplayBody::with_handle(body, config.max_replay_bytes, declared_len);
+        let (body, replay) =
+            ReplayBody::with_handle(body, self.plans.max_replay_bytes(), declared_len);
         let head = Head::copy(&parts, policy.has_custom_classifier());
-        let key = stamped.unwrap_or_else(|| head.get(config.key_header_for(policy)).cloned());
+        info.idempotency_key = stamped.unwrap_or_else(|| head.get(&plan.key_header).cloned());
         // The service that `poll_ready` readied takes the first attempt; retries clone
         // from the prototype, and only if they happen.
         let future = self.inner.call(Request::from_parts(parts, body));
-        ResponseFuture::retrying(
-            future,
-            attempts,
-            self.prototype.clone(),
-            head,
-            key,
-            replay,
-            Arc::clone(&self.config),
-            policy_ref,
-            trace,
-        )
+        let retrying = Retrying::new(self.prototype.clone(), head, replay, plan);
+        ResponseFuture::new(future, limits, info, Some(retrying), trace)
     }
 }
 
@@ -263,7 +242,7 @@ impl<S: fmt::Debug> fmt::Debug for Retry<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Retry")
             .field("inner", &self.inner)
-            .field("config", &self.config)
+            .field("plans", &self.plans)
             .finish()
     }
 }

@@ -33,6 +33,9 @@ mod imp {
         ) {
             tracing::debug!(
                 attempt,
+                // The retry about to be sent was sent `attempt` times before (OpenTelemetry's
+                // `http.request.resend_count`).
+                resend_count = attempt,
                 reason = %record.reason,
                 wait_ms = record.wait.as_secs_f64() * 1e3,
                 retry_after = record.retry_after,

@@ -186,7 +186,7 @@ async fn other_errors_are_returned_as_is() {
         .await
         .unwrap_err();
     assert!(
-        err.is::<Custom>(),
+        common::last(&err).is::<Custom>(),
         "the inner error is passed through unchanged: {err}"
     );
     assert_eq!(mock.calls(), 1);
@@ -201,7 +201,10 @@ async fn other_errors_are_returned_as_is() {
         .await
         .unwrap_err();
     assert_eq!(
-        err.downcast_ref::<io::Error>().unwrap().kind(),
+        common::last(&err)
+            .downcast_ref::<io::Error>()
+            .unwrap()
+            .kind(),
         io::ErrorKind::PermissionDenied
     );
     assert_eq!(mock.calls(), 1);
@@ -223,7 +226,10 @@ async fn an_error_from_the_callers_own_body_is_not_retried() {
         .unwrap_err();
     // The caller's own error, even though its kind would be retryable from the network.
     assert_eq!(
-        err.downcast_ref::<io::Error>().unwrap().kind(),
+        common::last(&err)
+            .downcast_ref::<io::Error>()
+            .unwrap()
+            .kind(),
         io::ErrorKind::ConnectionReset
     );
     assert_eq!(mock.calls(), 1);
@@ -343,7 +349,10 @@ async fn post_without_a_key_is_not_retried_after_a_reset() {
         .await
         .unwrap_err();
     assert_eq!(
-        err.downcast_ref::<io::Error>().unwrap().kind(),
+        common::last(&err)
+            .downcast_ref::<io::Error>()
+            .unwrap()
+            .kind(),
         io::ErrorKind::ConnectionReset
     );
     assert_eq!(mock.calls(), 1);

@@ -342,8 +342,8 @@ where
                 }
             }
             Err(error) => Outcome::Error {
-                timed_out: error.is::<AttemptTimedOut>(),
-                closed: error.is::<hyper_util::client::legacy::Error>(),
+                timed_out: common::last(&error).is::<AttemptTimedOut>(),
+                closed: common::last(&error).is::<hyper_util::client::legacy::Error>(),
                 text: error.to_string(),
             },
         }

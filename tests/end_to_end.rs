@@ -87,7 +87,10 @@ async fn a_keyless_post_is_not_retried_after_a_closed_connection() {
         .body(Full::new(Bytes::from_static(b"{}")))
         .unwrap();
     let err = svc.oneshot(req).await.unwrap_err();
-    assert!(err.is::<hyper_util::client::legacy::Error>(), "{err:?}");
+    assert!(
+        common::last(&err).is::<hyper_util::client::legacy::Error>(),
+        "{err:?}"
+    );
     assert_eq!(server.count(), 1);
 }
 

@@ -209,7 +209,9 @@ async fn a_routes_policy_is_complete_and_inherits_nothing_from_the_default() {
         .oneshot(common::get("http://h/based"))
         .await
         .unwrap_err();
-    let timed_out = error.downcast_ref::<AttemptTimedOut>().expect("{error}");
+    let timed_out = common::last(&error)
+        .downcast_ref::<AttemptTimedOut>()
+        .expect("{error}");
     assert_eq!(timed_out.attempt(), 3, "the route's 3 attempts");
     assert_eq!(
         timed_out.timeout(),

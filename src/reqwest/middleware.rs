@@ -211,6 +211,12 @@ impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
 
 /// What the layer returned, as reqwest-middleware carries errors.
 fn from_box(error: BoxError) -> reqwest_middleware::Error {
+    // The record has no place in reqwest-middleware's error: the last error goes back as
+    // it was raised.
+    let error = match error.downcast::<crate::RetryError>() {
+        Ok(error) => error.into_source(),
+        Err(error) => error,
+    };
     let error = match error.downcast::<::reqwest::Error>() {
         Ok(error) => return reqwest_middleware::Error::Reqwest(*error),
         Err(error) => error,

@@ -205,3 +205,11 @@ pub fn stream(chunks: Vec<Bytes>) -> ChunkStream {
 pub async fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
     std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *future).poll(cx))).await
 }
+
+/// The last error inside the layer's `RetryError` (or the error itself if it is none).
+pub fn last(error: &tower::BoxError) -> &(dyn std::error::Error + Send + Sync + 'static) {
+    match error.downcast_ref::<tower_http_retry::RetryError>() {
+        Some(retry) => retry.get_ref(),
+        None => &**error,
+    }
+}

@@ -1,0 +1,372 @@
+//! The retry decisions as plain code: the limits of a logical request, whether an outcome
+//! may be retried, how long to wait, and the record of it all. Nothing here knows futures;
+//! [`crate::future`] gathers the facts, calls these, and drives what they decide.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower::BoxError;
+
+use crate::classify::{Classification, RetryReason};
+use crate::error::{AttemptTimedOut, DeadlineExceeded};
+use crate::info::{RetryInfo, RetryRecord, StopReason};
+use crate::policy::RetryPolicy;
+
+/// How late a tokio timer may fire: it rounds deadlines up to the next millisecond.
+const TIMER_SLACK: Duration = Duration::from_millis(1);
+
+/// How long to wait for a transport to drop the last attempt's body when neither a
+/// deadline nor an attempt timeout bounds it. hyper drops it within moments of failing the
+/// response future (its connection task or body pipe notices the failure on its next
+/// poll); this is the margin for a loaded runtime.
+pub(crate) const RELEASE_GRACE: Duration = Duration::from_secs(1);
+
+/// The time limits of one logical request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// When the deadline passes, and the configured deadline.
+    deadline: Option<(Instant, Duration)>,
+    attempt_timeout: Option<Duration>,
+}
+
+impl Limits {
+    pub(crate) fn start(policy: &RetryPolicy, now: Instant) -> Self {
+        Self {
+            deadline: policy
+                .deadline
+                .and_then(|d| now.checked_add(d).map(|at| (at, d))),
+            attempt_timeout: policy.attempt_timeout,
+        }
+    }
+
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline.map(|(at, _)| at)
+    }
+
+    pub(crate) fn past_deadline(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|(at, _)| now >= at)
+    }
+
+    /// When an attempt started `now` must end, if ever: the attempt timeout or the
+    /// deadline, whichever comes first.
+    pub(crate) fn attempt_end(&self, now: Instant) -> Option<Instant> {
+        let timeout = self.attempt_timeout.and_then(|t| now.checked_add(t));
+        match (timeout, self.deadline()) {
+            (Some(t), Some(d)) => Some(t.min(d)),
+            (t, d) => t.or(d),
+        }
+    }
+
+    /// The end of a wait that is not an attempt (for the retry's service to become ready,
+    /// for a transport to let go of a body): the deadline, else the attempt timeout from
+    /// `now`, else `fallback` from `now` if given.
+    pub(crate) fn wait_end(&self, now: Instant, fallback: Option<Duration>) -> Option<Instant> {
+        self.deadline()
+            .or_else(|| self.attempt_timeout.or(fallback).map(|t| after(now, t)))
+    }
+
+    /// The error for a limit that ran out at `now` during attempt `attempt` (or while
+    /// preparing it): the deadline if it has passed, else the attempt timeout.
+    pub(crate) fn expired(&self, now: Instant, attempt: u32) -> BoxError {
+        match self.deadline {
+            Some((at, deadline)) if now >= at => Box::new(DeadlineExceeded::new(deadline, attempt)),
+            _ => Box::new(AttemptTimedOut::new(
+                self.attempt_timeout.unwrap_or_default(),
+                attempt,
+            )),
+        }
+    }
+}
+
+/// The instant `wait` after `now`; a wait too long to represent ends in about thirty
+/// years, which is "never" for a request but still a wait, not none.
+pub(crate) fn after(now: Instant, wait: Duration) -> Instant {
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(Duration::from_secs(86_400 * 365 * 30)))
+        .unwrap_or(now)
+}
+
+/// What an outcome's classification and the request allow, before any wait is chosen.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Judgement<'a> {
+    pub(crate) verdict: Classification,
+    /// An idempotent method, a key on the request, or a policy that declares the request
+    /// repeatable (DESIGN 1.1).
+    pub(crate) may_repeat: bool,
+    pub(crate) attempts: u32,
+    pub(crate) max_attempts: u32,
+    pub(crate) previous: &'a [RetryRecord],
+}
+
+/// Whether the outcome is worth a retry, and for which reason; or why not.
+pub(crate) fn judge(j: &Judgement<'_>) -> Result<RetryReason, StopReason> {
+    let reason = match j.verdict {
+        Classification::Done => return Err(StopReason::Final),
+        Classification::Retry(reason) => reason,
+        Classification::RetryOnce(reason) => {
+            if j.previous.iter().any(|r| r.reason == reason) {
+                return Err(StopReason::Final);
+            }
+            reason
+        }
+    };
+    if !j.may_repeat && !reason.request_not_processed() {
+        return Err(StopReason::NotIdempotent);
+    }
+    if j.attempts >= j.max_attempts {
+        return Err(StopReason::MaxAttempts);
+    }
+    Ok(reason)
+}
+
+/// The wait of a retry that [`judge`] allowed and whose body can be sent again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Schedule {
+    pub(crate) reason: RetryReason,
+    pub(crate) backoff: Duration,
+    /// The server's hint, if it gave one.
+    pub(crate) hint: Option<Duration>,
+    pub(crate) max_hint: Duration,
+    pub(crate) now: Instant,
+    pub(crate) deadline: Option<Instant>,
+}
+
+/// Schedules the retry, or says why it cannot happen. `withdraw` asks the budget for a
+/// token, and is called only when everything else allows the retry.
+pub(crate) fn schedule(
+    s: &Schedule,
+    withdraw: impl FnOnce() -> bool,
+) -> Result<RetryRecord, StopReason> {
+    if s.hint.is_some_and(|hint| hint > s.max_hint) {
+        return Err(StopReason::RetryAfterTooLong);
+    }
+    let wait = s.hint.map_or(s.backoff, |hint| hint.max(s.backoff));
+    let from_hint = s.hint.is_some_and(|hint| hint > s.backoff);
+    if let Some(deadline) = s.deadline {
+        // Timers fire on whole milliseconds, so a wait may end up to 1 ms late: a wait that
+        // would end within that of the deadline leaves no time for an attempt.
+        let ends = s
+            .now
+            .checked_add(wait)
+            .and_then(|ends| ends.checked_add(TIMER_SLACK));
+        if ends.is_none_or(|ends| ends >= deadline) {
+            return Err(if from_hint {
+                StopReason::RetryAfterTooLong
+            } else {
+                StopReason::Deadline
+            });
+        }
+    }
+    if !withdraw() {
+        return Err(StopReason::BudgetExhausted);
+    }
+    Ok(RetryRecord {
+        reason: s.reason,
+        wait,
+        retry_after: from_hint,
+    })
+}
+
+/// Books a retry that goes ahead.
+pub(crate) fn record_retry(info: &mut RetryInfo, record: RetryRecord) {
+    info.total_wait = info.total_wait.saturating_add(record.wait);
+    info.retries.push(record);
+}
+
+/// Books why retrying stopped.
+pub(crate) fn record_stop(info: &mut RetryInfo, stop: StopReason) {
+    info.stop = stop;
+    if stop == StopReason::BudgetExhausted {
+        info.budget_exhausted = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::StatusCode;
+
+    const S503: RetryReason = RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE);
+    const S500: RetryReason = RetryReason::Status(StatusCode::INTERNAL_SERVER_ERROR);
+
+    fn judgement(verdict: Classification) -> Judgement<'static> {
+        Judgement {
+            verdict,
+            may_repeat: true,
+            attempts: 1,
+            max_attempts: 3,
+            previous: &[],
+        }
+    }
+
+    fn record(reason: RetryReason) -> RetryRecord {
+        RetryRecord {
+            reason,
+            wait: Duration::ZERO,
+            retry_after: false,
+        }
+    }
+
+    #[test]
+    fn judge_follows_the_verdict_the_method_and_the_attempts() {
+        assert_eq!(
+            judge(&judgement(Classification::Done)),
+            Err(StopReason::Final)
+        );
+        assert_eq!(judge(&judgement(Classification::Retry(S503))), Ok(S503));
+        let once = Classification::RetryOnce(S500);
+        assert_eq!(judge(&judgement(once)), Ok(S500));
+        let previous = [record(S500)];
+        let again = Judgement {
+            previous: &previous,
+            ..judgement(once)
+        };
+        assert_eq!(judge(&again), Err(StopReason::Final));
+        let keyless = Judgement {
+            may_repeat: false,
+            ..judgement(Classification::Retry(S503))
+        };
+        assert_eq!(judge(&keyless), Err(StopReason::NotIdempotent));
+        for proof in [RetryReason::Connect, RetryReason::RefusedStream] {
+            let unseen = Judgement {
+                may_repeat: false,
+                ..judgement(Classification::Retry(proof))
+            };
+            assert_eq!(judge(&unseen), Ok(proof));
+        }
+        let goaway = Judgement {
+            may_repeat: false,
+            ..judgement(Classification::Retry(RetryReason::GoAway))
+        };
+        assert_eq!(judge(&goaway), Err(StopReason::NotIdempotent));
+        let last = Judgement {
+            attempts: 3,
+            ..judgement(Classification::Retry(S503))
+        };
+        assert_eq!(judge(&last), Err(StopReason::MaxAttempts));
+    }
+
+    fn plan(backoff: u64, hint: Option<u64>, deadline_in: Option<u64>) -> Schedule {
+        let now = Instant::now();
+        Schedule {
+            reason: S503,
+            backoff: Duration::from_millis(backoff),
+            hint: hint.map(Duration::from_millis),
+            max_hint: Duration::from_secs(30),
+            now,
+            deadline: deadline_in.map(|ms| now + Duration::from_millis(ms)),
+        }
+    }
+
+    #[test]
+    fn the_hint_is_a_floor_and_is_recorded_only_when_it_decides() {
+        let r = schedule(&plan(100, Some(2_000), None), || true).unwrap();
+        assert_eq!((r.wait, r.retry_after), (Duration::from_secs(2), true));
+        let r = schedule(&plan(300, Some(200), None), || true).unwrap();
+        assert_eq!((r.wait, r.retry_after), (Duration::from_millis(300), false));
+        let r = schedule(&plan(300, None, None), || true).unwrap();
+        assert_eq!((r.wait, r.retry_after), (Duration::from_millis(300), false));
+    }
+
+    #[test]
+    fn too_long_a_hint_or_a_wait_past_the_deadline_stops() {
+        assert_eq!(
+            schedule(&plan(100, Some(31_000), None), || true),
+            Err(StopReason::RetryAfterTooLong)
+        );
+        assert_eq!(
+            schedule(&plan(100, Some(5_000), Some(4_000)), || true),
+            Err(StopReason::RetryAfterTooLong)
+        );
+        assert_eq!(
+            schedule(&plan(4_000, None, Some(4_000)), || true),
+            Err(StopReason::Deadline)
+        );
+        // Within a millisecond of the deadline leaves no room for an attempt.
+        assert_eq!(
+            schedule(&plan(3_999, None, Some(4_000)), || true),
+            Err(StopReason::Deadline)
+        );
+        assert!(schedule(&plan(3_998, None, Some(4_000)), || true).is_ok());
+    }
+
+    #[test]
+    fn the_budget_is_asked_last_and_only_then() {
+        let mut asked = false;
+        let stop = schedule(&plan(100, Some(31_000), None), || {
+            asked = true;
+            true
+        });
+        assert_eq!(stop, Err(StopReason::RetryAfterTooLong));
+        assert!(!asked, "a retry that cannot happen spends no token");
+        assert_eq!(
+            schedule(&plan(100, None, None), || false),
+            Err(StopReason::BudgetExhausted)
+        );
+    }
+
+    #[test]
+    fn the_record_adds_waits_and_marks_budget_refusals() {
+        let mut info = RetryInfo::default();
+        record_retry(
+            &mut info,
+            RetryRecord {
+                wait: Duration::from_millis(5),
+                ..record(S503)
+            },
+        );
+        record_retry(
+            &mut info,
+            RetryRecord {
+                wait: Duration::MAX,
+                ..record(S503)
+            },
+        );
+        assert_eq!(info.total_wait, Duration::MAX, "saturates");
+        assert_eq!(info.retries.len(), 2);
+        record_stop(&mut info, StopReason::BudgetExhausted);
+        assert!(info.budget_exhausted);
+        let mut other = RetryInfo::default();
+        record_stop(&mut other, StopReason::MaxAttempts);
+        assert!(!other.budget_exhausted);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn limits_pick_the_first_end() {
+        let policy = RetryPolicy::default()
+            .deadline(Duration::from_secs(10))
+            .attempt_timeout(Duration::from_secs(3));
+        let now = Instant::now();
+        let limits = Limits::start(&policy, now);
+        assert_eq!(limits.attempt_end(now), Some(now + Duration::from_secs(3)));
+        let late = now + Duration::from_secs(8);
+        assert_eq!(
+            limits.attempt_end(late),
+            Some(now + Duration::from_secs(10))
+        );
+        assert_eq!(
+            limits.wait_end(now, None),
+            Some(now + Duration::from_secs(10))
+        );
+        assert!(limits.expired(late, 2).is::<AttemptTimedOut>());
+        let past = now + Duration::from_secs(10);
+        assert!(limits.past_deadline(past));
+        assert!(limits.expired(past, 2).is::<DeadlineExceeded>());
+
+        let timeout_only = Limits::start(
+            &RetryPolicy::default().attempt_timeout(Duration::from_secs(2)),
+            now,
+        );
+        assert_eq!(
+            timeout_only.wait_end(now, Some(RELEASE_GRACE)),
+            Some(now + Duration::from_secs(2))
+        );
+        let none = Limits::start(&RetryPolicy::default(), now);
+        assert_eq!(
+            none.wait_end(now, Some(RELEASE_GRACE)),
+            Some(now + RELEASE_GRACE)
+        );
+        assert_eq!(none.wait_end(now, None), None);
+        assert_eq!(none.attempt_end(now), None);
+    }
+}
