@@ -19,6 +19,7 @@
 //! 1000 (plus what ours refills in the trial's few microseconds) is an overdraw.
 //!
 //! Run: `cargo bench --bench budget`.
+#![allow(clippy::disallowed_types)] // measures real time with std's clock
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};

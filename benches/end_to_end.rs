@@ -24,6 +24,7 @@
 //! caller's side count more; in the second, that work is spread over the workers.
 //!
 //! Run: `cargo bench --bench end_to_end`.
+#![allow(clippy::disallowed_types)] // measures real time with std's clock
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -9,6 +9,7 @@
 //!
 //! Run with `cargo run --example reqwest --features reqwest`. It ends by itself in about
 //! two seconds.
+#![allow(clippy::disallowed_types)] // measures real time with std's clock
 
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -97,9 +97,10 @@ impl Backoff {
     /// Like [`Backoff::exponential`], but refuses a `base` greater than `cap` with an error.
     pub fn try_exponential(base: Duration, cap: Duration) -> Result<Self, InvalidConfig> {
         if base > cap {
-            return Err(InvalidConfig::new(format!(
-                "backoff base ({base:?}) is greater than its cap ({cap:?})"
-            )));
+            return Err(InvalidConfig::new(
+                crate::error::ConfigKind::Backoff,
+                format!("backoff base ({base:?}) is greater than its cap ({cap:?})"),
+            ));
         }
         Ok(Self {
             base,

@@ -119,6 +119,8 @@
 
 use std::fmt;
 
+use crate::error::{ConfigKind, InvalidConfig};
+
 #[cfg(all(test, tower_http_retry_loom))]
 use ::loom::sync::{
     Arc,
@@ -300,17 +302,19 @@ impl RetryBudget {
         ratio: f64,
         min_per_sec: u32,
         max_tokens: u32,
-    ) -> Result<RetryBudget, InvalidBudget> {
+    ) -> Result<RetryBudget, InvalidConfig> {
         let deposit_units = deposit_units(ratio)?;
         if max_tokens == 0 {
             return Err(InvalidBudget {
                 kind: Invalid::ZeroMaxTokens,
-            });
+            }
+            .into());
         }
         if max_tokens > MAX_TOKENS {
             return Err(InvalidBudget {
                 kind: Invalid::MaxTokensTooLarge(max_tokens),
-            });
+            }
+            .into());
         }
         Ok(RetryBudget::with_start_tick(
             deposit_units,
@@ -540,8 +544,17 @@ fn deposit_units(ratio: f64) -> Result<u64, InvalidBudget> {
 /// );
 /// ```
 #[derive(Clone, Debug)]
-pub struct InvalidBudget {
+struct InvalidBudget {
     kind: Invalid,
+}
+
+impl From<InvalidBudget> for InvalidConfig {
+    fn from(error: InvalidBudget) -> Self {
+        // The message without the prefix `InvalidConfig` writes for a budget.
+        let text = error.to_string();
+        let message = text.strip_prefix("invalid retry budget: ").unwrap_or(&text);
+        InvalidConfig::new(ConfigKind::Budget, message)
+    }
 }
 
 /// Which value was invalid, and the value itself.
@@ -583,8 +596,6 @@ impl fmt::Display for InvalidBudget {
         }
     }
 }
-
-impl std::error::Error for InvalidBudget {}
 
 #[cfg(all(test, not(tower_http_retry_loom)))]
 mod tests {

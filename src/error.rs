@@ -225,25 +225,72 @@ impl fmt::Display for AttemptTimedOut {
 
 impl std::error::Error for AttemptTimedOut {}
 
-/// A configuration value was refused at construction.
+/// A configuration value was refused at construction: the one error type of every `try_`
+/// constructor ([`RetryPolicy::try_max_attempts`](crate::RetryPolicy::try_max_attempts),
+/// [`Backoff::try_exponential`](crate::Backoff::try_exponential),
+/// [`RetryBudget::try_new`](crate::RetryBudget::try_new), the header-name setters).
 ///
-/// Returned by the `try_` constructors; the plain constructors panic with the same message.
+/// The plain constructors panic with the same message. Its `Display` names the value at
+/// fault; the predicates tell the kinds apart:
+///
+/// ```
+/// use tower_http_retry::{RetryBudget, RetryPolicy};
+///
+/// let error = RetryBudget::try_new(f64::NAN, 10, 100).unwrap_err();
+/// assert!(error.is_budget() && !error.is_attempts());
+/// let error = RetryPolicy::default().try_max_attempts(0).unwrap_err();
+/// assert!(error.is_attempts());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidConfig {
+    kind: ConfigKind,
     message: String,
 }
 
+/// Which part of the configuration was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConfigKind {
+    Attempts,
+    Backoff,
+    HeaderName,
+    Budget,
+}
+
 impl InvalidConfig {
-    pub(crate) fn new(message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: ConfigKind, message: impl Into<String>) -> Self {
         Self {
+            kind,
             message: message.into(),
         }
+    }
+
+    /// The attempt count was refused.
+    pub fn is_attempts(&self) -> bool {
+        self.kind == ConfigKind::Attempts
+    }
+
+    /// The backoff was refused.
+    pub fn is_backoff(&self) -> bool {
+        self.kind == ConfigKind::Backoff
+    }
+
+    /// A header name (idempotency key, attempt header) was refused.
+    pub fn is_header_name(&self) -> bool {
+        self.kind == ConfigKind::HeaderName
+    }
+
+    /// A retry budget's settings were refused.
+    pub fn is_budget(&self) -> bool {
+        self.kind == ConfigKind::Budget
     }
 }
 
 impl fmt::Display for InvalidConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid retry configuration: {}", self.message)
+        match self.kind {
+            ConfigKind::Budget => write!(f, "invalid retry budget: {}", self.message),
+            _ => write!(f, "invalid retry configuration: {}", self.message),
+        }
     }
 }
 

@@ -137,8 +137,12 @@ impl IdempotencyKey {
 
     /// Like [`IdempotencyKey::header_name`], but refuses an invalid name with an error.
     pub fn try_header_name(mut self, name: &str) -> Result<Self, InvalidConfig> {
-        self.header = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| InvalidConfig::new(format!("{name:?} is not a valid header name")))?;
+        self.header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            InvalidConfig::new(
+                crate::error::ConfigKind::HeaderName,
+                format!("{name:?} is not a valid header name"),
+            )
+        })?;
         Ok(self)
     }
 

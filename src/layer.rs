@@ -183,8 +183,12 @@ impl RetryLayer {
 
     /// Like [`RetryLayer::attempt_header`], but refuses an invalid name with an error.
     pub fn try_attempt_header(self, name: &str) -> Result<Self, InvalidConfig> {
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| InvalidConfig::new(format!("{name:?} is not a valid header name")))?;
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            InvalidConfig::new(
+                crate::error::ConfigKind::HeaderName,
+                format!("{name:?} is not a valid header name"),
+            )
+        })?;
         Ok(self.edit(|c| c.attempt_header = Some(name)))
     }
 

@@ -128,7 +128,7 @@ mod trace;
 struct ReadmeDoctests;
 
 pub use crate::backoff::{Backoff, Jitter};
-pub use crate::budget::{InvalidBudget, RetryBudget};
+pub use crate::budget::RetryBudget;
 pub use crate::classify::RetryReason;
 pub use crate::error::{AttemptTimedOut, DeadlineExceeded, InvalidConfig, RetryError};
 pub use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey, MakeIdempotencyKey, UuidV4};

@@ -118,6 +118,7 @@ impl RetryPolicy {
     pub fn try_max_attempts(mut self, attempts: u32) -> Result<Self, InvalidConfig> {
         if attempts == 0 {
             return Err(InvalidConfig::new(
+                crate::error::ConfigKind::Attempts,
                 "max_attempts must be at least 1 (the first attempt counts)",
             ));
         }

@@ -1,4 +1,5 @@
 //! hyper-util client -> RetryLayer -> a real hyper server on 127.0.0.1, in real time.
+#![allow(clippy::disallowed_types)] // measures real time with std's clock
 
 mod common;
 

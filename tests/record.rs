@@ -1,0 +1,280 @@
+//! Every outcome carries its record; the contract points of DESIGN 1.3, 1.4, 1.5, 1.7,
+//! 1.9 and 1.10 that live in the retry loop, under paused time.
+
+mod common;
+
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{Mock, Reply, get, request};
+use http::{Method, Request, Response};
+use http_body_util::Full;
+use tower::{BoxError, Layer, Service, ServiceExt};
+use tower_http_retry::{
+    Attempt, AttemptTimedOut, Backoff, Jitter, ReplayBody, RetryBudget, RetryError, RetryInfo,
+    RetryLayer, RetryPolicy, RetryReason, StopReason,
+};
+
+fn quick(attempts: u32) -> RetryPolicy {
+    RetryPolicy::default().max_attempts(attempts).backoff(
+        Backoff::exponential(Duration::from_millis(10), Duration::from_millis(10))
+            .jitter(Jitter::None),
+    )
+}
+
+fn refused() -> Reply {
+    Reply::error(|| io::Error::from(io::ErrorKind::ConnectionRefused))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_request_carries_its_record_and_the_last_error() {
+    let mock = Mock::new([refused(), refused(), refused()]);
+    let error = RetryLayer::new()
+        .policy(quick(3))
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap_err();
+    let error = error.downcast::<RetryError>().expect("a RetryError");
+    let info = error.info().clone();
+    assert_eq!((info.attempts, info.stop), (3, StopReason::MaxAttempts));
+    assert_eq!(info.retries.len(), 2);
+    assert!(
+        info.retries
+            .iter()
+            .all(|r| r.reason == RetryReason::Connect)
+    );
+    assert_eq!(info.total_wait, Duration::from_millis(20));
+    // The source is the inner error unchanged, also through `std::error::Error::source`.
+    let source = std::error::Error::source(&*error).unwrap();
+    assert_eq!(
+        source.downcast_ref::<io::Error>().unwrap().kind(),
+        io::ErrorKind::ConnectionRefused
+    );
+    let (_, last) = error.into_parts();
+    assert!(last.is::<io::Error>());
+    assert_eq!(mock.calls(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_layer_classifies_through_the_first() {
+    let mock =
+        Mock::new((0..4).map(|_| Reply::error(|| io::Error::from(io::ErrorKind::ConnectionReset))));
+    let inner = RetryLayer::new().policy(quick(2)).layer(mock.clone());
+    let outer = RetryLayer::new().policy(quick(2)).layer(inner);
+    let error = outer.oneshot(get("http://h/")).await.unwrap_err();
+    // The outer layer saw the inner one's RetryError, walked to the reset and retried it.
+    assert_eq!(mock.calls(), 4);
+    let outer_error = error.downcast_ref::<RetryError>().unwrap();
+    assert_eq!(outer_error.info().attempts, 2);
+    assert_eq!(
+        outer_error.info().retries[0].reason,
+        RetryReason::ConnectionClosed
+    );
+    let inner_error = outer_error.get_ref().downcast_ref::<RetryError>().unwrap();
+    assert_eq!(inner_error.info().attempts, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_caller_gets_the_record_of_a_request_sent_once_too() {
+    let mock = Mock::new([refused()]);
+    let mut req = get("http://h/");
+    req.extensions_mut().insert(RetryPolicy::never());
+    let error = RetryLayer::new()
+        .layer(mock)
+        .oneshot(req)
+        .await
+        .unwrap_err();
+    let error = error.downcast_ref::<RetryError>().unwrap();
+    assert_eq!(
+        (error.info().attempts, error.info().stop),
+        (1, StopReason::Disabled)
+    );
+}
+
+/// DESIGN 1.3: decorrelated jitter draws from [b, 3p] with p the wait actually slept, a
+/// Retry-After included.
+#[tokio::test(start_paused = true)]
+async fn decorrelated_jitter_grows_from_the_wait_actually_slept() {
+    let mut longest = Duration::ZERO;
+    for seed in 0..20 {
+        let mock = Mock::new([
+            Reply::Headers(503, vec![("retry-after", "10".to_string())]),
+            Reply::Status(503),
+            Reply::Status(200),
+        ]);
+        let policy = RetryPolicy::default()
+            .max_attempts(3)
+            .max_retry_after(Duration::from_secs(60))
+            .backoff(
+                Backoff::exponential(Duration::from_millis(100), Duration::from_secs(30))
+                    .jitter(Jitter::Decorrelated),
+            )
+            .rng_seed(seed);
+        let response = RetryLayer::new()
+            .policy(policy)
+            .layer(mock)
+            .oneshot(get("http://h/"))
+            .await
+            .unwrap();
+        let info = response.extensions().get::<RetryInfo>().unwrap();
+        assert_eq!(info.retries[0].wait, Duration::from_secs(10));
+        let second = info.retries[1].wait;
+        assert!(
+            second >= Duration::from_millis(100) && second <= Duration::from_secs(30),
+            "{second:?}"
+        );
+        longest = longest.max(second);
+    }
+    // Drawn from [0.1 s, 30 s]: twenty draws all under a second would be a 1-in-10^30
+    // event; drawn from the previous backoff (at most 300 ms) they never pass 900 ms.
+    assert!(
+        longest > Duration::from_secs(1),
+        "longest second wait {longest:?}"
+    );
+}
+
+/// DESIGN 1.7: requests under `never()`, `max_attempts(1)` and CONNECT deposit too.
+#[tokio::test(start_paused = true)]
+async fn requests_that_are_never_retried_still_deposit() {
+    let budget = RetryBudget::new(0.5, 0, 10);
+    while budget.withdraw() {}
+    let before = budget.tokens();
+    let layer = RetryLayer::new().budget(budget.clone());
+    let mut never = get("http://h/");
+    never.extensions_mut().insert(RetryPolicy::never());
+    let mut single = get("http://h/");
+    single
+        .extensions_mut()
+        .insert(RetryPolicy::default().max_attempts(1));
+    let connect = Request::builder()
+        .method(Method::CONNECT)
+        .uri("h:443")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    for req in [never, single, connect] {
+        let mock = Mock::statuses(&[200]);
+        layer.clone().layer(mock).oneshot(req).await.unwrap();
+    }
+    assert!(
+        (budget.tokens() - before - 1.5).abs() < 1e-9,
+        "{} -> {}",
+        before,
+        budget.tokens()
+    );
+}
+
+/// DESIGN 1.5: whether a key is stamped depends on the key configuration alone.
+#[tokio::test(start_paused = true)]
+async fn a_post_gets_its_key_whether_retries_are_on_or_not() {
+    for policy in [
+        RetryPolicy::never(),
+        RetryPolicy::default().max_attempts(1),
+        RetryPolicy::default(),
+    ] {
+        let mock = Mock::statuses(&[200]);
+        let mut req = request(Method::POST, "http://h/orders", b"{}");
+        req.extensions_mut().insert(policy.clone());
+        let response = RetryLayer::new()
+            .layer(mock.clone())
+            .oneshot(req)
+            .await
+            .unwrap();
+        let sent = mock.seen()[0].headers.get("idempotency-key").cloned();
+        assert!(sent.is_some(), "{policy:?}");
+        assert_eq!(
+            response
+                .extensions()
+                .get::<RetryInfo>()
+                .unwrap()
+                .idempotency_key,
+            sent
+        );
+    }
+}
+
+/// A service that is ready for its first call only, and then never again (without waking
+/// anyone): a retry can only end by a limit.
+#[derive(Clone, Default)]
+struct ReadyOnce {
+    calls: Arc<AtomicUsize>,
+}
+
+impl Service<Request<ReplayBody<Full<Bytes>>>> for ReadyOnce {
+    type Response = Response<Full<Bytes>>;
+    type Error = BoxError;
+    type Future = std::future::Ready<Result<Self::Response, BoxError>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        if self.calls.load(Ordering::SeqCst) == 0 {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    }
+
+    fn call(&mut self, _: Request<ReplayBody<Full<Bytes>>>) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Ok(Response::builder()
+            .status(503)
+            .body(Full::default())
+            .unwrap()))
+    }
+}
+
+/// DESIGN 1.4: without a deadline, waiting for a retry's service to become ready is
+/// bounded by the attempt timeout.
+#[tokio::test(start_paused = true)]
+async fn readiness_is_bounded_by_the_attempt_timeout_without_a_deadline() {
+    let inner = ReadyOnce::default();
+    let policy = quick(3).attempt_timeout(Duration::from_secs(2));
+    let start = tokio::time::Instant::now();
+    let error = RetryLayer::new()
+        .policy(policy)
+        .layer(inner.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(10) + Duration::from_secs(2)
+    );
+    let error = error.downcast_ref::<RetryError>().unwrap();
+    assert!(error.get_ref().is::<AttemptTimedOut>(), "{error}");
+    assert_eq!(
+        (error.info().attempts, inner.calls.load(Ordering::SeqCst)),
+        (1, 1)
+    );
+}
+
+/// DESIGN 1.10: every retry's request carries an `Attempt`; the first carries none.
+#[tokio::test(start_paused = true)]
+async fn retries_carry_their_attempt_number() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    let inner = tower::service_fn(move |req: Request<ReplayBody<Full<Bytes>>>| {
+        log.lock()
+            .unwrap()
+            .push(req.extensions().get::<Attempt>().copied());
+        let status = if log.lock().unwrap().len() < 3 {
+            503
+        } else {
+            200
+        };
+        async move { Ok::<_, BoxError>(Response::builder().status(status).body(()).unwrap()) }
+    });
+    let response = RetryLayer::new()
+        .policy(quick(3))
+        .layer(inner)
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen, [None, Some(Attempt::new(2)), Some(Attempt::new(3))]);
+    assert_eq!(seen[2].unwrap().resend_count(), 2);
+}
