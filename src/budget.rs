@@ -259,7 +259,7 @@ impl RetryBudget {
     /// Panics if [`RetryBudget::try_new`] would refuse the values: if `ratio`
     /// is NaN, infinite, negative, positive but below 0.001, or above 1000, or
     /// if `max_tokens` is 0 or above 67 108. The panic message is the
-    /// [`InvalidBudget`] error's, naming the value at fault.
+    /// [`InvalidConfig`] error's, naming the value at fault.
     ///
     /// # Example
     ///
@@ -283,7 +283,7 @@ impl RetryBudget {
     ///
     /// # Errors
     ///
-    /// Returns [`InvalidBudget`] if `ratio` is NaN or infinite, negative,
+    /// Returns [`InvalidConfig`] if `ratio` is NaN or infinite, negative,
     /// positive but below 0.001 (the budget counts thousandths of a token; use
     /// 0 for no deposits), or above 1000; or if `max_tokens` is 0, or above
     /// 67 108 (the most the budget's 26-bit balance of thousandths can hold).
