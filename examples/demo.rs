@@ -1,7 +1,8 @@
 //! The layer at work against a flaky server on 127.0.0.1.
 //!
 //! Starts a local hyper server that fails in the ways real servers fail (503s, dropped
-//! connections, `Retry-After`, a 404, a long maintenance window), sends GET, PUT and POST
+//! connections, `Retry-After`, a 429 with a `RateLimit` field, a 404, a long maintenance
+//! window), sends GET, PUT and POST
 //! requests through a hyper-util client wrapped in `RetryLayer`, and prints what happened to
 //! each: attempts, every wait and its reason, the idempotency key, the outcome.
 //!
@@ -22,6 +23,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_http_retry::hints::HintSource;
 use tower_http_retry::{RetryInfo, RetryLayer, RetryPolicy, RouteMatch};
 
 /// What the flaky server remembers: attempts per path, and the work done per key.
@@ -35,6 +37,8 @@ enum Answer {
     Status(u16, Option<&'static str>),
     /// Drop the connection without answering.
     Hangup,
+    /// 429 with this `RateLimit` field (nothing left until the window resets).
+    RateLimited(&'static str),
 }
 
 fn route(state: &mut ServerState, method: &Method, path: &str, key: Option<String>) -> Answer {
@@ -50,6 +54,7 @@ fn route(state: &mut ServerState, method: &Method, path: &str, key: Option<Strin
         ("GET", "/flaky") if n <= 2 => Answer::Status(503, None),
         ("GET", "/reset") if n == 1 => Answer::Hangup,
         ("PUT", "/items/7") if n == 1 => Answer::Status(503, Some("1")),
+        ("GET", "/search") if n == 1 => Answer::RateLimited("\"default\";r=0;t=1"),
         ("GET", "/down") => Answer::Status(503, None),
         ("GET", "/maintenance") => Answer::Status(503, Some("3600")),
         ("GET", "/missing") => Answer::Status(404, None),
@@ -95,6 +100,12 @@ async fn start_server(state: Arc<Mutex<ServerState>>) -> std::net::SocketAddr {
                         let answer = route(&mut state.lock().unwrap(), &method, &path, key);
                         match answer {
                             Answer::Hangup => Err(std::io::Error::other("hang up")),
+                            Answer::RateLimited(field) => Ok(Response::builder()
+                                .status(429)
+                                .header("ratelimit-policy", "\"default\";q=10;w=1")
+                                .header("ratelimit", field)
+                                .body(Full::new(Bytes::new()))
+                                .unwrap()),
                             Answer::Status(code, retry_after) => {
                                 let mut response = Response::builder().status(code);
                                 if let Some(seconds) = retry_after {
@@ -146,10 +157,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         )
         .service(hyper_client);
 
-    let plan: [(Method, &str, &str); 8] = [
+    let plan: [(Method, &str, &str); 9] = [
         (Method::GET, "/flaky", "503 twice, then 200"),
         (Method::GET, "/reset", "drops the connection once"),
         (Method::PUT, "/items/7", "503 with Retry-After: 1, then 200"),
+        (
+            Method::GET,
+            "/search",
+            "429 with RateLimit: \"default\";r=0;t=1, then 200",
+        ),
         (
             Method::POST,
             "/orders",
@@ -242,10 +258,12 @@ fn report(status: StatusCode, info: &RetryInfo, took: Duration) {
         info.attempts
     );
     for (i, retry) in info.retries.iter().enumerate() {
-        let source = if retry.retry_after {
-            "Retry-After"
-        } else {
-            "backoff"
+        let source = match retry.hint {
+            Some(HintSource::RetryAfter) => "Retry-After",
+            Some(HintSource::RateLimit) => "RateLimit field",
+            Some(HintSource::XRateLimitReset) => "X-RateLimit-Reset",
+            Some(_) => "classifier's hint",
+            None => "backoff",
         };
         println!(
             "     retry {}: after {}, waited {:.0?} ({source})",

@@ -69,6 +69,12 @@ pub enum Classification {
     /// Worth another attempt only if no earlier retry of this logical request had the same
     /// reason (the default for a 500).
     RetryOnce(RetryReason),
+    /// Worth another attempt, after at least this long: the classifier's own delay hint
+    /// (read from a JSON error body the caller parsed, an API's own header). It goes
+    /// through the same rules as the server's hints (DESIGN 1.11) and takes precedence over
+    /// them: the wait is max(backoff, hint), and a hint above `max_retry_after` or past the
+    /// deadline stops retrying at once.
+    RetryWithHint(RetryReason, std::time::Duration),
     /// Final: returned to the caller as is.
     Done,
 }

@@ -9,6 +9,7 @@ use tower::BoxError;
 
 use crate::classify::{Classification, RetryReason};
 use crate::error::{AttemptTimedOut, DeadlineExceeded};
+use crate::hints::{Hint, HintSource};
 use crate::info::{RetryInfo, RetryRecord, StopReason};
 use crate::policy::RetryPolicy;
 
@@ -102,7 +103,7 @@ pub(crate) struct Judgement<'a> {
 pub(crate) fn judge(j: &Judgement<'_>) -> Result<RetryReason, StopReason> {
     let reason = match j.verdict {
         Classification::Done => return Err(StopReason::Final),
-        Classification::Retry(reason) => reason,
+        Classification::Retry(reason) | Classification::RetryWithHint(reason, _) => reason,
         Classification::RetryOnce(reason) => {
             if j.previous.iter().any(|r| r.reason == reason) {
                 return Err(StopReason::Final);
@@ -124,8 +125,8 @@ pub(crate) fn judge(j: &Judgement<'_>) -> Result<RetryReason, StopReason> {
 pub(crate) struct Schedule {
     pub(crate) reason: RetryReason,
     pub(crate) backoff: Duration,
-    /// The server's hint, if it gave one.
-    pub(crate) hint: Option<Duration>,
+    /// The classifier's or the server's hint, if one was given.
+    pub(crate) hint: Option<Hint>,
     pub(crate) max_hint: Duration,
     pub(crate) now: Instant,
     pub(crate) deadline: Option<Instant>,
@@ -137,11 +138,12 @@ pub(crate) fn schedule(
     s: &Schedule,
     withdraw: impl FnOnce() -> bool,
 ) -> Result<RetryRecord, StopReason> {
-    if s.hint.is_some_and(|hint| hint > s.max_hint) {
+    let hint = s.hint.map(|hint| hint.wait);
+    if hint.is_some_and(|hint| hint > s.max_hint) {
         return Err(StopReason::RetryAfterTooLong);
     }
-    let wait = s.hint.map_or(s.backoff, |hint| hint.max(s.backoff));
-    let from_hint = s.hint.is_some_and(|hint| hint > s.backoff);
+    let wait = hint.map_or(s.backoff, |hint| hint.max(s.backoff));
+    let from_hint = hint.is_some_and(|hint| hint > s.backoff);
     if let Some(deadline) = s.deadline {
         // Timers fire on whole milliseconds, so a wait may end up to 1 ms late: a wait that
         // would end within that of the deadline leaves no time for an attempt.
@@ -160,10 +162,12 @@ pub(crate) fn schedule(
     if !withdraw() {
         return Err(StopReason::BudgetExhausted);
     }
+    let source = s.hint.filter(|_| from_hint).map(|hint| hint.source);
     Ok(RetryRecord {
         reason: s.reason,
         wait,
-        retry_after: from_hint,
+        retry_after: source == Some(HintSource::RetryAfter),
+        hint: source,
     })
 }
 
@@ -204,6 +208,7 @@ mod tests {
             reason,
             wait: Duration::ZERO,
             retry_after: false,
+            hint: None,
         }
     }
 
@@ -251,7 +256,7 @@ mod tests {
         Schedule {
             reason: S503,
             backoff: Duration::from_millis(backoff),
-            hint: hint.map(Duration::from_millis),
+            hint: hint.map(|ms| Hint::new(Duration::from_millis(ms), HintSource::RetryAfter)),
             max_hint: Duration::from_secs(30),
             now,
             deadline: deadline_in.map(|ms| now + Duration::from_millis(ms)),
@@ -262,8 +267,29 @@ mod tests {
     fn the_hint_is_a_floor_and_is_recorded_only_when_it_decides() {
         let r = schedule(&plan(100, Some(2_000), None), || true).unwrap();
         assert_eq!((r.wait, r.retry_after), (Duration::from_secs(2), true));
+        assert_eq!(r.hint, Some(HintSource::RetryAfter));
         let r = schedule(&plan(300, Some(200), None), || true).unwrap();
-        assert_eq!((r.wait, r.retry_after), (Duration::from_millis(300), false));
+        assert_eq!(
+            (r.wait, r.retry_after, r.hint),
+            (Duration::from_millis(300), false, None)
+        );
+        let rate_limited = Schedule {
+            hint: Some(Hint::new(Duration::from_secs(7), HintSource::RateLimit)),
+            ..plan(100, None, None)
+        };
+        let r = schedule(&rate_limited, || true).unwrap();
+        assert_eq!(
+            (r.wait, r.retry_after, r.hint),
+            (Duration::from_secs(7), false, Some(HintSource::RateLimit))
+        );
+        let too_long = Schedule {
+            hint: Some(Hint::new(Duration::from_secs(31), HintSource::Classifier)),
+            ..plan(100, None, None)
+        };
+        assert_eq!(
+            schedule(&too_long, || true),
+            Err(StopReason::RetryAfterTooLong)
+        );
         let r = schedule(&plan(300, None, None), || true).unwrap();
         assert_eq!((r.wait, r.retry_after), (Duration::from_millis(300), false));
     }

@@ -35,11 +35,12 @@ use tower::BoxError;
 use tower_service::Service;
 
 use crate::backoff::JitterRng;
-use crate::classify::Outcome;
+use crate::classify::{Classification, Outcome};
 use crate::config::Plan;
 use crate::decision::{self, Judgement, Limits, RELEASE_GRACE, Schedule};
 use crate::error::{DeadlineExceeded, RetryError};
 use crate::head::Head;
+use crate::hints::{Hint, HintSource};
 use crate::info::{Attempt, RetryInfo, StopReason};
 use crate::replay::{NotReplayable, Replay, ReplayBody};
 use crate::trace::Trace;
@@ -399,8 +400,9 @@ fn decide<S, B, RB>(
         Err(_) if retrying.replay.body_failed() => return stop(info, StopReason::Final),
         Err(error) => Outcome::Error(&**error),
     };
+    let verdict = policy.classify(&retrying.head, outcome);
     let judgement = Judgement {
-        verdict: policy.classify(&retrying.head, outcome),
+        verdict,
         may_repeat: retrying.head.method().is_idempotent()
             || info.idempotency_key.is_some()
             || policy.assume_idempotent,
@@ -429,9 +431,14 @@ fn decide<S, B, RB>(
             .insert(policy.jitter_rng())
             .draw(&policy.backoff, n, policy.backoff.base()),
     };
-    let hint = match result {
-        Ok(response) => retry_after_hint(response),
-        Err(_) => None,
+    // The classifier's own hint first; else the server's (Retry-After, then the longest
+    // of the RateLimit fields and X-RateLimit-Reset).
+    let hint = match (verdict, result) {
+        (Classification::RetryWithHint(_, wait), _) => {
+            Some(Hint::new(wait, HintSource::Classifier))
+        }
+        (_, Ok(response)) => crate::hints::server_hint(response.headers(), SystemTime::now()),
+        (_, Err(_)) => None,
     };
     let schedule = Schedule {
         reason,
@@ -465,12 +472,6 @@ fn decide<S, B, RB>(
     crate::trace::retried(&record);
     decision::record_retry(info, record);
     Next::Wait(record.wait)
-}
-
-fn retry_after_hint<RB>(response: &Response<RB>) -> Option<Duration> {
-    let value = response.headers().get(http::header::RETRY_AFTER)?;
-    let date = response.headers().get(http::header::DATE);
-    crate::retry_after::parse(value, date, SystemTime::now())
 }
 
 impl<F, S, B, R> std::fmt::Debug for ResponseFuture<F, S, B, R> {

@@ -47,6 +47,10 @@ pub struct RetryRecord {
     pub wait: Duration,
     /// Whether the wait was set by the server's `Retry-After`, as opposed to the backoff.
     pub retry_after: bool,
+    /// Which hint set the wait (`Retry-After`, a RateLimit field, `X-RateLimit-Reset`, the
+    /// classifier's own), or `None` when the backoff did (no hint, or one shorter than the
+    /// backoff).
+    pub hint: Option<crate::hints::HintSource>,
 }
 
 /// Why the layer stopped retrying and returned what it returned.
@@ -109,8 +113,9 @@ pub enum StopReason {
     BudgetExhausted,
     /// The next wait would have ended after the deadline.
     Deadline,
-    /// The server's `Retry-After` asked for longer than `max_retry_after`, or for longer
-    /// than the deadline leaves.
+    /// A delay hint (the server's `Retry-After`, RateLimit fields or `X-RateLimit-Reset`,
+    /// or a classifier's own) asked for longer than `max_retry_after`, or for longer than
+    /// the deadline leaves.
     RetryAfterTooLong,
 }
 
@@ -140,7 +145,7 @@ impl fmt::Display for StopReason {
             StopReason::BodyNotReplayable => "body cannot be replayed",
             StopReason::BudgetExhausted => "retry budget exhausted",
             StopReason::Deadline => "deadline would pass",
-            StopReason::RetryAfterTooLong => "Retry-After too long",
+            StopReason::RetryAfterTooLong => "server's delay hint too long",
         };
         f.write_str(text)
     }

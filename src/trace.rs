@@ -39,6 +39,7 @@ mod imp {
                 reason = %record.reason,
                 wait_ms = record.wait.as_secs_f64() * 1e3,
                 retry_after = record.retry_after,
+                hint = record.hint.map(|source| source.as_str()),
                 error = error.map(tracing::field::display),
                 "retrying",
             );
