@@ -225,7 +225,8 @@ async fn a_classifiers_own_hint_comes_first() {
 /// server asked (real time, one second each).
 #[tokio::test]
 async fn each_header_from_a_real_server_is_waited_out() {
-    let cases: [(&str, Vec<(&'static str, &'static str)>, HintSource); 3] = [
+    type Headers = Vec<(&'static str, &'static str)>;
+    let cases: [(&str, Headers, HintSource); 3] = [
         (
             "retry-after",
             vec![("retry-after", "1")],
