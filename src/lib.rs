@@ -105,6 +105,8 @@ mod budget;
 pub mod classify;
 mod error;
 pub mod future;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 mod head;
 pub mod hints;
 mod idempotency;
