@@ -42,6 +42,17 @@
 //! 3. On a transport error before any response: a stream refused before it left
 //!    (`REFUSED_STREAM`, a connect error) is retried once at once, counted neither as an
 //!    attempt nor for throttling; other errors are outcomes like any other.
+//! 4. On the response it returns: tonic's client moves the http response's extensions
+//!    (`RetryInfo`) into the `tonic::Response` of a successful call, but turns a
+//!    Trailers-Only failure into a `Status` made from the response headers alone, which
+//!    become its metadata. What a failed call's caller should learn must therefore be a
+//!    header: [`set_previous_rpc_attempts`] on the response headers, say (A6 lets the
+//!    client see its attempt count).
+//!
+//! Errors, as opposed to responses, reach a tonic client through `Status::from_error`,
+//! which does not know this crate's errors (a passed deadline would be `UNKNOWN`):
+//! [`status_layer`] on top of the stack maps them first ([`into_status`]), keeping the
+//! error as the status's source.
 //!
 //! Transparent retries and the loop itself belong to the retry layer; this module holds
 //! only pure pieces and tonic glue.

@@ -275,6 +275,45 @@ async fn the_channels_own_timeout_is_deadline_exceeded_through_the_status_layer(
     );
 }
 
+/// What a tonic caller can see of a failure that the layer returns as a response (a
+/// Trailers-Only answer after the last attempt): tonic's client turns the response headers
+/// into the `Status` and its metadata, and drops the response's extensions. So the retry
+/// record has to travel as a header, such as `grpc-previous-rpc-attempts` set on the
+/// response headers, to reach the caller; here a layer above the retry layer does that.
+#[tokio::test]
+async fn response_headers_are_a_failed_calls_only_channel_to_the_caller() {
+    let server = GrpcServer::start([
+        Step::Fail(Code::Unavailable),
+        Step::Fail(Code::Unavailable),
+        Step::Fail(Code::Unavailable),
+    ])
+    .await;
+    let client = ServiceBuilder::new()
+        .layer(grpc::status_layer())
+        .map_response(|mut response: http::Response<tonic::body::Body>| {
+            let attempts = response
+                .extensions()
+                .get::<RetryInfo>()
+                .map_or(1, |info| info.attempts);
+            grpc::set_previous_rpc_attempts(response.headers_mut(), attempts - 1);
+            response
+        })
+        .layer(
+            RetryLayer::new()
+                .no_idempotency_key()
+                .policy(retry_unavailable()),
+        )
+        .layer(grpc::tonic_body_layer())
+        .service(server.channel().await);
+    let status = unary(client, UNARY, b"x").await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(
+        status.metadata().get("grpc-previous-rpc-attempts").unwrap(),
+        "2"
+    );
+    assert_eq!(server.seen().len(), 3);
+}
+
 /// A server that is not there: tonic's connect error comes out as UNAVAILABLE.
 #[tokio::test]
 async fn a_refused_connection_is_unavailable() {

@@ -741,7 +741,7 @@ fn parse_throttling(value: &Value) -> Result<Throttle, InvalidServiceConfig> {
             format!("is {max_tokens}; it must be greater than 0 and at most 1000"),
         ));
     }
-    if !(token_ratio > 0.0) {
+    if token_ratio.is_nan() || token_ratio <= 0.0 {
         return Err(InvalidServiceConfig::new(
             &ratio_at,
             format!("is {token_ratio}; it must be greater than 0"),
