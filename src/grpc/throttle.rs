@@ -51,10 +51,11 @@ const MAX_TOKENS: f64 = 1_000.0;
 /// * a retry is allowed only while the count is above `max_tokens / 2`
 ///   ([`allows_retry`](Self::allows_retry)). The first attempt of an RPC is always sent.
 ///
-/// With the A6 example of 10 tokens and a ratio of 0.1, retries stop once failures
-/// outnumber successes by about 5 plus a tenth of the successes, and come back after ten
-/// successes per missing token. Transparent retries (a stream the server refused before
-/// any of it was processed) count neither way.
+/// With the A6 example of 10 tokens and a ratio of 0.1, starting full, retries stop once
+/// the failures number 5 more than a tenth of the successes (roughly: more than one
+/// attempt in eleven fails, over a stretch of traffic), and each token lost below the
+/// threshold takes ten successes to win back. Transparent retries (a stream the server
+/// refused before any of it was processed) count neither way.
 ///
 /// The count is kept in thousandths of a token (A6 supports three decimal places in
 /// `tokenRatio`), in one atomic word updated by compare-and-swap: no lock, and no update
