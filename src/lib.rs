@@ -107,6 +107,8 @@ mod config;
 mod decision;
 mod error;
 pub mod future;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 mod head;
 pub mod hints;
 mod idempotency;

@@ -1,6 +1,8 @@
 //! Test doubles: a scripted mock service, and a hyper server on 127.0.0.1.
 #![allow(dead_code)]
 
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod server;
 pub mod transport;
 

@@ -1,0 +1,654 @@
+//! gRPC retry throttling (A6 `retryThrottling`): a token count shared by every RPC to one
+//! server, which switches retries off while too many attempts fail.
+
+// How it works.
+//
+// The whole state is one `AtomicU32`: the token count in thousandths of a token ("units"),
+// changed only by compare-and-swap. A6 supports up to three decimal places in
+// `tokenRatio`, and `maxTokens` is at most 1000, so the count is at most 1 000 000 units and
+// every step is exact integer arithmetic: a failure takes 1000 units (never below 0), a
+// success adds the ratio's units (never above the maximum), and the threshold test
+// `tokens > max_tokens / 2` is `2 * units > max_units`, with no rounding of the half.
+//
+// Reads and writes use `Ordering::Relaxed`: the word publishes no other memory, and every
+// change is a read-modify-write of that one word, so all changes are totally ordered and a
+// successful compare-and-swap proves that no other change came in between.
+//
+// The loom models at the end of this file check the loops under every interleaving; under
+// `--cfg tower_http_retry_loom` the tests build the throttle on loom's atomics.
+
+use std::fmt;
+
+#[cfg(all(test, tower_http_retry_loom))]
+use ::loom::sync::{
+    Arc,
+    atomic::{AtomicU32, Ordering},
+};
+#[cfg(not(all(test, tower_http_retry_loom)))]
+use std::sync::{
+    Arc,
+    atomic::{AtomicU32, Ordering},
+};
+
+use crate::error::InvalidConfig;
+
+/// Units per token: the count is kept in thousandths of a token.
+const UNITS_PER_TOKEN: u32 = 1_000;
+/// The largest `max_tokens` A6 allows.
+const MAX_TOKENS: f64 = 1_000.0;
+
+/// A6 retry throttling: retries are allowed only while more than half of `max_tokens`
+/// tokens are left.
+///
+/// This is gRPC's `retryThrottling` policy (grpc/proposal A6-client-retries):
+///
+/// * the count starts at `max_tokens`, and stays between 0 and `max_tokens`;
+/// * every failed attempt takes 1 token ([`record_failure`](Self::record_failure)); a
+///   failure is an attempt that ended with a status code the method's policy retries, or
+///   with server pushback that says not to retry. Other codes (`INVALID_ARGUMENT`, say) do
+///   not count: they are the caller's fault, not the server's;
+/// * every successful RPC adds `token_ratio` tokens ([`record_success`](Self::record_success));
+/// * a retry is allowed only while the count is above `max_tokens / 2`
+///   ([`allows_retry`](Self::allows_retry)). The first attempt of an RPC is always sent.
+///
+/// With the A6 example of 10 tokens and a ratio of 0.1, starting full, retries stop once
+/// the failures number 5 more than a tenth of the successes (roughly: more than one
+/// attempt in eleven fails, over a stretch of traffic), and each token lost below the
+/// threshold takes ten successes to win back. Transparent retries (a stream the server
+/// refused before any of it was processed) count neither way.
+///
+/// The count is kept in thousandths of a token (A6 supports three decimal places in
+/// `tokenRatio`), in one atomic word updated by compare-and-swap: no lock, and no update
+/// is lost whichever threads call in.
+///
+/// # Clone
+///
+/// `Throttle` is a cheap handle (a reference-counted pointer): every clone shares the same
+/// count. A6 throttles per server name, so give every client of one server the same
+/// handle, and each server its own.
+///
+/// # Example
+///
+/// ```
+/// use tower_http_retry::grpc::Throttle;
+///
+/// let throttle = Throttle::new(10.0, 0.1);
+/// let shared = throttle.clone();
+/// assert!(throttle.allows_retry());
+///
+/// // Four failures leave 6 tokens, above the threshold of 5: retries still allowed.
+/// for _ in 0..4 {
+///     assert!(shared.record_failure());
+/// }
+/// // The fifth leaves 5, which is not above it.
+/// assert!(!throttle.record_failure());
+/// assert!(!shared.allows_retry());
+///
+/// // Ten successes at 0.1 earn one token back.
+/// for _ in 0..10 {
+///     throttle.record_success();
+/// }
+/// assert_eq!(throttle.tokens(), 6.0);
+/// assert!(shared.allows_retry());
+/// ```
+#[derive(Clone)]
+pub struct Throttle {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The token count, in thousandths of a token.
+    units: AtomicU32,
+    /// `max_tokens` in thousandths: the count starts here and never exceeds it.
+    max_units: u32,
+    /// `token_ratio` in thousandths, at most `max_units`.
+    ratio_units: u32,
+}
+
+impl Throttle {
+    /// A throttle of `max_tokens` tokens (A6's `maxTokens`) that earns `token_ratio` tokens
+    /// per successful RPC (A6's `tokenRatio`). It starts full.
+    ///
+    /// Both values are counted in thousandths of a token: digits past the third decimal
+    /// place are dropped, as A6 allows.
+    ///
+    /// # Panics
+    ///
+    /// When [`Throttle::try_new`] refuses the values, with its error's message.
+    #[must_use]
+    #[track_caller]
+    pub fn new(max_tokens: f64, token_ratio: f64) -> Throttle {
+        match Throttle::try_new(max_tokens, token_ratio) {
+            Ok(throttle) => throttle,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// Like [`Throttle::new`], or says which value is invalid and why.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] when `max_tokens` is not in `(0, 1000]` (A6's range; NaN and
+    /// infinities are outside it) or is below 0.001, or when `token_ratio` is not a finite
+    /// number greater than 0, or is below 0.001 (it would round to no tokens at all). A
+    /// ratio above `max_tokens` is accepted: one success then fills the count.
+    ///
+    /// ```
+    /// use tower_http_retry::grpc::Throttle;
+    ///
+    /// let error = Throttle::try_new(0.0, 0.1).unwrap_err();
+    /// assert!(error.to_string().contains("max_tokens is 0"), "{error}");
+    /// let error = Throttle::try_new(10.0, f64::NAN).unwrap_err();
+    /// assert!(error.to_string().contains("token_ratio is NaN"), "{error}");
+    /// assert!(Throttle::try_new(1000.0, 0.001).is_ok());
+    /// ```
+    pub fn try_new(max_tokens: f64, token_ratio: f64) -> Result<Throttle, InvalidConfig> {
+        let refuse = |message: String| Err(InvalidConfig::new(format!("throttle {message}")));
+        if max_tokens.is_nan() || max_tokens <= 0.0 || max_tokens > MAX_TOKENS {
+            return refuse(format!(
+                "max_tokens is {max_tokens}; it must be greater than 0 and at most {MAX_TOKENS}"
+            ));
+        }
+        let max_units = thousandths(max_tokens);
+        if max_units == 0 {
+            return refuse(format!(
+                "max_tokens is {max_tokens}; it must be at least 0.001, since the throttle \
+                 counts thousandths of a token"
+            ));
+        }
+        if !token_ratio.is_finite() || token_ratio <= 0.0 {
+            return refuse(format!(
+                "token_ratio is {token_ratio}; it must be a finite number greater than 0"
+            ));
+        }
+        let ratio_units = thousandths(token_ratio);
+        if ratio_units == 0 {
+            return refuse(format!(
+                "token_ratio is {token_ratio}; it must be at least 0.001, since the throttle \
+                 counts thousandths of a token"
+            ));
+        }
+        Ok(Throttle::from_units(max_units, ratio_units.min(max_units)))
+    }
+
+    fn from_units(max_units: u32, ratio_units: u32) -> Throttle {
+        Throttle {
+            inner: Arc::new(Inner {
+                units: AtomicU32::new(max_units),
+                max_units,
+                ratio_units,
+            }),
+        }
+    }
+
+    /// Records a failed attempt: takes one token (the count never goes below 0) and says
+    /// whether a retry is still allowed, that is whether more than `max_tokens / 2` tokens
+    /// are left after this one was taken.
+    ///
+    /// Call it once for every attempt that failed with a status code the method's policy
+    /// retries, or that got pushback saying not to retry, before deciding on the retry;
+    /// when it returns `false`, do not retry. Never for a transparent retry. It never
+    /// blocks and never allocates.
+    pub fn record_failure(&self) -> bool {
+        let units = &self.inner.units;
+        let mut current = units.load(Ordering::Relaxed);
+        loop {
+            let next = current.saturating_sub(UNITS_PER_TOKEN);
+            if next == current {
+                // Empty already: nothing to write.
+                return self.above_threshold(next);
+            }
+            match units.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return self.above_threshold(next),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Records a successful RPC: adds `token_ratio` tokens (the count never goes above
+    /// `max_tokens`).
+    ///
+    /// Call it once per RPC that ended with `OK`, not once per attempt. It never blocks
+    /// and never allocates.
+    pub fn record_success(&self) {
+        let units = &self.inner.units;
+        let mut current = units.load(Ordering::Relaxed);
+        loop {
+            let next = current
+                .saturating_add(self.inner.ratio_units)
+                .min(self.inner.max_units);
+            if next == current {
+                // Full already: nothing to write.
+                return;
+            }
+            match units.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Whether a retry would be allowed now: more than `max_tokens / 2` tokens are left.
+    ///
+    /// A snapshot: other clones may change the count right after. The retry decision
+    /// itself should use the result of [`Throttle::record_failure`], which takes the
+    /// failure's token and answers in one step, as A6 does.
+    #[must_use]
+    pub fn allows_retry(&self) -> bool {
+        self.above_threshold(self.inner.units.load(Ordering::Relaxed))
+    }
+
+    /// The current count of tokens, to a thousandth. A snapshot, for metrics and tests.
+    #[must_use]
+    pub fn tokens(&self) -> f64 {
+        f64::from(self.inner.units.load(Ordering::Relaxed)) / f64::from(UNITS_PER_TOKEN)
+    }
+
+    /// The most tokens the count holds (A6's `maxTokens`, to a thousandth).
+    #[must_use]
+    pub fn max_tokens(&self) -> f64 {
+        f64::from(self.inner.max_units) / f64::from(UNITS_PER_TOKEN)
+    }
+
+    /// The tokens a success adds (A6's `tokenRatio`, to a thousandth, at most
+    /// `max_tokens`).
+    #[must_use]
+    pub fn token_ratio(&self) -> f64 {
+        f64::from(self.inner.ratio_units) / f64::from(UNITS_PER_TOKEN)
+    }
+
+    /// True when two handles share one count.
+    #[must_use]
+    pub fn same_as(&self, other: &Throttle) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    fn above_threshold(&self, units: u32) -> bool {
+        // tokens > max / 2, in units and without halving.
+        u64::from(units) * 2 > u64::from(self.inner.max_units)
+    }
+
+    #[cfg(test)]
+    fn units(&self) -> u32 {
+        self.inner.units.load(Ordering::Relaxed)
+    }
+}
+
+impl fmt::Debug for Throttle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Throttle")
+            .field("tokens", &self.tokens())
+            .field("max_tokens", &self.max_tokens())
+            .field("token_ratio", &self.token_ratio())
+            .finish()
+    }
+}
+
+/// `value` in whole thousandths, dropping further digits. A decimal such as 0.57, stored a
+/// hair below itself, counts as the thousandths it was written as. `value` is finite and
+/// positive; anything above `u32::MAX` thousandths saturates.
+fn thousandths(value: f64) -> u32 {
+    let scaled = value * f64::from(UNITS_PER_TOKEN);
+    let nearest = scaled.round();
+    let units = if (scaled - nearest).abs() <= 4.0 * f64::EPSILON * nearest.max(1.0) {
+        nearest
+    } else {
+        scaled.floor()
+    };
+    // `as` saturates, which is what a ratio far above the maximum wants.
+    units as u32
+}
+
+#[cfg(all(test, not(tower_http_retry_loom)))]
+mod tests {
+    use super::*;
+
+    use proptest::prelude::*;
+
+    #[test]
+    fn starts_full_and_stops_retries_at_half() {
+        let throttle = Throttle::new(10.0, 0.1);
+        assert_eq!(throttle.tokens(), 10.0);
+        assert!(throttle.allows_retry());
+        let answers: Vec<bool> = (0..7).map(|_| throttle.record_failure()).collect();
+        // 9, 8, 7, 6 are above 5; 5, 4, 3 are not.
+        assert_eq!(
+            answers,
+            [true, true, true, true, false, false, false],
+            "tokens after: {}",
+            throttle.tokens()
+        );
+        assert_eq!(throttle.tokens(), 3.0);
+    }
+
+    #[test]
+    fn never_goes_below_zero_or_above_the_maximum() {
+        let throttle = Throttle::new(2.0, 0.5);
+        for _ in 0..10 {
+            assert!(!throttle.record_failure() || throttle.tokens() > 1.0);
+        }
+        assert_eq!(throttle.units(), 0);
+        for _ in 0..100 {
+            throttle.record_success();
+        }
+        assert_eq!(throttle.units(), 2_000);
+    }
+
+    #[test]
+    fn recovers_above_the_threshold_with_successes() {
+        let throttle = Throttle::new(10.0, 0.1);
+        while throttle.record_failure() {}
+        assert_eq!(throttle.tokens(), 5.0);
+        assert!(!throttle.allows_retry());
+        // Exactly 5 is not above 5: one success (0.1) is needed.
+        throttle.record_success();
+        assert_eq!(throttle.units(), 5_100);
+        assert!(throttle.allows_retry());
+    }
+
+    #[test]
+    fn an_odd_maximum_has_an_exact_half() {
+        // max 3: threshold 1.5; 2 tokens allow, 1 does not.
+        let throttle = Throttle::new(3.0, 0.5);
+        assert!(throttle.record_failure()); // 2
+        assert!(!throttle.record_failure()); // 1
+        throttle.record_success(); // 1.5: not above 1.5
+        assert!(!throttle.allows_retry());
+        throttle.record_success(); // 2
+        assert!(throttle.allows_retry());
+    }
+
+    #[test]
+    fn fractional_values_count_in_thousandths() {
+        let throttle = Throttle::new(10.5, 0.57);
+        assert_eq!(throttle.inner.max_units, 10_500);
+        assert_eq!(throttle.inner.ratio_units, 570);
+        assert_eq!(throttle.max_tokens(), 10.5);
+        assert_eq!(throttle.token_ratio(), 0.57);
+        // Digits past the third decimal place are dropped.
+        let throttle = Throttle::new(1.0009, 0.0019);
+        assert_eq!(throttle.inner.max_units, 1_000);
+        assert_eq!(throttle.inner.ratio_units, 1);
+    }
+
+    #[test]
+    fn a_ratio_above_the_maximum_fills_the_count() {
+        let throttle = Throttle::new(4.0, 1e300);
+        assert_eq!(throttle.token_ratio(), 4.0);
+        while throttle.record_failure() {}
+        throttle.record_success();
+        assert_eq!(throttle.tokens(), 4.0);
+    }
+
+    #[test]
+    fn clones_share_one_count_and_new_ones_do_not() {
+        let throttle = Throttle::new(4.0, 1.0);
+        let clone = throttle.clone();
+        assert!(clone.record_failure());
+        assert_eq!(throttle.tokens(), 3.0);
+        assert!(throttle.same_as(&clone));
+        let other = Throttle::new(4.0, 1.0);
+        assert!(!other.same_as(&throttle));
+        assert_eq!(other.tokens(), 4.0);
+    }
+
+    fn message(max_tokens: f64, token_ratio: f64) -> String {
+        Throttle::try_new(max_tokens, token_ratio)
+            .expect_err("these values must be refused")
+            .to_string()
+    }
+
+    #[test]
+    fn refuses_bad_values_naming_them() {
+        for bad in [
+            0.0,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1000.5,
+        ] {
+            let text = message(bad, 0.1);
+            assert!(
+                text.contains(&format!("max_tokens is {bad};")),
+                "{bad}: {text}"
+            );
+            assert!(text.contains("greater than 0 and at most 1000"), "{text}");
+        }
+        assert!(message(0.0001, 0.1).contains("at least 0.001"));
+        for bad in [0.0, -0.5, f64::NAN, f64::INFINITY] {
+            let text = message(10.0, bad);
+            assert!(
+                text.contains(&format!("token_ratio is {bad};")),
+                "{bad}: {text}"
+            );
+        }
+        assert!(message(10.0, 0.0004).contains("at least 0.001"));
+    }
+
+    #[test]
+    #[should_panic(expected = "invalid retry configuration: throttle max_tokens is -1")]
+    fn new_panics_with_the_same_message() {
+        let _ = Throttle::new(-1.0, 0.1);
+    }
+
+    #[test]
+    fn accepts_the_edges_of_the_range() {
+        assert_eq!(Throttle::new(1000.0, 0.001).max_tokens(), 1000.0);
+        assert_eq!(Throttle::new(0.001, 0.001).max_tokens(), 0.001);
+    }
+
+    #[test]
+    fn debug_shows_the_count() {
+        let text = format!("{:?}", Throttle::new(10.0, 0.1));
+        assert_eq!(
+            text,
+            "Throttle { tokens: 10.0, max_tokens: 10.0, token_ratio: 0.1 }"
+        );
+    }
+
+    /// Many threads fail and succeed at once on a count that never reaches either bound:
+    /// the final count is exactly what the calls add up to, so no update was lost.
+    #[test]
+    fn no_update_is_lost_across_threads() {
+        const THREADS: u32 = 4;
+        const FAILURES: u32 = 2_000;
+        for round in 0..5 {
+            // 1000 tokens, ratio 0.5, starting at 500. Each step of a thread is one
+            // failure and two successes (net zero), so at any moment each thread is at
+            // most one token away from where it started: the four together stay far from
+            // 0 and 1000, and nothing may be clipped.
+            let throttle = Throttle::new(1000.0, 0.5);
+            for _ in 0..500 {
+                throttle.record_failure();
+            }
+            assert_eq!(throttle.units(), 500_000);
+            let handles: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let throttle = throttle.clone();
+                    std::thread::spawn(move || {
+                        for i in 0..FAILURES {
+                            // Alternate the order per thread and round, so threads
+                            // contend on both operations.
+                            if (i + t + round) % 2 == 0 {
+                                throttle.record_failure();
+                                throttle.record_success();
+                                throttle.record_success();
+                            } else {
+                                throttle.record_success();
+                                throttle.record_success();
+                                throttle.record_failure();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for handle in handles {
+                handle.join().unwrap();
+            }
+            assert_eq!(throttle.units(), 500_000, "round {round}");
+        }
+    }
+
+    /// Many threads fail at once from full: the count reaches exactly 0, and exactly the
+    /// failures that left more than half the tokens were told a retry is allowed.
+    #[test]
+    fn racing_failures_answer_as_some_sequential_order() {
+        for _ in 0..20 {
+            let throttle = Throttle::new(100.0, 1.0);
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    let throttle = throttle.clone();
+                    std::thread::spawn(move || {
+                        (0..50).filter(|_| throttle.record_failure()).count()
+                    })
+                })
+                .collect();
+            let allowed: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+            // 99 .. 51 are above 50: 49 of the first 50 failures allowed a retry.
+            assert_eq!(allowed, 49);
+            assert_eq!(throttle.units(), 0);
+        }
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Op {
+        Failure,
+        Success,
+        Check,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => Just(Op::Failure),
+            3 => Just(Op::Success),
+            1 => Just(Op::Check),
+        ]
+    }
+
+    proptest! {
+        /// The throttle against A6's rule written out in floating point, as grpc-go keeps
+        /// it, on values that binary floating point holds exactly (whole maxima, ratios in
+        /// eighths): every answer and every count agree.
+        #[test]
+        fn follows_the_a6_rule(
+            max_tokens in 1u32..=1000,
+            eighths in 1u32..=40,
+            ops in proptest::collection::vec(op(), 0..300),
+        ) {
+            let max = f64::from(max_tokens);
+            let ratio = f64::from(eighths) / 8.0;
+            let throttle = Throttle::new(max, ratio);
+            let mut model = max;
+            for op in ops {
+                match op {
+                    Op::Failure => {
+                        model = (model - 1.0).max(0.0);
+                        prop_assert_eq!(throttle.record_failure(), model > max / 2.0);
+                    }
+                    Op::Success => {
+                        model = (model + ratio).min(max);
+                        throttle.record_success();
+                    }
+                    Op::Check => prop_assert_eq!(throttle.allows_retry(), model > max / 2.0),
+                }
+                prop_assert_eq!(throttle.tokens(), model);
+            }
+        }
+
+        /// Any finite input is either refused with an error or makes a throttle whose
+        /// count stays within its bounds.
+        #[test]
+        fn any_values_are_refused_or_stay_in_bounds(
+            max_tokens in prop_oneof![any::<f64>(), 0.0..1001.0f64],
+            token_ratio in prop_oneof![any::<f64>(), 0.0..2.0f64],
+            failures in 0usize..50,
+        ) {
+            match Throttle::try_new(max_tokens, token_ratio) {
+                Ok(throttle) => {
+                    prop_assert!(max_tokens > 0.0 && max_tokens <= 1000.0);
+                    prop_assert!(token_ratio > 0.0);
+                    for _ in 0..failures {
+                        throttle.record_failure();
+                    }
+                    throttle.record_success();
+                    prop_assert!(throttle.tokens() >= 0.0);
+                    prop_assert!(throttle.tokens() <= throttle.max_tokens());
+                }
+                Err(error) => prop_assert!(error.to_string().starts_with(
+                    "invalid retry configuration: throttle ")),
+            }
+        }
+    }
+}
+
+/// Loom models of the throttle: every interleaving of a few threads failing and
+/// succeeding, on loom's atomics. Run with `RUSTFLAGS="--cfg tower_http_retry_loom" cargo
+/// test --release --features grpc --lib grpc::throttle::loom_models`.
+#[cfg(all(test, tower_http_retry_loom))]
+mod loom_models {
+    use super::Throttle;
+
+    use ::loom::thread;
+
+    fn spawn<T: 'static>(
+        throttle: &Throttle,
+        work: impl FnOnce(&Throttle) -> T + 'static,
+    ) -> thread::JoinHandle<T> {
+        let throttle = throttle.clone();
+        thread::spawn(move || work(&throttle))
+    }
+
+    /// Three failures race from 4 of 4 tokens (threshold 2): the count ends at 1, and
+    /// exactly one of them (the one that left 3) was allowed a retry.
+    #[test]
+    fn racing_failures_take_one_token_each() {
+        ::loom::model(|| {
+            let throttle = Throttle::new(4.0, 1.0);
+            let first = spawn(&throttle, Throttle::record_failure);
+            let second = spawn(&throttle, Throttle::record_failure);
+            let third = throttle.record_failure();
+            let allowed = [first.join().unwrap(), second.join().unwrap(), third]
+                .into_iter()
+                .filter(|&allowed| allowed)
+                .count();
+            assert_eq!(allowed, 1);
+            assert_eq!(throttle.units(), 1_000);
+        });
+    }
+
+    /// A failure and two successes race away from both bounds: none is lost.
+    #[test]
+    fn failures_and_successes_lose_nothing() {
+        ::loom::model(|| {
+            let throttle = Throttle::new(10.0, 0.5);
+            for _ in 0..5 {
+                throttle.record_failure();
+            }
+            let failing = spawn(&throttle, Throttle::record_failure);
+            let succeeding = spawn(&throttle, Throttle::record_success);
+            throttle.record_success();
+            failing.join().unwrap();
+            succeeding.join().unwrap();
+            // 5 - 1 + 0.5 + 0.5
+            assert_eq!(throttle.units(), 5_000);
+        });
+    }
+
+    /// At the cap, a success and a failure race: the success is clipped or not depending
+    /// on the order, and the result is one of the two sequential outcomes.
+    #[test]
+    fn at_the_cap_the_result_is_a_sequential_one() {
+        ::loom::model(|| {
+            let throttle = Throttle::new(2.0, 0.5);
+            let failing = spawn(&throttle, Throttle::record_failure);
+            throttle.record_success();
+            let allowed = failing.join().unwrap();
+            let units = throttle.units();
+            // Success first (clipped at 2), then failure: 1, not above 1.
+            // Failure first (1, not above 1), then success: 1.5.
+            assert!(units == 1_000 || units == 1_500, "{units}");
+            assert!(!allowed);
+        });
+    }
+}
