@@ -254,6 +254,9 @@ pub(crate) enum ConfigKind {
     Backoff,
     HeaderName,
     Budget,
+    /// gRPC settings: a retry throttle, a service config.
+    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+    Grpc,
 }
 
 impl InvalidConfig {
@@ -282,6 +285,11 @@ impl InvalidConfig {
     /// A retry budget's settings were refused.
     pub fn is_budget(&self) -> bool {
         self.kind == ConfigKind::Budget
+    }
+
+    /// gRPC settings (a retry throttle, a service config) were refused.
+    pub fn is_grpc(&self) -> bool {
+        self.kind == ConfigKind::Grpc
     }
 }
 

@@ -225,8 +225,13 @@ async fn the_layers_deadline_is_deadline_exceeded() {
         .unwrap_err();
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert!(status.message().contains("deadline"), "{status:?}");
+    // The caller reaches the record through the status's source.
     let source = std::error::Error::source(&status).expect("the layer's error");
-    assert!(source.is::<tower_http_retry::DeadlineExceeded>());
+    let retry = source
+        .downcast_ref::<tower_http_retry::RetryError>()
+        .expect("the layer's RetryError");
+    assert_eq!(retry.info().stop, tower_http_retry::StopReason::Deadline);
+    assert!(retry.get_ref().is::<tower_http_retry::DeadlineExceeded>());
 
     let status = unary(bare_stack(server.channel().await, policy()), UNARY, b"x")
         .await

@@ -415,7 +415,7 @@ impl StdError for InvalidServiceConfig {}
 
 impl From<InvalidServiceConfig> for InvalidConfig {
     fn from(error: InvalidServiceConfig) -> Self {
-        InvalidConfig::new(error.to_string())
+        InvalidConfig::new(crate::error::ConfigKind::Grpc, error.to_string())
     }
 }
 

@@ -143,7 +143,12 @@ impl Throttle {
     /// assert!(Throttle::try_new(1000.0, 0.001).is_ok());
     /// ```
     pub fn try_new(max_tokens: f64, token_ratio: f64) -> Result<Throttle, InvalidConfig> {
-        let refuse = |message: String| Err(InvalidConfig::new(format!("throttle {message}")));
+        let refuse = |message: String| {
+            Err(InvalidConfig::new(
+                crate::error::ConfigKind::Grpc,
+                format!("throttle {message}"),
+            ))
+        };
         if max_tokens.is_nan() || max_tokens <= 0.0 || max_tokens > MAX_TOKENS {
             return refuse(format!(
                 "max_tokens is {max_tokens}; it must be greater than 0 and at most {MAX_TOKENS}"
