@@ -103,6 +103,10 @@ pub enum RetryReason {
     Timeout,
     /// A reason given by a custom classifier.
     Custom(&'static str),
+    /// A gRPC status the policy lists as retryable (`RetryPolicy::grpc_codes`), read from
+    /// a Trailers-Only response (feature `grpc`).
+    #[cfg(feature = "grpc")]
+    GrpcStatus(tonic::Code),
 }
 
 impl RetryReason {
@@ -131,6 +135,8 @@ impl RetryReason {
             RetryReason::ConnectionClosed => "connection_closed",
             RetryReason::Timeout => "timeout",
             RetryReason::Custom(name) => name,
+            #[cfg(feature = "grpc")]
+            RetryReason::GrpcStatus(code) => crate::grpc::code_name(*code),
         }
     }
 }
@@ -145,6 +151,8 @@ impl fmt::Display for RetryReason {
             RetryReason::ConnectionClosed => f.write_str("connection closed"),
             RetryReason::Timeout => f.write_str("timeout"),
             RetryReason::Custom(name) => f.write_str(name),
+            #[cfg(feature = "grpc")]
+            RetryReason::GrpcStatus(code) => write!(f, "gRPC {}", crate::grpc::code_name(*code)),
         }
     }
 }

@@ -19,6 +19,8 @@ pub(crate) struct Defaults {
     pub(crate) key_header: HeaderName,
     pub(crate) max_replay_bytes: usize,
     pub(crate) attempt_header: Option<HeaderName>,
+    #[cfg(feature = "grpc")]
+    pub(crate) throttle: Option<crate::grpc::Throttle>,
 }
 
 /// One policy with the layer's additions resolved: all a request needs from the
@@ -35,6 +37,9 @@ pub(crate) struct Plan {
     /// retryable.
     pub(crate) key_header: HeaderName,
     pub(crate) attempt_header: Option<HeaderName>,
+    /// The gRPC retry throttle for a gRPC policy: its own, else the layer's.
+    #[cfg(feature = "grpc")]
+    pub(crate) throttle: Option<crate::grpc::Throttle>,
 }
 
 impl Plan {
@@ -46,12 +51,22 @@ impl Plan {
             PolicyKey::Layer if policy.assume_idempotent => (None, defaults.key_header.clone()),
             PolicyKey::Layer => (defaults.key.clone(), defaults.key_header.clone()),
         };
+        #[cfg(feature = "grpc")]
+        let throttle = match policy.grpc_codes {
+            Some(_) => policy
+                .throttle
+                .clone()
+                .or_else(|| defaults.throttle.clone()),
+            None => None,
+        };
         Self {
             policy,
             budget,
             key,
             key_header,
             attempt_header: defaults.attempt_header.clone(),
+            #[cfg(feature = "grpc")]
+            throttle,
         }
     }
 }

@@ -127,6 +127,8 @@ pub(crate) struct Schedule {
     pub(crate) backoff: Duration,
     /// The classifier's or the server's hint, if one was given.
     pub(crate) hint: Option<Hint>,
+    /// The hint is the wait itself, not a floor (gRPC pushback).
+    pub(crate) exact: bool,
     pub(crate) max_hint: Duration,
     pub(crate) now: Instant,
     pub(crate) deadline: Option<Instant>,
@@ -142,8 +144,11 @@ pub(crate) fn schedule(
     if hint.is_some_and(|hint| hint > s.max_hint) {
         return Err(StopReason::RetryAfterTooLong);
     }
-    let wait = hint.map_or(s.backoff, |hint| hint.max(s.backoff));
-    let from_hint = hint.is_some_and(|hint| hint > s.backoff);
+    let (wait, from_hint) = match hint {
+        Some(hint) if s.exact => (hint, true),
+        Some(hint) => (hint.max(s.backoff), hint > s.backoff),
+        None => (s.backoff, false),
+    };
     if let Some(deadline) = s.deadline {
         // Timers fire on whole milliseconds, so a wait may end up to 1 ms late: a wait that
         // would end within that of the deadline leaves no time for an attempt.
@@ -258,6 +263,7 @@ mod tests {
             backoff: Duration::from_millis(backoff),
             hint: hint.map(|ms| Hint::new(Duration::from_millis(ms), HintSource::RetryAfter)),
             max_hint: Duration::from_secs(30),
+            exact: false,
             now,
             deadline: deadline_in.map(|ms| now + Duration::from_millis(ms)),
         }

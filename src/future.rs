@@ -142,6 +142,8 @@ struct Later<S> {
     rng: JitterRng,
     /// The previous wait actually slept, for decorrelated jitter.
     previous: Duration,
+    /// Retries before the last gRPC pushback: the backoff counts from there.
+    offset: usize,
 }
 
 /// What the driver does after an outcome.
@@ -301,6 +303,19 @@ where
                                     .insert(name.clone(), HeaderValue::from(attempt));
                             }
                             head.extensions.insert(Attempt::new(attempt));
+                            #[cfg(feature = "grpc")]
+                            if retrying.plan.policy.grpc_codes.is_some() {
+                                crate::grpc::set_previous_rpc_attempts(
+                                    &mut head.headers,
+                                    attempt - 1,
+                                );
+                                if let Some(deadline) = this.limits.deadline() {
+                                    crate::grpc::set_grpc_timeout(
+                                        &mut head.headers,
+                                        deadline.saturating_duration_since(now),
+                                    );
+                                }
+                            }
                             let request = Request::from_parts(head, retrying.replay.body());
                             let future = service.call(request);
                             arm(
@@ -410,10 +425,19 @@ fn decide<S, B, RB>(
         max_attempts: policy.max_attempts,
         previous: &info.retries,
     };
+    #[cfg(feature = "grpc")]
+    let grpc = grpc_gate(plan, result, verdict);
     let reason = match decision::judge(&judgement) {
         Ok(reason) => reason,
         Err(reason) => return stop(info, reason),
     };
+    #[cfg(feature = "grpc")]
+    let pushback = match grpc {
+        Ok(pushback) => pushback,
+        Err(reason) => return stop(info, reason),
+    };
+    #[cfg(not(feature = "grpc"))]
+    let pushback: Option<Duration> = None;
     match retrying.replay.check(result.is_ok()) {
         Ok(()) => {}
         // The transport has not dropped the last attempt's body yet (hyper does that in its
@@ -422,7 +446,8 @@ fn decide<S, B, RB>(
         Err(_) => return stop(info, StopReason::BodyNotReplayable),
     }
 
-    let n = u32::try_from(info.retries.len() + 1).unwrap_or(u32::MAX);
+    let offset = retrying.later.as_ref().map_or(0, |later| later.offset);
+    let n = u32::try_from(info.retries.len() + 1 - offset).unwrap_or(u32::MAX);
     // The generator of a first retry is boxed only if the retry goes ahead.
     let mut fresh = None;
     let backoff = match retrying.later.as_deref_mut() {
@@ -434,6 +459,7 @@ fn decide<S, B, RB>(
     // The classifier's own hint first; else the server's (Retry-After, then the longest
     // of the RateLimit fields and X-RateLimit-Reset).
     let hint = match (verdict, result) {
+        _ if pushback.is_some() => pushback.map(|wait| Hint::new(wait, HintSource::GrpcPushback)),
         (Classification::RetryWithHint(_, wait), _) => {
             Some(Hint::new(wait, HintSource::Classifier))
         }
@@ -445,6 +471,7 @@ fn decide<S, B, RB>(
         backoff,
         hint,
         max_hint: policy.max_retry_after,
+        exact: pushback.is_some(),
         now: Instant::now(),
         deadline: limits.deadline(),
     };
@@ -458,20 +485,70 @@ fn decide<S, B, RB>(
             return stop(info, reason);
         }
     };
+    // After a pushback the backoff starts again from the first retry's.
+    let offset = if pushback.is_some() {
+        info.retries.len() + 1
+    } else {
+        offset
+    };
     match retrying.later.as_deref_mut() {
-        Some(later) => later.previous = record.wait,
+        Some(later) => {
+            later.previous = record.wait;
+            later.offset = offset;
+        }
         None => {
             retrying.later = Some(Box::new(Later {
                 service: None,
                 // Always the one drawn from above: `later` was empty then too.
                 rng: fresh.unwrap_or_else(|| policy.jitter_rng()),
                 previous: record.wait,
+                offset,
             }));
         }
     }
     crate::trace::retried(&record);
     decision::record_retry(info, record);
     Next::Wait(record.wait)
+}
+
+/// gRPC's throttle and pushback for one outcome of a gRPC policy (A6): a success (an OK or
+/// committed response) refills the throttle; a retryable failure drains it, and a retry is
+/// refused once it is at half or below; `grpc-retry-pushback-ms` gives the exact wait, or
+/// says stop. `Ok(None)` when neither applies.
+#[cfg(feature = "grpc")]
+fn grpc_gate<RB>(
+    plan: &Plan,
+    result: &Result<Response<RB>, BoxError>,
+    verdict: Classification,
+) -> Result<Option<Duration>, StopReason> {
+    use crate::grpc::Pushback;
+    if plan.policy.grpc_codes.is_none() {
+        return Ok(None);
+    }
+    let headers = result.as_ref().ok().map(Response::headers);
+    if let Some(headers) = headers {
+        let code = crate::grpc::trailers_only_code(headers);
+        if matches!(code, None | Some(tonic::Code::Ok)) {
+            if let Some(throttle) = &plan.throttle {
+                throttle.record_success();
+            }
+            return Ok(None);
+        }
+    }
+    let retryable = !matches!(verdict, Classification::Done);
+    if !retryable {
+        return Ok(None);
+    }
+    if let Some(throttle) = &plan.throttle {
+        if !throttle.record_failure() {
+            return Err(StopReason::Throttled);
+        }
+    }
+    match headers.and_then(crate::grpc::pushback) {
+        Some(Pushback::Stop) => Err(StopReason::ServerPushback),
+        Some(Pushback::Wait(wait)) => Ok(Some(wait)),
+        None => Ok(None),
+    }
 }
 
 impl<F, S, B, R> std::fmt::Debug for ResponseFuture<F, S, B, R> {

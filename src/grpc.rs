@@ -105,3 +105,23 @@ pub use headers::{
     trailers_only_code,
 };
 pub use throttle::Throttle;
+
+/// The classification of a gRPC policy ([`RetryPolicy::grpc_codes`](crate::RetryPolicy::grpc_codes)):
+/// a Trailers-Only response whose `grpc-status` is one of `codes` is retried; any other
+/// response is final (committed once its ordinary headers arrived); a transport failure
+/// is judged as for HTTP.
+pub(crate) fn classify(
+    codes: &[tonic::Code],
+    outcome: crate::classify::Outcome<'_>,
+) -> crate::classify::Classification {
+    use crate::classify::{Classification, Outcome, RetryReason};
+    match outcome {
+        Outcome::Response { headers, .. } => match trailers_only_code(headers) {
+            Some(code) if codes.contains(&code) => {
+                Classification::Retry(RetryReason::GrpcStatus(code))
+            }
+            _ => Classification::Done,
+        },
+        Outcome::Error(error) => crate::classify::classify_error(error),
+    }
+}

@@ -156,6 +156,9 @@ pub enum HintSource {
     XRateLimitReset,
     /// A custom classifier gave the wait along with its verdict.
     Classifier,
+    /// gRPC's `grpc-retry-pushback-ms` (feature `grpc`): the exact wait of the next
+    /// retry, not a floor.
+    GrpcPushback,
 }
 
 impl HintSource {
@@ -166,6 +169,7 @@ impl HintSource {
             HintSource::RateLimit => "ratelimit",
             HintSource::XRateLimitReset => "x_ratelimit_reset",
             HintSource::Classifier => "classifier",
+            HintSource::GrpcPushback => "grpc_pushback",
         }
     }
 }
@@ -177,6 +181,7 @@ impl fmt::Display for HintSource {
             HintSource::RateLimit => "RateLimit",
             HintSource::XRateLimitReset => "X-RateLimit-Reset",
             HintSource::Classifier => "classifier",
+            HintSource::GrpcPushback => "grpc-retry-pushback-ms",
         })
     }
 }

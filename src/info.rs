@@ -117,6 +117,11 @@ pub enum StopReason {
     /// or a classifier's own) asked for longer than `max_retry_after`, or for longer than
     /// the deadline leaves.
     RetryAfterTooLong,
+    /// The server's gRPC pushback said not to retry (a negative or malformed
+    /// `grpc-retry-pushback-ms`).
+    ServerPushback,
+    /// gRPC's retry throttle (A6 `retryThrottling`) refused the retry.
+    Throttled,
 }
 
 impl StopReason {
@@ -131,6 +136,8 @@ impl StopReason {
             StopReason::BudgetExhausted => "budget_exhausted",
             StopReason::Deadline => "deadline",
             StopReason::RetryAfterTooLong => "retry_after_too_long",
+            StopReason::ServerPushback => "server_pushback",
+            StopReason::Throttled => "throttled",
         }
     }
 }
@@ -146,6 +153,8 @@ impl fmt::Display for StopReason {
             StopReason::BudgetExhausted => "retry budget exhausted",
             StopReason::Deadline => "deadline would pass",
             StopReason::RetryAfterTooLong => "server's delay hint too long",
+            StopReason::ServerPushback => "server pushback said stop",
+            StopReason::Throttled => "gRPC retry throttle engaged",
         };
         f.write_str(text)
     }

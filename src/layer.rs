@@ -65,6 +65,8 @@ pub(crate) struct Config {
     pub(crate) key_header: HeaderName,
     pub(crate) max_replay_bytes: usize,
     pub(crate) attempt_header: Option<HeaderName>,
+    #[cfg(feature = "grpc")]
+    pub(crate) throttle: Option<crate::grpc::Throttle>,
 }
 
 impl Default for RetryLayer {
@@ -87,8 +89,47 @@ impl RetryLayer {
                 key_header: IDEMPOTENCY_KEY,
                 max_replay_bytes: DEFAULT_MAX_REPLAY_BYTES,
                 attempt_header: None,
+                #[cfg(feature = "grpc")]
+                throttle: None,
             }),
         }
+    }
+
+    /// A layer that speaks gRPC's retry rules (feature `grpc`, gRPC's A6): no idempotency
+    /// keys, and a default policy that retries `UNAVAILABLE` read from a Trailers-Only
+    /// response ([`RetryPolicy::grpc_codes`]), honours `grpc-retry-pushback-ms` (the exact
+    /// wait; a negative or malformed value stops), sends `grpc-previous-rpc-attempts` on
+    /// retries, and rewrites `grpc-timeout` to the time left when the policy has a deadline.
+    /// Everything else is as [`RetryLayer::new`]: the backoff, the budget, the replay cap.
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
+    /// use tower_http_retry::grpc::Throttle;
+    ///
+    /// let layer = RetryLayer::grpc()
+    ///     .throttle(Throttle::new(10.0, 0.1))
+    ///     .route(
+    ///         RouteMatch::post().path_prefix("/shop.Orders/Get"),
+    ///         RetryPolicy::default()
+    ///             .max_attempts(4)
+    ///             .grpc_codes([tonic::Code::Unavailable, tonic::Code::ResourceExhausted]),
+    ///     );
+    /// # let _ = layer;
+    /// ```
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn grpc() -> Self {
+        Self::new()
+            .no_idempotency_key()
+            .policy(RetryPolicy::default().grpc_codes([tonic::Code::Unavailable]))
+    }
+
+    /// gRPC's retry throttle (A6 `retryThrottling`, feature `grpc`), shared by the layer's
+    /// gRPC policies that have none of their own ([`RetryPolicy::throttle`]).
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn throttle(self, throttle: crate::grpc::Throttle) -> Self {
+        self.edit(|c| c.throttle = Some(throttle))
     }
 
     fn edit(mut self, f: impl FnOnce(&mut Config)) -> Self {
@@ -209,6 +250,8 @@ impl<S: Clone> Layer<S> for RetryLayer {
             key_header: c.key_header.clone(),
             max_replay_bytes: c.max_replay_bytes,
             attempt_header: c.attempt_header.clone(),
+            #[cfg(feature = "grpc")]
+            throttle: c.throttle.clone(),
         };
         let plans = Plans::new(&c.policy, &c.routes, &defaults);
         Retry::from_plans(inner, Arc::new(plans))

@@ -58,6 +58,11 @@ pub struct RetryPolicy {
     pub(crate) seed: Option<Arc<SeedSequence>>,
     pub(crate) assume_idempotent: bool,
     pub(crate) key: PolicyKey,
+    /// gRPC's rules (feature `grpc`): the retryable status codes; `None` for plain HTTP.
+    #[cfg(feature = "grpc")]
+    pub(crate) grpc_codes: Option<Arc<[tonic::Code]>>,
+    #[cfg(feature = "grpc")]
+    pub(crate) throttle: Option<crate::grpc::Throttle>,
 }
 
 /// A policy's own idempotency-key configuration.
@@ -83,6 +88,10 @@ impl Default for RetryPolicy {
             seed: None,
             assume_idempotent: false,
             key: PolicyKey::Layer,
+            #[cfg(feature = "grpc")]
+            grpc_codes: None,
+            #[cfg(feature = "grpc")]
+            throttle: None,
         }
     }
 }
@@ -279,6 +288,38 @@ impl RetryPolicy {
         self
     }
 
+    /// Makes this a gRPC policy (feature `grpc`, gRPC's A6 rules): the status codes that are
+    /// retried, read from `grpc-status` in the headers of a Trailers-Only response (an RPC
+    /// whose ordinary headers arrived is committed and returned as is); transport failures
+    /// before any headers are classified as for HTTP. Listing codes is A6's declaration that
+    /// the method may be repeated, so the policy's requests are treated as repeatable
+    /// ([`RetryPolicy::assume_idempotent`]) and get no idempotency key.
+    ///
+    /// ```
+    /// use tonic::Code;
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::default().grpc_codes([Code::Unavailable, Code::ResourceExhausted]);
+    /// assert!(policy.is_assumed_idempotent());
+    /// ```
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn grpc_codes(mut self, codes: impl IntoIterator<Item = tonic::Code>) -> Self {
+        self.grpc_codes = Some(codes.into_iter().collect());
+        self.assume_idempotent = true;
+        self.key = PolicyKey::Off;
+        self
+    }
+
+    /// This policy's own gRPC retry throttle (feature `grpc`), instead of the layer's
+    /// ([`RetryLayer::throttle`](crate::RetryLayer::throttle)).
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn throttle(mut self, throttle: crate::grpc::Throttle) -> Self {
+        self.throttle = Some(throttle);
+        self
+    }
+
     /// True when [`RetryPolicy::assume_idempotent`] was set.
     pub fn is_assumed_idempotent(&self) -> bool {
         self.assume_idempotent
@@ -387,6 +428,10 @@ impl RetryPolicy {
     /// Classifies one outcome of the request whose head is `head`.
     pub(crate) fn classify(&self, head: &Head, outcome: Outcome<'_>) -> Classification {
         match &self.classifier {
+            #[cfg(feature = "grpc")]
+            None if self.grpc_codes.is_some() => {
+                crate::grpc::classify(self.grpc_codes.as_deref().unwrap_or_default(), outcome)
+            }
             // The default looks at the outcome alone.
             None => crate::classify::classify_outcome(outcome),
             Some(classifier) => match head.as_parts() {

@@ -196,6 +196,12 @@ where
                 .insert(name.clone(), http::HeaderValue::from_static("1"));
         }
 
+        // gRPC: the server learns the time left from `grpc-timeout` (rewritten on retries).
+        #[cfg(feature = "grpc")]
+        if let (Some(_), Some(deadline)) = (&policy.grpc_codes, policy.deadline) {
+            crate::grpc::set_grpc_timeout(request.headers_mut(), deadline);
+        }
+
         if policy.is_never() || request.method() == Method::CONNECT {
             info.stop = StopReason::Disabled;
             info.idempotency_key = stamped
