@@ -15,13 +15,12 @@ use crate::decision::Limits;
 use crate::future::{Prototype, ResponseFuture, Retrying};
 use crate::head::Head;
 use crate::info::{RetryInfo, StopReason};
-use crate::layer::RetryLayer;
 use crate::replay::ReplayBody;
 use crate::trace::Trace;
 
 /// Retries requests to the inner service when it is safe and worth it.
 ///
-/// Made by [`RetryLayer`]. The inner service receives `Request<ReplayBody<B>>`.
+/// Made by [`RetryLayer`](crate::RetryLayer). The inner service receives `Request<ReplayBody<B>>`.
 ///
 /// # Errors
 ///
@@ -79,38 +78,6 @@ pub struct Retry<S> {
 }
 
 impl<S: Clone> Retry<S> {
-    /// Wraps `inner` with every default of [`RetryLayer::new`]. For anything else, build
-    /// a [`RetryLayer`] and apply it (`ServiceBuilder::layer`, or [`Layer::layer`]).
-    ///
-    /// [`Layer::layer`]: tower_layer::Layer::layer
-    ///
-    /// ```
-    /// use bytes::Bytes;
-    /// use http::{Request, Response, StatusCode};
-    /// use http_body_util::Full;
-    /// use tower::ServiceExt;
-    /// use tower_http_retry::{Retry, RetryInfo};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// # let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-    /// // `inner` answers 503 once, then 200.
-    /// # let inner = tower::service_fn(move |_: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| {
-    /// #     let first = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
-    /// #     let status = if first { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
-    /// #     async move { Ok::<_, std::convert::Infallible>(Response::builder().status(status).body(()).unwrap()) }
-    /// # });
-    /// let client = Retry::new(inner);
-    /// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
-    /// let response = client.oneshot(request).await.unwrap();
-    /// assert_eq!(response.status(), StatusCode::OK);
-    /// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts, 2);
-    /// # }
-    /// ```
-    pub fn new(inner: S) -> Self {
-        tower_layer::Layer::layer(&RetryLayer::new(), inner)
-    }
-
     pub(crate) fn from_plans(inner: S, plans: Arc<Plans>) -> Self {
         let prototype = Prototype::new(&inner);
         Self {
