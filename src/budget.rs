@@ -385,31 +385,6 @@ impl RetryBudget {
             & TICK_MASK
     }
 
-    /// A deposit that also credits the refill up to an explicit tick (taken modulo
-    /// `2^38`): the unit tests' model of a deposit at a known time. The layer's
-    /// [`RetryBudget::deposit`] leaves the refill to the next withdrawal; both keep the
-    /// bound, and `tests/budget_bound.rs` and the loom models below check that one.
-    #[cfg(all(test, not(tower_http_retry_loom)))]
-    pub(crate) fn deposit_at(&self, now_ms: u64) {
-        let now = now_ms & TICK_MASK;
-        let state = &self.inner.state;
-        let mut current = state.load(Ordering::Relaxed);
-        loop {
-            let refilled = self.inner.refilled(current, now);
-            let balance =
-                (balance_of(refilled) + self.inner.deposit_units).min(self.inner.cap_units);
-            let next = pack(balance, tick_of(refilled));
-            if next == current {
-                // Full already and no time to account for: nothing to write.
-                return;
-            }
-            match state.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(actual) => current = actual,
-            }
-        }
-    }
-
     /// The deposit itself: adds `ratio` tokens, up to the cap, without reading the clock
     /// and without moving the stored tick.
     ///
@@ -648,10 +623,10 @@ mod tests {
         assert_eq!(budget.inner.refill_per_ms, 10);
         assert_eq!(drain_at(&budget, 0), 100);
         for _ in 0..9 {
-            budget.deposit_at(0);
+            budget.deposit();
         }
         assert!(!budget.withdraw_at(0), "nine deposits of 0.1 made a token");
-        budget.deposit_at(0);
+        budget.deposit();
         assert!(
             budget.withdraw_at(0),
             "ten deposits of 0.1 did not make a token"
@@ -664,11 +639,11 @@ mod tests {
         let budget = RetryBudget::new(0.25, 0, 5);
         assert_eq!(drain_at(&budget, 0), 5);
         for _ in 0..3 {
-            budget.deposit_at(0);
+            budget.deposit();
         }
         assert_eq!(budget.units_at(0), 750);
         assert!(!budget.withdraw_at(0), "granted with 0.75 tokens");
-        budget.deposit_at(0);
+        budget.deposit();
         assert!(budget.withdraw_at(0), "refused with 1 token");
         assert_eq!(budget.units_at(0), 0);
     }
@@ -677,7 +652,7 @@ mod tests {
     fn a_thousandth_short_of_a_token_is_refused() {
         let budget = RetryBudget::new(0.999, 1, 2);
         assert_eq!(drain_at(&budget, 0), 2);
-        budget.deposit_at(0);
+        budget.deposit();
         assert_eq!(budget.units_at(0), 999);
         assert!(!budget.withdraw_at(0), "granted with 0.999 tokens");
         // 1 token/s is one thousandth per millisecond.
@@ -689,7 +664,7 @@ mod tests {
     fn deposits_never_fill_past_max_tokens() {
         let budget = RetryBudget::new(0.5, 0, 3);
         for _ in 0..10 {
-            budget.deposit_at(0);
+            budget.deposit();
         }
         assert_eq!(raw(&budget), (3_000, 0));
         assert_eq!(drain_at(&budget, 0), 3);
@@ -738,14 +713,14 @@ mod tests {
     fn an_older_tick_credits_nothing_and_does_not_move_the_clock_back() {
         let budget = RetryBudget::new(0.0, 10, 5);
         assert_eq!(drain_at(&budget, 0), 5);
-        budget.deposit_at(50);
-        assert_eq!(raw(&budget), (500, 50));
+        // 150 ms at 10 tokens/s: 1.5 tokens, one taken.
+        assert!(budget.withdraw_at(150));
+        assert_eq!(raw(&budget), (500, 150));
         // A caller that read the clock before the call above was stored.
-        budget.deposit_at(40);
-        assert!(!budget.withdraw_at(40));
-        assert_eq!(raw(&budget), (500, 50));
+        assert!(!budget.withdraw_at(140));
+        assert_eq!(raw(&budget), (500, 150));
         // 10 ms after the stored tick, not 20 ms after the older one.
-        assert_eq!(budget.units_at(60), 600);
+        assert_eq!(budget.units_at(160), 600);
     }
 
     #[test]
@@ -777,11 +752,11 @@ mod tests {
         assert_eq!(budget.inner.cap_units, 67_108_000);
         assert!(budget.inner.cap_units <= MAX_BALANCE_UNITS);
         assert!(budget.withdraw_at(0));
-        budget.deposit_at(0);
+        budget.deposit();
         assert_eq!(raw(&budget), (67_108_000, 0));
         assert_eq!(budget.units_at(TICK_HALF_RANGE - 1), 67_108_000);
         assert_eq!(drain_at(&budget, 0), u64::from(MAX_TOKENS));
-        budget.deposit_at(0);
+        budget.deposit();
         assert_eq!(raw(&budget), (1_000_000, 0));
     }
 
@@ -880,7 +855,7 @@ mod tests {
         assert!(first.withdraw_at(0));
         assert!(second.withdraw_at(0));
         assert!(!first.withdraw_at(0), "the clone had a bucket of its own");
-        second.deposit_at(0);
+        second.deposit();
         assert_eq!(first.units_at(0), 1_000);
         assert!(first.withdraw_at(0));
         assert!(!second.withdraw_at(0));
@@ -999,7 +974,7 @@ mod tests {
             let budget = RetryBudget::new(0.01, 1_000, 20_000);
             assert_eq!(drain_at(&budget, 0), 20_000);
             let (grants, deposits) = race(&budget, 20_000, |index, i, budget| {
-                budget.deposit_at(0);
+                budget.deposit();
                 let granted = (i + index as u64) & 3 != 0 && budget.withdraw_at(0);
                 (granted, true)
             });
@@ -1023,7 +998,7 @@ mod tests {
             let budget = RetryBudget::new(1.0, 1_000, 5);
             let (grants, deposits) = race(&budget, 20_000, |index, i, budget| {
                 if (i + index as u64) & 1 == 0 {
-                    budget.deposit_at(0);
+                    budget.deposit();
                     (false, true)
                 } else {
                     (budget.withdraw_at(0), false)
@@ -1085,20 +1060,21 @@ mod tests {
                 match step {
                     Step::Advance(ms) => now += ms,
                     Step::Deposit => {
-                        budget.deposit_at(now);
-                        model_balance = (model_balance + m * (now - model_tick)).min(cap);
+                        // The shipped deposit: no clock, the refill is left to the next
+                        // withdrawal.
+                        budget.deposit();
                         model_balance = (model_balance + units).min(cap);
-                        model_tick = now;
                         deposits += 1;
                     }
                     Step::Withdraw => {
                         let granted = budget.withdraw_at(now);
-                        model_balance = (model_balance + m * (now - model_tick)).min(cap);
-                        model_tick = now;
-                        let expected = model_balance >= 1_000;
+                        let refilled = (model_balance + m * (now - model_tick)).min(cap);
+                        let expected = refilled >= 1_000;
                         if expected {
-                            model_balance -= 1_000;
+                            model_balance = refilled - 1_000;
+                            model_tick = now;
                         }
+                        // A refusal stores nothing.
                         prop_assert_eq!(granted, expected);
                         grants += u64::from(granted);
                     }
