@@ -31,13 +31,19 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
-    pub(crate) fn start(policy: &RetryPolicy, now: Instant) -> Self {
+    /// The limits of a request starting now; the clock is read only for a deadline.
+    pub(crate) fn start(policy: &RetryPolicy) -> Self {
         Self {
             deadline: policy
                 .deadline
-                .and_then(|d| now.checked_add(d).map(|at| (at, d))),
+                .and_then(|d| Instant::now().checked_add(d).map(|at| (at, d))),
             attempt_timeout: policy.attempt_timeout,
         }
+    }
+
+    /// Whether an attempt has any end at all (else no clock needs reading for it).
+    pub(crate) fn bounds_attempts(&self) -> bool {
+        self.deadline.is_some() || self.attempt_timeout.is_some()
     }
 
     pub(crate) fn deadline(&self) -> Option<Instant> {
@@ -369,7 +375,8 @@ mod tests {
             .deadline(Duration::from_secs(10))
             .attempt_timeout(Duration::from_secs(3));
         let now = Instant::now();
-        let limits = Limits::start(&policy, now);
+        let limits = Limits::start(&policy);
+        assert!(limits.bounds_attempts());
         assert_eq!(limits.attempt_end(now), Some(now + Duration::from_secs(3)));
         let late = now + Duration::from_secs(8);
         assert_eq!(
@@ -385,15 +392,14 @@ mod tests {
         assert!(limits.past_deadline(past));
         assert!(limits.expired(past, 2).is::<DeadlineExceeded>());
 
-        let timeout_only = Limits::start(
-            &RetryPolicy::default().attempt_timeout(Duration::from_secs(2)),
-            now,
-        );
+        let timeout_only =
+            Limits::start(&RetryPolicy::default().attempt_timeout(Duration::from_secs(2)));
         assert_eq!(
             timeout_only.wait_end(now, Some(RELEASE_GRACE)),
             Some(now + Duration::from_secs(2))
         );
-        let none = Limits::start(&RetryPolicy::default(), now);
+        let none = Limits::start(&RetryPolicy::default());
+        assert!(!none.bounds_attempts());
         assert_eq!(
             none.wait_end(now, Some(RELEASE_GRACE)),
             Some(now + RELEASE_GRACE)

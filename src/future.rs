@@ -165,7 +165,11 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         retrying: Option<Retrying<S, B>>,
         trace: Trace,
     ) -> Self {
-        let end = limits.attempt_end(Instant::now());
+        // Most requests have no time limit: no clock read for them.
+        let end = match limits.bounds_attempts() {
+            true => limits.attempt_end(Instant::now()),
+            false => None,
+        };
         Self {
             state: State::Attempt { future },
             timer: end.map(sleep_until),
@@ -350,9 +354,23 @@ where
                         this.trace.retry(this.info.attempts, record, error);
                     }
                     drop(result);
-                    let at = decision::after(Instant::now(), wait);
-                    arm(this.timer.as_mut(), this.armed, Some(at));
-                    this.state.set(State::Waiting);
+                    let now = Instant::now();
+                    if wait.is_zero() {
+                        // No wait: straight to readiness, without a timer tick in between.
+                        arm(
+                            this.timer.as_mut(),
+                            this.armed,
+                            this.limits.wait_end(now, None),
+                        );
+                        this.state.set(State::Readying);
+                    } else {
+                        arm(
+                            this.timer.as_mut(),
+                            this.armed,
+                            Some(decision::after(now, wait)),
+                        );
+                        this.state.set(State::Waiting);
+                    }
                 }
             }
         }

@@ -125,7 +125,7 @@ where
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
         let plan = self.plans.select(&request);
         let policy = &plan.policy;
-        let limits = Limits::start(policy, tokio::time::Instant::now());
+        let limits = Limits::start(policy);
         let trace = Trace::new(&request);
         let mut info = RetryInfo {
             attempts: 1,
