@@ -234,19 +234,15 @@ impl Retries {
     /// Whether the server answers gRPC-shaped (Trailers-Only `grpc-status`) and the
     /// requests are gRPC calls (POST).
     pub fn grpc(self) -> bool {
-        match self {
-            #[cfg(feature = "grpc")]
-            Retries::Throttle => true,
-            _ => false,
-        }
+        #[cfg(feature = "grpc")]
+        return self == Retries::Throttle;
+        #[cfg(not(feature = "grpc"))]
+        return false;
     }
 
     /// Whether something (a budget or a throttle) may refuse this row's retries.
     pub fn refuses(self) -> bool {
-        match self {
-            Retries::Off | Retries::AttemptsOnly => false,
-            _ => true,
-        }
+        !matches!(self, Retries::Off | Retries::AttemptsOnly)
     }
 }
 
