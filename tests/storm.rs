@@ -128,7 +128,7 @@ fn check_against_arithmetic(layers: usize) {
             m.refused(),
             e.refused
         );
-        if row.storm.retries != Retries::DefaultBudget {
+        if !row.storm.retries.refuses() {
             assert_eq!(m.refused(), 0, "{what}: no budget, nothing to refuse");
         }
         if row.storm.retries == Retries::Off {
@@ -284,6 +284,9 @@ fn every_budget_in_the_tables_stays_under_its_ceiling() {
                 let ceiling = match row.storm.retries {
                     Retries::Off => 0.0,
                     Retries::AttemptsOnly => 2.0 * layer.requests as f64,
+                    // No budget: only the attempts bound it (the throttle has tests below).
+                    #[cfg(feature = "grpc")]
+                    Retries::Throttle => 2.0 * layer.requests as f64,
                     Retries::DefaultBudget => {
                         sim::MAX_TOKENS
                             + sim::RATIO * layer.requests as f64
@@ -299,4 +302,151 @@ fn every_budget_in_the_tables_stays_under_its_ceiling() {
             }
         }
     }
+}
+
+// The grpc::Throttle rows (feature `grpc`): A6's example throttle, 10 tokens, 0.1 per
+// success, retries while more than 5 are left, no budget. They are also in the tables that
+// `check_against_arithmetic` holds to the general tolerances above; these tests hold them
+// to the throttle's own arithmetic, tighter. Every attempt moves the count by
+// 0.1 (1 - p) - p on average, so the throttle passes every retry below p = 1/11 and none
+// above, after the few granted while the count falls from 10 to 5.
+
+/// Above 1/11, retries the throttles grant in all, at most (the start of the run): the
+/// count loses about 1.1 p - 0.1 per attempt and starts 5 tokens above the threshold, so
+/// about 5 retries per layer at 20% and 50% (4 exactly at 100%), and 3 layers' worth here.
+#[cfg(feature = "grpc")]
+const THROTTLE_GRANTED_ABOVE_KNEE: usize = 45;
+/// Refusals above 1/11 within this many of p * (requests each layer answered): about four
+/// standard deviations of the binomial count of failed first attempts (sqrt(20,000 * 0.25)
+/// = 71 at worst, per layer), plus the start-up grants.
+#[cfg(feature = "grpc")]
+const THROTTLE_REFUSED_SLACK: f64 = 4.0 * 71.0 * 3.0 + 45.0;
+/// At 5% the count dips to the threshold now and then; refusals stay under this share of
+/// the failed attempts (a 5-token downward run against a +0.045 drift per attempt).
+#[cfg(feature = "grpc")]
+const THROTTLE_REFUSED_AT_FIVE_PERCENT: f64 = 0.02;
+
+#[cfg(feature = "grpc")]
+#[test]
+fn the_throttle_knee_is_one_failure_in_eleven() {
+    // The closed forms the example prints.
+    assert!((sim::throttle_knee() - 1.0 / 11.0).abs() < 1e-12);
+    assert!(sim::throttle_drift(sim::throttle_knee()).abs() < 1e-12);
+    assert!((sim::throttle_drift(0.05) - 0.045).abs() < 1e-12);
+    assert!((sim::throttle_drift(0.2) + 0.12).abs() < 1e-12);
+    let twenty = std::time::Duration::from_secs(20);
+    for &p in &sim::FAILURE_RATES {
+        for layers in [1, 3] {
+            let storm = sim::Storm {
+                layers,
+                retries: Retries::Throttle,
+                failure_rate: p,
+                requests: 20_000,
+                per_second: 1_000,
+                backoff: sim::partial_backoff(),
+                seed: 0,
+            };
+            let e = storm.expected(twenty);
+            let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+            if p < 1.0 / 11.0 {
+                // As attempts alone.
+                let attempts = sim::Storm {
+                    retries: Retries::AttemptsOnly,
+                    ..storm
+                }
+                .expected(twenty);
+                assert!(close(e.goodput, attempts.goodput), "{p}, {layers}");
+                assert!(close(e.load, attempts.load), "{p}, {layers}");
+                assert_eq!(e.refused, 0.0, "{p}, {layers}");
+            } else {
+                // As no retries, with every failed first attempt refused at every layer.
+                assert!(close(e.goodput, 1.0 - p), "{p}, {layers}");
+                assert!(close(e.load, 1.0), "{p}, {layers}");
+                assert!(
+                    close(e.refused, layers as f64 * p * 20_000.0),
+                    "{p}, {layers}"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(feature = "grpc")]
+#[test]
+fn the_throttle_passes_every_retry_below_the_knee() {
+    for layers in [1, 3] {
+        let throttle = &row(layers, 0.05, Retries::Throttle).measured;
+        let attempts = &row(layers, 0.05, Retries::AttemptsOnly).measured;
+        let failed = attempts.attempts as f64 * 0.05;
+        assert!(
+            (throttle.refused() as f64) <= THROTTLE_REFUSED_AT_FIVE_PERCENT * failed,
+            "{layers} layer(s): {} refused of about {failed} failed attempts",
+            throttle.refused()
+        );
+        // The same draws: within a few requests of attempts alone.
+        assert!(
+            throttle.attempts.abs_diff(attempts.attempts) <= 2 * throttle.refused(),
+            "{layers} layer(s): {} attempts against {}",
+            throttle.attempts,
+            attempts.attempts
+        );
+        assert!(
+            throttle.succeeded.abs_diff(attempts.succeeded) <= throttle.refused(),
+            "{layers} layer(s): {} succeeded against {}",
+            throttle.succeeded,
+            attempts.succeeded
+        );
+        assert!(throttle.goodput() > 0.999, "{layers} layer(s)");
+    }
+}
+
+#[cfg(feature = "grpc")]
+#[test]
+fn the_throttle_passes_no_retry_above_the_knee() {
+    for layers in [1, 3] {
+        for p in [0.2, 0.5, 1.0] {
+            let m = &row(layers, p, Retries::Throttle).measured;
+            let off = &row(layers, p, Retries::Off).measured;
+            let granted = m.attempts - m.requests;
+            assert!(
+                granted <= THROTTLE_GRANTED_ABOVE_KNEE,
+                "{layers} layer(s), {p}: {granted} retries granted"
+            );
+            // Goodput is that of no retries, same draws but for the few granted ones.
+            assert!(
+                m.succeeded.abs_diff(off.succeeded) <= granted,
+                "{layers} layer(s), {p}: {} succeeded against {} without retries",
+                m.succeeded,
+                off.succeeded
+            );
+            let expected: f64 = m.layers.iter().map(|l| p * l.requests as f64).sum();
+            assert!(
+                (m.refused() as f64 - expected).abs() <= THROTTLE_REFUSED_SLACK,
+                "{layers} layer(s), {p}: {} refused against {expected}",
+                m.refused()
+            );
+            // Every layer refuses: each meets about p from the layer below.
+            for (k, layer) in m.layers.iter().enumerate() {
+                assert!(
+                    layer.refused as f64 > 0.9 * p * layer.requests as f64,
+                    "{layers} layer(s), {p}, layer {k}: {layer:?}"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(feature = "grpc")]
+#[test]
+fn in_a_total_outage_each_throttle_grants_exactly_four_retries() {
+    // From 10 tokens, failures leave 9, 8, 7, 6 (above 5: retry) and then 5 (not above):
+    // four retries per throttle, and no success ever adds a token back.
+    assert_eq!(row(1, 1.0, Retries::Throttle).measured.attempts, 20_000 + 4);
+    // Three layers, three throttles: each granted retry is one more call downwards.
+    let nested = &row(3, 1.0, Retries::Throttle).measured;
+    assert_eq!(nested.attempts, 20_000 + 12);
+    for k in 0..3 {
+        assert_eq!(nested.retries_at(k), 4, "layer {k}");
+    }
+    assert_eq!(nested.succeeded, 0);
 }

@@ -11,10 +11,12 @@
 //!     3 attempts alone and 3 attempts with the default budget, the share of requests that
 //!     succeed (goodput), the attempts at the server per request (load) and the retries the
 //!     budget refused, each beside the arithmetic it should match.
-//! (d) The same through three nested retrying layers, each with its own budget.
+//!     With `--features grpc`, a row for `grpc::Throttle` with A6's example settings (10
+//!     tokens, 0.1 per success) over gRPC-shaped answers.
+//! (d) The same through three nested retrying layers, each with its own budget or throttle.
 //!
 //! Everything runs under paused time: minutes of simulated traffic take a moment.
-//! Run with `cargo run --example storm`.
+//! Run with `cargo run --example storm` (add `--features grpc` for the throttle rows).
 
 mod sim;
 
@@ -134,7 +136,7 @@ fn partial_outage_table(layers: usize) {
     } else {
         (
             "(d)",
-            "three nested retrying layers, each its own client with its own budget",
+            "three nested retrying layers, each its own client (own budget, own throttle)",
         )
     };
     let seconds = sim::PARTIAL_REQUESTS as f64 / f64::from(sim::PARTIAL_PER_SECOND);
@@ -153,7 +155,24 @@ fn partial_outage_table(layers: usize) {
     println!(
         "    goodput: share of requests that succeed; load: attempts at the server per request;"
     );
-    println!("    refused: retries the budgets refused. In brackets: the arithmetic below.\n");
+    println!(
+        "    refused: retries the budgets or throttles refused. In brackets: the arithmetic below."
+    );
+    #[cfg(feature = "grpc")]
+    println!(
+        "    grpc::Throttle: RetryLayer::grpc(), the same 3 attempts and backoff retrying UNAVAILABLE,"
+    );
+    #[cfg(feature = "grpc")]
+    println!(
+        "    Throttle::new({}, {}) (A6's example), no budget (A6 has none); the server answers",
+        sim::THROTTLE_MAX_TOKENS,
+        sim::THROTTLE_RATIO
+    );
+    #[cfg(feature = "grpc")]
+    println!(
+        "    200 with grpc-status: 14 in the headers (Trailers-Only) for a failure, with the same draws."
+    );
+    println!();
     println!(
         "{:>6}  {:<28} {:>18} {:>18} {:>18}",
         "p", "retries", "goodput", "load", "refused"
@@ -170,15 +189,14 @@ fn partial_outage_table(layers: usize) {
             println!();
         }
         last = Some(row.storm.failure_rate);
-        let refused = match row.storm.retries {
-            sim::Retries::DefaultBudget => {
-                format!(
-                    "{} ({})",
-                    thousands(m.refused() as f64),
-                    thousands(e.refused)
-                )
-            }
-            _ => "-".to_string(),
+        let refused = if row.storm.retries.refuses() {
+            format!(
+                "{} ({})",
+                thousands(m.refused() as f64),
+                thousands(e.refused)
+            )
+        } else {
+            "-".to_string()
         };
         println!(
             "{p:>6}  {:<28} {:>18} {:>18} {:>18}",
@@ -188,9 +206,8 @@ fn partial_outage_table(layers: usize) {
             refused,
         );
     }
-    println!(
-        "\n        grpc::Throttle with A6's example settings: a row added with the gRPC feature."
-    );
+    #[cfg(not(feature = "grpc"))]
+    println!("\n        (run with --features grpc for the grpc::Throttle row)");
 
     let budget = |p: f64| {
         rows.iter()
@@ -229,6 +246,8 @@ fn partial_outage_table(layers: usize) {
             "- refused: if every retry is granted with the same chance q, where q p + (q p)^2 = {per_request:.3},"
         );
         println!("  about requests * (1 - q) * p * (1 + q p).");
+        #[cfg(feature = "grpc")]
+        throttle_arithmetic(layers, &rows);
         println!(
             "\nThe budget costs nothing in a 5% blip and caps the load near {:.2}x from 20% on, at",
             1.0 + per_request
@@ -248,6 +267,8 @@ fn partial_outage_table(layers: usize) {
         println!(
             "  one-layer arithmetic; the requests a layer sees are the load of the layers above."
         );
+        #[cfg(feature = "grpc")]
+        throttle_arithmetic(layers, &rows);
         let nested = &budget(0.2).measured;
         println!(
             "\nAt 20% the bottom budget refuses {} retries, and the two layers above send {} retries",
@@ -264,6 +285,95 @@ fn partial_outage_table(layers: usize) {
             1.0 + per_request,
         );
         println!("retrying at one layer bounds the path.");
+    }
+}
+
+/// The throttle rows' arithmetic (A6: a failed attempt takes 1 token, a success adds the
+/// ratio, a retry passes only while more than half the tokens are left after its failure).
+#[cfg(feature = "grpc")]
+fn throttle_arithmetic(layers: usize, rows: &[sim::Row]) {
+    let throttle = |p: f64| {
+        rows.iter()
+            .find(|r| r.storm.failure_rate == p && r.storm.retries == sim::Retries::Throttle)
+            .expect("a throttle row at every rate")
+    };
+    let (max, ratio) = (sim::THROTTLE_MAX_TOKENS, sim::THROTTLE_RATIO);
+    println!(
+        "- grpc::Throttle ({max} tokens, {ratio} per success, retries while more than {} are left):",
+        max / 2.0
+    );
+    println!(
+        "  every attempt, first or retry, granted or refused, moves the count by {ratio} (1 - p) - p"
+    );
+    println!(
+        "  on average, however many retries pass. Below p = {ratio} / (1 + {ratio}) = 1/11 ({:.1}%) the count",
+        sim::throttle_knee() * 100.0
+    );
+    println!(
+        "  stays near full and every retry passes: attempts only (5%: +{:.3} per attempt). Above it",
+        sim::throttle_drift(0.05)
+    );
+    println!(
+        "  ({:.2} at 20%) the count falls past {} within a few dozen attempts, then towards 0, and no",
+        sim::throttle_drift(0.2),
+        max / 2.0
+    );
+    println!(
+        "  retry passes: goodput 1 - p, load 1, and every failed first attempt is refused: p * requests"
+    );
+    if layers == 1 {
+        println!("  (left out: the handful of retries granted at the start, 4 at 100%).");
+        let full = &throttle(1.0).measured;
+        println!(
+            "\nAt 100% exactly {} retries pass ({} attempts for {} requests): the count goes 10, 9, .., 6,",
+            full.attempts - full.requests,
+            thousands(full.attempts as f64),
+            thousands(full.requests as f64),
+        );
+        println!(
+            "and the fifth failure leaves 5. At 5% the count dips to 5 now and then: {} refused.",
+            throttle(0.05).measured.refused()
+        );
+        println!(
+            "A6's throttle is a switch, not a ceiling: it passes every retry below 1 failure in 11 and"
+        );
+        println!(
+            "none above, where the budget still rescues {} of the requests at 20%.",
+            thousands(
+                (rows
+                    .iter()
+                    .find(|r| {
+                        r.storm.failure_rate == 0.2
+                            && r.storm.retries == sim::Retries::DefaultBudget
+                    })
+                    .expect("a budget row")
+                    .measured
+                    .succeeded
+                    - rows
+                        .iter()
+                        .find(|r| {
+                            r.storm.failure_rate == 0.2 && r.storm.retries == sim::Retries::Off
+                        })
+                        .expect("a row without retries")
+                        .measured
+                        .succeeded) as f64
+            )
+        );
+    } else {
+        println!(
+            "  per layer, each meeting the failure rate the layer below leaves: above 1/11, about p at"
+        );
+        println!("  every layer, so 3 p * requests refused in all.");
+        let full = &throttle(1.0).measured;
+        println!(
+            "\nEach layer has its own throttle, and each shuts: at 100% exactly {} retries pass in all",
+            full.attempts - full.requests
+        );
+        println!(
+            "(4 per layer), load {:.4}x. Unlike budgets, throttles do not multiply through nesting,",
+            full.load()
+        );
+        println!("because above 1/11 no layer retries; below it they retry as attempts alone do.");
     }
 }
 

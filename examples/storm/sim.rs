@@ -9,12 +9,16 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::util::MapResponse;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::{Backoff, Jitter, RetryBudget, RetryInfo, RetryLayer, RetryPolicy};
+#[cfg(feature = "grpc")]
+use tower_http_retry::grpc::Throttle;
+use tower_http_retry::{
+    Backoff, Jitter, RetryBudget, RetryInfo, RetryLayer, RetryPolicy, StopReason,
+};
 
 /// Width of a time window, as in the figures the project grew from.
 pub const WINDOW: Duration = Duration::from_millis(50);
@@ -162,6 +166,31 @@ pub const MIN_PER_SEC: f64 = 10.0;
 /// See [`RATIO`].
 pub const MAX_TOKENS: f64 = 100.0;
 
+#[cfg(feature = "grpc")]
+/// A6's example `retryThrottling`: `maxTokens` 10, `tokenRatio` 0.1. The throttle rows use
+/// `Throttle::new(THROTTLE_MAX_TOKENS, THROTTLE_RATIO)`.
+pub const THROTTLE_MAX_TOKENS: f64 = 10.0;
+#[cfg(feature = "grpc")]
+/// See [`THROTTLE_MAX_TOKENS`].
+pub const THROTTLE_RATIO: f64 = 0.1;
+
+#[cfg(feature = "grpc")]
+/// The throttle's net tokens per attempt at failure rate `p`: a failed attempt takes 1, a
+/// success adds the ratio. Every attempt counts (the first of a request, a retry, and one
+/// whose retry the throttle then refuses), so this does not depend on how many retries
+/// pass: the count drains when it is negative, whatever the throttle does.
+pub fn throttle_drift(p: f64) -> f64 {
+    THROTTLE_RATIO * (1.0 - p) - p
+}
+
+#[cfg(feature = "grpc")]
+/// The failure rate at which [`throttle_drift`] is 0: ratio / (1 + ratio), 1/11 for A6's
+/// example. Below it the count stays near full and every retry passes; above it the count
+/// falls to the threshold within a few dozen attempts and then to 0, and no retry passes.
+pub fn throttle_knee() -> f64 {
+    THROTTLE_RATIO / (1.0 + THROTTLE_RATIO)
+}
+
 /// What each layer of a storm does about a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retries {
@@ -171,11 +200,25 @@ pub enum Retries {
     AttemptsOnly,
     /// Three attempts, spent from the default `RetryBudget` (each layer its own bucket).
     DefaultBudget,
+    /// gRPC (feature `grpc`): `RetryLayer::grpc()` with three attempts retrying
+    /// `UNAVAILABLE`, A6's example throttle (each layer its own) and no budget, against a
+    /// server answering Trailers-Only `grpc-status: 14` instead of 503.
+    #[cfg(feature = "grpc")]
+    Throttle,
 }
 
 impl Retries {
     /// The rows of a partial-outage table, in order.
+    #[cfg(not(feature = "grpc"))]
     pub const ALL: [Retries; 3] = [Retries::Off, Retries::AttemptsOnly, Retries::DefaultBudget];
+    /// The rows of a partial-outage table, in order.
+    #[cfg(feature = "grpc")]
+    pub const ALL: [Retries; 4] = [
+        Retries::Off,
+        Retries::AttemptsOnly,
+        Retries::DefaultBudget,
+        Retries::Throttle,
+    ];
 
     /// The row's label.
     pub fn label(self) -> &'static str {
@@ -183,7 +226,23 @@ impl Retries {
             Retries::Off => "no retries",
             Retries::AttemptsOnly => "3 attempts, no budget",
             Retries::DefaultBudget => "3 attempts, default budget",
+            #[cfg(feature = "grpc")]
+            Retries::Throttle => "3 attempts, grpc::Throttle",
         }
+    }
+
+    /// Whether the server answers gRPC-shaped (Trailers-Only `grpc-status`) and the
+    /// requests are gRPC calls (POST).
+    pub fn grpc(self) -> bool {
+        #[cfg(feature = "grpc")]
+        return self == Retries::Throttle;
+        #[cfg(not(feature = "grpc"))]
+        return false;
+    }
+
+    /// Whether something (a budget or a throttle) may refuse this row's retries.
+    pub fn refuses(self) -> bool {
+        !matches!(self, Retries::Off | Retries::AttemptsOnly)
     }
 }
 
@@ -212,7 +271,8 @@ pub struct Storm {
 pub struct LayerCount {
     /// Logical requests this layer answered.
     pub requests: usize,
-    /// Retries its budget refused: answers marked `budget_exhausted`.
+    /// Retries its budget or throttle refused: answers marked `budget_exhausted`, or
+    /// stopped with `StopReason::Throttled`.
     pub refused: usize,
 }
 
@@ -242,7 +302,7 @@ impl Measured {
         self.attempts as f64 / self.requests as f64
     }
 
-    /// Retries refused, every layer's budget together.
+    /// Retries refused, every layer's budget or throttle together.
     pub fn refused(&self) -> usize {
         self.layers.iter().map(|l| l.refused).sum()
     }
@@ -258,11 +318,13 @@ impl Measured {
 }
 
 /// A server that fails each call on its own with probability `failure_rate`: a 503, else
-/// a 200. Draws come from a seeded SplitMix64 sequence in call order, which a
+/// a 200; gRPC-shaped (`grpc`), a 200 whose headers carry `grpc-status: 14` (UNAVAILABLE,
+/// Trailers-Only), else a 200 without `grpc-status`. Draws come from a seeded SplitMix64 sequence in call order, which a
 /// current-thread runtime under paused time makes the same on every run.
 #[derive(Clone)]
 struct Flaky {
     failure_rate: f64,
+    grpc: bool,
     state: Arc<AtomicU64>,
     calls: Arc<AtomicUsize>,
 }
@@ -270,9 +332,10 @@ struct Flaky {
 impl Flaky {
     const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
 
-    fn new(failure_rate: f64, seed: u64) -> Self {
+    fn new(failure_rate: f64, grpc: bool, seed: u64) -> Self {
         Self {
             failure_rate,
+            grpc,
             state: Arc::new(AtomicU64::new(seed)),
             calls: Arc::default(),
         }
@@ -304,14 +367,31 @@ impl<B> Service<Request<B>> for Flaky {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let mut response = Response::new(());
         if self.draw() < self.failure_rate {
-            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            if self.grpc {
+                response
+                    .headers_mut()
+                    .insert("grpc-status", http::HeaderValue::from_static("14"));
+            } else {
+                *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            }
         }
         ready(Ok(response))
     }
 }
 
+/// Whether a final answer is a success: a 2xx whose headers carry no `grpc-status` other than
+/// 0 (for the plain HTTP rows there is none).
+fn succeeded<RB>(response: &Response<RB>) -> bool {
+    response.status().is_success()
+        && response
+            .headers()
+            .get("grpc-status")
+            .is_none_or(|code| code == "0")
+}
+
 /// Wraps a retrying layer's service to count what it answers: every answer ends one of its
-/// logical requests, and one marked `budget_exhausted` is a retry its budget refused.
+/// logical requests, and one marked `budget_exhausted`, or stopped as `Throttled`, is a retry
+/// its budget or throttle refused.
 fn counted<S, RB>(
     service: S,
     count: Arc<Mutex<LayerCount>>,
@@ -322,7 +402,7 @@ fn counted<S, RB>(
         if response
             .extensions()
             .get::<RetryInfo>()
-            .is_some_and(|info| info.budget_exhausted)
+            .is_some_and(|info| info.budget_exhausted || info.stop == StopReason::Throttled)
         {
             count.refused += 1;
         }
@@ -334,7 +414,12 @@ impl Storm {
     /// Runs the storm; call it under [`paused`].
     pub async fn run(self) -> Measured {
         assert!((1..=3).contains(&self.layers), "1 to 3 layers");
-        let server = Flaky::new(self.failure_rate, self.seed);
+        let server = Flaky::new(self.failure_rate, self.retries.grpc(), self.seed);
+        let method = if self.retries.grpc() {
+            Method::POST
+        } else {
+            Method::GET
+        };
         let counts: Vec<Arc<Mutex<LayerCount>>> =
             (0..self.layers).map(|_| Arc::default()).collect();
         let succeeded = Arc::new(AtomicUsize::new(0));
@@ -347,12 +432,15 @@ impl Storm {
                 for _ in 0..self.requests {
                     let service = service.clone();
                     let succeeded = succeeded.clone();
+                    let method = method.clone();
                     set.spawn(async move {
-                        let request = Request::get("http://storm.test/")
+                        let request = Request::builder()
+                            .method(method)
+                            .uri("http://storm.test/")
                             .body(http_body_util::Empty::<bytes::Bytes>::new())
                             .expect("a valid request");
                         if let Ok(response) = service.oneshot(request).await {
-                            if response.status().is_success() {
+                            if self::succeeded(&response) {
                                 succeeded.fetch_add(1, Ordering::Relaxed);
                             }
                         }
@@ -398,6 +486,12 @@ impl Storm {
             Retries::DefaultBudget => RetryLayer::new()
                 .budget(RetryBudget::default())
                 .policy(policy),
+            // A6 has no budget: the throttle alone. A new throttle per layer (per client).
+            #[cfg(feature = "grpc")]
+            Retries::Throttle => RetryLayer::grpc()
+                .no_budget()
+                .policy(policy.grpc_codes([tonic::Code::Unavailable]))
+                .throttle(Throttle::new(THROTTLE_MAX_TOKENS, THROTTLE_RATIO)),
         }
     }
 
@@ -416,14 +510,16 @@ impl Storm {
         for _ in 0..64 {
             let mut failure = self.failure_rate;
             for k in (0..self.layers).rev() {
-                let allowance = match self.retries {
-                    Retries::Off => 0.0,
-                    Retries::AttemptsOnly => f64::INFINITY,
-                    Retries::DefaultBudget => {
-                        (MAX_TOKENS + RATIO * seen[k] + MIN_PER_SEC * seconds) / seen[k]
-                    }
+                steps[k] = match self.retries {
+                    Retries::Off => Step::new(failure, 0.0),
+                    Retries::AttemptsOnly => Step::new(failure, f64::INFINITY),
+                    Retries::DefaultBudget => Step::new(
+                        failure,
+                        (MAX_TOKENS + RATIO * seen[k] + MIN_PER_SEC * seconds) / seen[k],
+                    ),
+                    #[cfg(feature = "grpc")]
+                    Retries::Throttle => Step::throttled(failure),
                 };
-                steps[k] = Step::new(failure, allowance);
                 failure = 1.0 - steps[k].goodput;
             }
             for k in 1..self.layers {
@@ -460,6 +556,25 @@ struct Step {
 }
 
 impl Step {
+    /// A6's throttle facing failure rate `p`: if [`throttle_drift`] is positive, the count
+    /// stays near full and every retry passes (q = 1, as without a budget); if negative, it
+    /// falls past the threshold within the first few dozen attempts and stays below, so no
+    /// retry passes (q = 0; the handful granted at the start are left out) and every failed
+    /// first attempt is a refused retry: p per request. The allowance is infinite or 0.
+    #[cfg(feature = "grpc")]
+    fn throttled(p: f64) -> Self {
+        if throttle_drift(p) > 0.0 {
+            Self::new(p, f64::INFINITY)
+        } else {
+            Self {
+                goodput: 1.0 - p,
+                load: 1.0,
+                refused: p,
+                allowance: 0.0,
+            }
+        }
+    }
+
     fn new(p: f64, allowance: f64) -> Self {
         let q = if allowance <= 0.0 {
             0.0
@@ -492,7 +607,7 @@ pub struct Expected {
     pub goodput: f64,
     /// 1 + p + p^2 per layer without a budget, multiplied over the layers.
     pub load: f64,
-    /// Retries refused by the budgets, all layers together.
+    /// Retries refused by the budgets or throttles, all layers together.
     pub refused: f64,
     /// Each layer's budget ceiling, top first: C + r * (requests it sees) + m * T
     /// (infinite without a budget, 0 without retries).
