@@ -1,29 +1,39 @@
-//! A hyper-util legacy client with and without the layer, against an in-process hyper
-//! HTTP/1 server on 127.0.0.1, 64 requests in flight.
+//! A hyper-util legacy client with and without the layer, and under tower's `Retry`,
+//! against an in-process hyper server on 127.0.0.1, 64 requests in flight, over HTTP/1
+//! and over HTTP/2.
 //!
-//! Everything runs on one multi-thread tokio runtime (two workers): the server's accept
-//! loop and connections, the client's connection tasks, and the benchmark loop itself
+//! Everything runs on one multi-thread tokio runtime (two workers): the servers' accept
+//! loops and connections, the clients' connection tasks, and the benchmark loop itself
 //! (`block_on` from the bench thread). One iteration is a batch of 512 requests kept 64 in
-//! flight (`buffer_unordered(64)`), each response body read to its end. The server answers
+//! flight (`buffer_unordered(64)`), each response body read to its end. The servers answer
 //! every request 200 with a 15-byte body after reading the request body.
 //!
+//! Two servers: one speaking HTTP/1 (each client keeps a pool of up to 64 connections to
+//! it), one speaking HTTP/2 only (the clients are built `http2_only(true)`, and each
+//! multiplexes its 64 requests over one connection).
+//!
 //! Two kinds of request: `get` (empty body) and `put_1k` (a 1 KiB `Full<Bytes>` body, which
-//! our layer records for replay). Four clients, each with its own connection pool: `bare`,
-//! `ours` (`RetryLayer::new()`, every default), and two variants that show where the
+//! our layer records for replay). Five clients per protocol, each with its own connection
+//! pool: `bare`, `ours` (`RetryLayer::new()`, every default), `tower` (`tower::retry::Retry`
+//! with the policy `benches/overhead.rs` compares against, [`TowerPolicy`]: the request
+//! cloned up front, a `TpsBudget` deposit per request), and two variants that show where the
 //! layer's cost goes: `ours_no_budget` (`.no_budget()`) and `ours_never` (a
 //! `RetryPolicy::never()` default: no retry state, no head or service clone).
 //!
 //! Each criterion sample reports its iterations times their median batch time (see
 //! [`timed`]). Criterion runs the cases one after the other, and on a busy machine the load
 //! changes in between, so afterwards the bench also cycles through the clients, a few
-//! batches at a time ("interleaved"), and prints the median requests per second of each and
-//! its ratio to bare. The interleaved run is made twice: with the bench thread's one task
+//! batches at a time ("interleaved"), and prints the median requests per second of each,
+//! its ratio to bare and, for ours, to tower, each also as the median of the per-round
+//! ratios. The interleaved run is made twice per protocol: with the bench thread's one task
 //! driving the batch, as above, and with 64 tasks spawned on the runtime's workers, each
 //! sending 8 requests one after the other (how a server's handlers share a client). In the
 //! first, everything the client side does runs on one thread, which makes any cost on the
-//! caller's side count more; in the second, that work is spread over the workers.
+//! caller's side count more; in the second, that work is spread over the workers. A summary
+//! of the per-round medians ends the output.
 //!
-//! Run: `cargo bench --bench end_to_end`.
+//! Run: `cargo bench --bench end_to_end` (only the interleaved part:
+//! `cargo bench --bench end_to_end -- interleaved-only`, a filter no criterion case matches).
 #![allow(clippy::disallowed_types)] // measures real time with std's clock
 
 use std::convert::Infallible;
@@ -47,22 +57,42 @@ use tower_http_retry::{ReplayBody, Retry, RetryLayer, RetryPolicy};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{extra_runs, median};
+use support::{TowerPolicy, extra_runs, median};
 
 /// Requests per iteration.
 const BATCH: usize = 512;
 /// Requests in flight at once.
 const IN_FLIGHT: usize = 64;
-/// The server stops accepting after this many connections (the pools need about 128).
+/// A server stops accepting after this many connections (the HTTP/1 pools need about 320).
 const MAX_CONNECTIONS: usize = 4096;
-/// What the server answers.
+/// What the servers answer.
 const ANSWER: &[u8] = b"ok, handled...\n";
 
 type Bare = Client<HttpConnector, Full<Bytes>>;
 type Ours = Retry<Client<HttpConnector, ReplayBody<Full<Bytes>>>>;
+type Tower = tower::retry::Retry<TowerPolicy, Bare>;
 
-/// Starts the server on 127.0.0.1 on the current runtime; returns its address.
-async fn serve() -> SocketAddr {
+/// The protocol between a client and its server.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Proto {
+    /// HTTP/1.1, a pool of connections per client.
+    H1,
+    /// Prior-knowledge cleartext HTTP/2, one connection per client.
+    H2,
+}
+
+impl Proto {
+    fn name(self) -> &'static str {
+        match self {
+            Proto::H1 => "h1",
+            Proto::H2 => "h2",
+        }
+    }
+}
+
+/// Starts a server speaking `proto` on 127.0.0.1 on the current runtime; returns its
+/// address.
+async fn serve(proto: Proto) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind 127.0.0.1");
@@ -79,9 +109,19 @@ async fn serve() -> SocketAddr {
                     let _ = request.into_body().collect().await;
                     Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(ANSWER))))
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let io = TokioIo::new(stream);
+                let _ = match proto {
+                    Proto::H1 => {
+                        hyper::server::conn::http1::Builder::new()
+                            .serve_connection(io, service)
+                            .await
+                    }
+                    Proto::H2 => {
+                        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                            .serve_connection(io, service)
+                            .await
+                    }
+                };
             });
         }
     });
@@ -204,13 +244,20 @@ where
     Duration::from_secs_f64(median(&mut times) * iters as f64)
 }
 
-/// A plain hyper-util legacy client over HTTP/1.
-fn client<B>() -> Client<HttpConnector, B>
+/// A plain hyper-util legacy client; over HTTP/2 it speaks prior-knowledge cleartext
+/// HTTP/2 and multiplexes every request over one connection. `TCP_NODELAY` on both ends
+/// (without it, HTTP/2 `put_1k` stalls on Nagle's algorithm and delayed ACKs, at a fifth of
+/// `get`'s rate).
+fn client<B>(proto: Proto) -> Client<HttpConnector, B>
 where
     B: http_body::Body + Send,
     B::Data: Send,
 {
-    Client::builder(TokioExecutor::new()).build_http()
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .http2_only(proto == Proto::H2)
+        .build(connector)
 }
 
 /// Times `iters` batches of one kind of request through one client.
@@ -222,10 +269,78 @@ struct Case<'a> {
     timed: Timer<'a>,
 }
 
+/// The clients of one protocol, each with its own pool: bare first, then ours, tower and
+/// the two variants of ours.
+struct Clients {
+    bare: Bare,
+    ours: Ours,
+    tower: Tower,
+    ours_no_budget: Ours,
+    ours_never: Ours,
+}
+
+impl Clients {
+    /// Must be called inside the runtime (the clients' pools spawn on it).
+    fn new(proto: Proto) -> Self {
+        Self {
+            bare: client(proto),
+            ours: RetryLayer::new().layer(client(proto)),
+            tower: tower::retry::Retry::new(TowerPolicy::new(), client(proto)),
+            ours_no_budget: RetryLayer::new().no_budget().layer(client(proto)),
+            ours_never: RetryLayer::new()
+                .policy(RetryPolicy::never())
+                .layer(client(proto)),
+        }
+    }
+
+    fn cases<'a>(&'a self, runtime: &'a Runtime, addr: SocketAddr) -> Vec<Case<'a>> {
+        fn case<'a, S, E>(
+            name: &'static str,
+            runtime: &'a Runtime,
+            svc: &'a S,
+            addr: SocketAddr,
+        ) -> Case<'a>
+        where
+            S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E>
+                + Clone
+                + Send
+                + 'static,
+            S::Future: Send,
+            E: Into<BoxError>,
+        {
+            Case {
+                name,
+                timed: Box::new(move |m: &Method, d, i| timed(runtime, svc, addr, m, d, i)),
+            }
+        }
+        vec![
+            case("bare", runtime, &self.bare, addr),
+            case("ours", runtime, &self.ours, addr),
+            case("tower", runtime, &self.tower, addr),
+            case("ours_no_budget", runtime, &self.ours_no_budget, addr),
+            case("ours_never", runtime, &self.ours_never, addr),
+        ]
+    }
+}
+
+/// The per-round medians of one interleaved run, for the summary.
+struct Summary {
+    label: String,
+    /// (case name, median of per-round ratios to bare, to tower when the case is ours).
+    ratios: Vec<(&'static str, f64, Option<f64>)>,
+}
+
 /// Cycles through the cases, `rounds` times `PER_ROUND` batches each (the order rotating
 /// every round); prints the median requests per second of each, and for each layered case
-/// the ratio of medians to bare and the median of the per-round ratios.
-fn interleaved(cases: &[Case<'_>], method: &Method, driver: Driver, rounds: usize) {
+/// the ratio of medians to bare and the median of the per-round ratios (for ours and its
+/// variants, also to tower).
+fn interleaved(
+    cases: &[Case<'_>],
+    proto: Proto,
+    method: &Method,
+    driver: Driver,
+    rounds: usize,
+) -> Summary {
     const PER_ROUND: u64 = 4;
     let n = cases.len();
     let mut rps = vec![Vec::with_capacity(rounds); n];
@@ -240,27 +355,37 @@ fn interleaved(cases: &[Case<'_>], method: &Method, driver: Driver, rounds: usiz
         Driver::OneTask => "one task",
         Driver::Tasks => "64 tasks",
     };
-    println!(
-        "interleaved {}, {by} ({rounds} rounds of {PER_ROUND} x {BATCH} requests per case):",
-        method_name(method)
-    );
-    let mut bare = rps[0].clone();
-    let bare_median = median(&mut bare);
+    let label = format!("{} {} {by}", proto.name(), method_name(method));
+    println!("interleaved {label} ({rounds} rounds of {PER_ROUND} x {BATCH} requests per case):");
+    let medians: Vec<f64> = rps.iter().map(|v| median(&mut v.clone())).collect();
+    let per_round = |a: usize, b: usize| {
+        let mut r: Vec<f64> = rps[a].iter().zip(&rps[b]).map(|(x, y)| x / y).collect();
+        median(&mut r)
+    };
+    let tower = cases.iter().position(|c| c.name == "tower");
+    let mut ratios = Vec::new();
     for (i, case) in cases.iter().enumerate() {
-        let mut mine = rps[i].clone();
-        let m = median(&mut mine);
+        let m = medians[i];
         if i == 0 {
             println!("  {:<14} {m:>7.0} req/s", case.name);
-        } else {
-            let mut paired: Vec<f64> = rps[i].iter().zip(&rps[0]).map(|(x, b)| x / b).collect();
-            println!(
-                "  {:<14} {m:>7.0} req/s, / bare {:.3} (median of per-round ratios {:.3})",
-                case.name,
-                m / bare_median,
-                median(&mut paired)
-            );
+            continue;
         }
+        let to_bare = per_round(i, 0);
+        let mut line = format!(
+            "  {:<14} {m:>7.0} req/s, / bare {:.3} (per round {to_bare:.3})",
+            case.name,
+            m / medians[0],
+        );
+        let mut to_tower = None;
+        if let Some(t) = tower.filter(|_| case.name.starts_with("ours")) {
+            let r = per_round(i, t);
+            line += &format!(", / tower {:.3} (per round {r:.3})", m / medians[t]);
+            to_tower = Some(r);
+        }
+        println!("{line}");
+        ratios.push((case.name, to_bare, to_tower));
     }
+    Summary { label, ratios }
 }
 
 fn method_name(method: &Method) -> &'static str {
@@ -277,37 +402,17 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let addr = runtime.block_on(serve());
-    let (bare, ours, ours_no_budget, ours_never): (Bare, Ours, Ours, Ours) = {
+    let protos = [Proto::H1, Proto::H2];
+    let addrs = protos.map(|proto| runtime.block_on(serve(proto)));
+    let clients = {
         let _guard = runtime.enter();
-        (
-            client(),
-            RetryLayer::new().layer(client()),
-            RetryLayer::new().no_budget().layer(client()),
-            RetryLayer::new()
-                .policy(RetryPolicy::never())
-                .layer(client()),
-        )
+        protos.map(Clients::new)
     };
-    let runtime = &runtime;
-    let cases = [
-        Case {
-            name: "bare",
-            timed: Box::new(|m: &Method, d, i| timed(runtime, &bare, addr, m, d, i)),
-        },
-        Case {
-            name: "ours",
-            timed: Box::new(|m: &Method, d, i| timed(runtime, &ours, addr, m, d, i)),
-        },
-        Case {
-            name: "ours_no_budget",
-            timed: Box::new(|m: &Method, d, i| timed(runtime, &ours_no_budget, addr, m, d, i)),
-        },
-        Case {
-            name: "ours_never",
-            timed: Box::new(|m: &Method, d, i| timed(runtime, &ours_never, addr, m, d, i)),
-        },
-    ];
+    let cases: Vec<Vec<Case<'_>>> = clients
+        .iter()
+        .zip(addrs)
+        .map(|(clients, addr)| clients.cases(&runtime, addr))
+        .collect();
 
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -317,12 +422,14 @@ fn main() {
     {
         let mut group = c.benchmark_group("end_to_end");
         group.throughput(Throughput::Elements(BATCH as u64));
-        for method in [Method::GET, Method::PUT] {
-            for case in &cases {
-                let id = format!("{}/{}", method_name(&method), case.name);
-                group.bench_function(id, |b| {
-                    b.iter_custom(|iters| (case.timed)(&method, Driver::OneTask, iters))
-                });
+        for (proto, cases) in protos.iter().zip(&cases) {
+            for method in [Method::GET, Method::PUT] {
+                for case in cases {
+                    let id = format!("{}/{}/{}", proto.name(), method_name(&method), case.name);
+                    group.bench_function(id, |b| {
+                        b.iter_custom(|iters| (case.timed)(&method, Driver::OneTask, iters))
+                    });
+                }
             }
         }
         group.finish();
@@ -333,10 +440,44 @@ fn main() {
     if rounds == 0 {
         return;
     }
-    println!();
-    for driver in [Driver::OneTask, Driver::Tasks] {
-        for method in [Method::GET, Method::PUT] {
-            interleaved(&cases, &method, driver, rounds);
+    // Every pool opens its connections before the first round (criterion may not have run).
+    for cases in &cases {
+        for case in cases {
+            (case.timed)(&Method::GET, Driver::Tasks, 1);
         }
+    }
+    println!();
+    let mut summaries = Vec::new();
+    for (proto, cases) in protos.iter().zip(&cases) {
+        for driver in [Driver::OneTask, Driver::Tasks] {
+            for method in [Method::GET, Method::PUT] {
+                summaries.push(interleaved(cases, *proto, &method, driver, rounds));
+            }
+        }
+    }
+    println!();
+    println!("summary, medians of the per-round ratios:");
+    println!(
+        "  {:<20} {:>10} {:>11} {:>11} {:>14} {:>14}",
+        "", "ours/bare", "ours/tower", "tower/bare", "no_budget/bare", "never/bare"
+    );
+    for summary in &summaries {
+        let get = |name: &str, tower: bool| {
+            summary
+                .ratios
+                .iter()
+                .find(|r| r.0 == name)
+                .and_then(|r| if tower { r.2 } else { Some(r.1) })
+                .unwrap_or(f64::NAN)
+        };
+        println!(
+            "  {:<20} {:>10.3} {:>11.3} {:>11.3} {:>14.3} {:>14.3}",
+            summary.label,
+            get("ours", false),
+            get("ours", true),
+            get("tower", false),
+            get("ours_no_budget", false),
+            get("ours_never", false),
+        );
     }
 }

@@ -281,6 +281,13 @@ fn interleaved(kind: &Kind, rounds: usize) {
             median(&mut extra)
         );
     }
+    if let Some(never) = cases.iter().position(|c| c.name == "ours_never") {
+        let mut extra: Vec<f64> = (0..rounds).map(|r| ns[never][r] - ns[0][r]).collect();
+        println!(
+            "  ours_never - bare {:.1} ns (median of per-round differences)",
+            median(&mut extra)
+        );
+    }
 }
 
 fn main() {

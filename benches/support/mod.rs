@@ -1,6 +1,6 @@
 //! Pieces the benches and `tests/alloc.rs` share: the no-op inner service, the tower
-//! `Retry` policy they compare against, and how much of a bench's extra (non-criterion)
-//! part to run.
+//! `Retry` policy they compare against (`overhead`, `end_to_end` and `retry_heavy` all use
+//! [`TowerPolicy`]), and how much of a bench's extra (non-criterion) part to run.
 #![allow(dead_code)]
 
 use std::future::{Ready, ready};
@@ -33,6 +33,15 @@ impl TowerPolicy {
     pub fn new() -> Self {
         Self {
             budget: Arc::new(TpsBudget::new(Duration::from_secs(10), 10, 0.1)),
+            outcomes: 0,
+        }
+    }
+
+    /// The same policy over another budget (`benches/retry_heavy.rs` gives both sides one
+    /// that never runs dry, so that both retry every 503).
+    pub fn with_budget(budget: TpsBudget) -> Self {
+        Self {
+            budget: Arc::new(budget),
             outcomes: 0,
         }
     }
