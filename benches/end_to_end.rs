@@ -52,7 +52,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
-use tower::{BoxError, Layer, Service, ServiceExt};
+use tower::{BoxError, Layer, Service};
 use tower_http_retry::{ReplayBody, Retry, RetryLayer, RetryPolicy};
 
 #[path = "support/mod.rs"]
@@ -143,23 +143,14 @@ fn request(addr: SocketAddr, method: &Method, i: usize) -> Request<Full<Bytes>> 
 }
 
 /// One request through any client-like service; reads the response body to its end.
-async fn one<S, E>(mut svc: S, request: Request<Full<Bytes>>)
+async fn one<S, E>(svc: S, request: Request<Full<Bytes>>)
 where
     S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E>,
     E: Into<BoxError>,
 {
-    let response = svc
-        .ready()
-        .await
-        .map_err(Into::into)
-        .expect("client ready")
-        .call(request)
-        .await
-        .map_err(Into::into)
-        .expect("a response from 127.0.0.1");
-    assert!(response.status().is_success());
-    let body = response.into_body().collect().await.expect("response body");
-    assert_eq!(body.to_bytes(), ANSWER);
+    let (status, body) = support::exchange(svc, request).await;
+    assert!(status.is_success());
+    assert_eq!(body, ANSWER);
 }
 
 /// `BATCH` requests, `IN_FLIGHT` at a time.

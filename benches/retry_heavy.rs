@@ -66,7 +66,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
 use tower::retry::budget::TpsBudget;
-use tower::{BoxError, Layer, Service, ServiceExt};
+use tower::{BoxError, Layer, Service};
 use tower_http_retry::{Backoff, ReplayBody, Retry, RetryBudget, RetryLayer, RetryPolicy};
 
 #[path = "support/mod.rs"]
@@ -153,29 +153,18 @@ fn request(addr: SocketAddr, method: &Method, i: usize) -> Request<Full<Bytes>> 
 
 /// One request; reads the response body to its end. Returns whether the final answer was
 /// a 503.
-async fn one<S, E>(mut svc: S, request: Request<Full<Bytes>>) -> bool
+async fn one<S, E>(svc: S, request: Request<Full<Bytes>>) -> bool
 where
     S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E>,
     E: Into<BoxError>,
 {
-    let response = svc
-        .ready()
-        .await
-        .map_err(Into::into)
-        .expect("client ready")
-        .call(request)
-        .await
-        .map_err(Into::into)
-        .expect("a response from 127.0.0.1");
-    let status = response.status();
-    let body = response.into_body().collect().await.expect("response body");
-    match status {
-        StatusCode::OK => {
-            assert_eq!(body.to_bytes(), ANSWER);
+    match support::exchange(svc, request).await {
+        (StatusCode::OK, body) => {
+            assert_eq!(body, ANSWER);
             false
         }
-        StatusCode::SERVICE_UNAVAILABLE => true,
-        other => panic!("unexpected status {other}"),
+        (StatusCode::SERVICE_UNAVAILABLE, _) => true,
+        (other, _) => panic!("unexpected status {other}"),
     }
 }
 

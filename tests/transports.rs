@@ -494,6 +494,37 @@ fn goaway_after_processing_retries_what_may_be_repeated_and_never_a_keyless_post
     });
 }
 
+/// The raw GOAWAY server of the two tests below (`apply`: it applies the request first),
+/// with hyper's HTTP/2 server answering 200 on later connections.
+async fn goaway_then_200(apply_first: bool) -> Server {
+    raw_goaway(1, apply_first, |req, _, log| async move {
+        apply(req, &log, 200).await
+    })
+    .await
+}
+
+/// A retry after GOAWAY that succeeded: 200 after 2 attempts. hyper reports the GOAWAY
+/// itself, or the close that follows it when it reads that first.
+fn retried_once_after_goaway(
+    context: &str,
+    result: Result<http::Response<hyper::body::Incoming>, BoxError>,
+) {
+    let response = result.unwrap_or_else(|e| panic!("{context}: {e}"));
+    let info = info(&response);
+    assert_eq!(
+        (response.status().as_u16(), info.attempts),
+        (200, 2),
+        "{context}: {info:?}"
+    );
+    assert!(
+        matches!(
+            info.retries[0].reason,
+            RetryReason::GoAway | RetryReason::ConnectionClosed
+        ),
+        "{context}: {info:?}"
+    );
+}
+
 /// GOAWAY with a last-stream-id below the request's stream, though the server did read
 /// and apply it: what hyper reports to the stream a server processed last when the
 /// connection goes away (measured against nginx). A GOAWAY is no proof, so a keyless POST
@@ -503,12 +534,7 @@ fn goaway_naming_an_earlier_stream_never_repeats_a_keyless_post() {
     on_every_runtime(LIMIT, |mode| {
         repeat(mode, RACY_RUNS, move |run| async move {
             let context = format!("{mode:?} run {run}");
-            let server = raw_goaway(
-                1,
-                true,
-                |req, _, log| async move { apply(req, &log, 200).await },
-            )
-            .await;
+            let server = goaway_then_200(true).await;
             let result = send(
                 Proto::H2,
                 layer(false),
@@ -526,34 +552,14 @@ fn goaway_naming_an_earlier_stream_never_repeats_a_keyless_post() {
                 "{context}: a keyless POST applied twice"
             );
 
-            let server = raw_goaway(
-                1,
-                true,
-                |req, _, log| async move { apply(req, &log, 200).await },
-            )
-            .await;
+            let server = goaway_then_200(true).await;
             let result = send(
                 Proto::H2,
                 layer(true),
                 request(Method::POST, &server, "/orders", POST_BODY),
             )
             .await;
-            let response = result.unwrap_or_else(|e| panic!("{context}: keyed POST: {e}"));
-            let info = info(&response);
-            assert_eq!(
-                (response.status().as_u16(), info.attempts),
-                (200, 2),
-                "{context}: {info:?}"
-            );
-            // hyper reports the GOAWAY itself, or the close that follows it when it reads
-            // that first.
-            assert!(
-                matches!(
-                    info.retries[0].reason,
-                    RetryReason::GoAway | RetryReason::ConnectionClosed
-                ),
-                "{context}: {info:?}"
-            );
+            retried_once_after_goaway(&format!("{context}: keyed POST"), result);
         })
     });
 }
@@ -565,38 +571,17 @@ fn goaway_before_processing_retries_a_get_and_leaves_a_keyless_post_alone() {
     on_every_runtime(LIMIT, |mode| {
         repeat(mode, 20, move |run| async move {
             let context = format!("{mode:?} run {run}");
-            let server = raw_goaway(1, false, |req, _, log| async move {
-                apply(req, &log, 200).await
-            })
-            .await;
+            let server = goaway_then_200(false).await;
             let result = send(
                 Proto::H2,
                 layer(true),
                 request(Method::GET, &server, "/items", &[]),
             )
             .await;
-            let response = result.unwrap_or_else(|e| panic!("{context}: GET: {e}"));
-            let info = info(&response);
-            assert_eq!(
-                (response.status().as_u16(), info.attempts),
-                (200, 2),
-                "{context}: {info:?}"
-            );
-            // hyper reports the GOAWAY itself, or the close that follows it when it reads
-            // that first.
-            assert!(
-                matches!(
-                    info.retries[0].reason,
-                    RetryReason::GoAway | RetryReason::ConnectionClosed
-                ),
-                "{context}: {info:?}"
-            );
+            retried_once_after_goaway(&format!("{context}: GET"), result);
             assert_eq!(server.log.applied().len(), 1, "{context}");
 
-            let server = raw_goaway(1, false, |req, _, log| async move {
-                apply(req, &log, 200).await
-            })
-            .await;
+            let server = goaway_then_200(false).await;
             let result = send(
                 Proto::H2,
                 layer(false),

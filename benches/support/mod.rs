@@ -175,3 +175,26 @@ pub fn drain<B: Body + Unpin>(mut body: B) -> u64 {
     }
     bytes
 }
+
+/// One request through a client-like service, its response body read to the end: what the
+/// end-to-end benches do per request.
+pub async fn exchange<S, E, B>(mut svc: S, request: Request<B>) -> (http::StatusCode, bytes::Bytes)
+where
+    S: Service<Request<B>, Response = Response<hyper::body::Incoming>, Error = E>,
+    E: Into<tower::BoxError>,
+{
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let response = svc
+        .ready()
+        .await
+        .map_err(Into::into)
+        .expect("client ready")
+        .call(request)
+        .await
+        .map_err(Into::into)
+        .expect("a response from 127.0.0.1");
+    let status = response.status();
+    let body = response.into_body().collect().await.expect("response body");
+    (status, body.to_bytes())
+}
