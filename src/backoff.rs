@@ -29,12 +29,12 @@ pub enum Jitter {
 
 /// Capped exponential backoff with [`Jitter`].
 ///
-/// For retry `n` (1 for the first retry), base `b`, cap `c` and previous wait `p` (which
-/// starts at `b`):
+/// For retry `n` (1 for the first retry), base `b`, cap `c`, multiplier `m` (2 unless set
+/// with [`Backoff::multiplier`]) and previous wait `p` (which starts at `b`):
 ///
 /// | kind | wait |
 /// | --- | --- |
-/// | ceiling | `min(c, b * 2^n)`, saturating |
+/// | ceiling | `min(c, b * m^n)`, saturating |
 /// | [`Jitter::None`] | the ceiling |
 /// | [`Jitter::Full`] (default) | uniform in `[0, ceiling]` |
 /// | [`Jitter::Equal`] | `ceiling / 2` + uniform in `[0, ceiling / 2]` |
@@ -47,7 +47,7 @@ pub enum Jitter {
 /// Waits are computed in whole nanoseconds, so sub-second precision is kept. Every logical
 /// request draws its own random numbers: no two requests share a jitter sequence.
 ///
-/// The default is a base of 100 ms, a cap of 10 s and [`Jitter::Full`].
+/// The default is a base of 100 ms, a cap of 10 s, a multiplier of 2 and [`Jitter::Full`].
 ///
 /// ```
 /// use std::time::Duration;
@@ -58,26 +58,78 @@ pub enum Jitter {
 /// assert_eq!(backoff.ceiling(1), Duration::from_millis(200));
 /// assert_eq!(backoff.ceiling(4), Duration::from_millis(1600));
 /// assert_eq!(backoff.ceiling(30), Duration::from_secs(10));
+///
+/// // Growing by half each time instead of doubling.
+/// let gentle = backoff.multiplier(1.5);
+/// assert_eq!(gentle.ceiling(1), Duration::from_millis(150));
+/// assert_eq!(gentle.ceiling(2), Duration::from_millis(225));
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// gRPC's A6 backoff, `initialBackoff * backoffMultiplier^(n-1)` capped at `maxBackoff`,
+/// is this formula with `b = initialBackoff / backoffMultiplier`. The policies built from a
+/// gRPC service config (`grpc::MethodConfig::policy`, feature `grpc`) use it that way, with
+/// the first retry's ceiling exactly `initialBackoff`.
+#[derive(Clone, Copy, Debug)]
 pub struct Backoff {
     base: Duration,
     cap: Duration,
     jitter: Jitter,
+    /// Finite and greater than zero.
+    multiplier: f64,
+    /// The first retry's ceiling before the cap: `base * multiplier`, kept exact (for a
+    /// multiplier of 2, and for A6's `initialBackoff`) so the later ones are computed from
+    /// it rather than from a rounded base.
+    first: Duration,
+}
+
+impl PartialEq for Backoff {
+    fn eq(&self, other: &Self) -> bool {
+        // The multiplier is never NaN, so comparing its bits is comparing its value.
+        (
+            self.base,
+            self.cap,
+            self.jitter,
+            self.multiplier.to_bits(),
+            self.first,
+        ) == (
+            other.base,
+            other.cap,
+            other.jitter,
+            other.multiplier.to_bits(),
+            other.first,
+        )
+    }
+}
+
+impl Eq for Backoff {}
+
+impl std::hash::Hash for Backoff {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (
+            self.base,
+            self.cap,
+            self.jitter,
+            self.multiplier.to_bits(),
+            self.first,
+        )
+            .hash(state);
+    }
 }
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self {
-            base: Duration::from_millis(100),
-            cap: Duration::from_secs(10),
-            jitter: Jitter::Full,
-        }
+        Self::doubling(Duration::from_millis(100), Duration::from_secs(10))
     }
 }
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Nanoseconds in floating point, rounded to the nearest whole one; saturating at
+/// `u64::MAX` and at zero (`as` saturates, and maps NaN to 0).
+fn f64_nanos(nanos: f64) -> u64 {
+    nanos.round() as u64
 }
 
 impl Backoff {
@@ -102,11 +154,78 @@ impl Backoff {
                 format!("backoff base ({base:?}) is greater than its cap ({cap:?})"),
             ));
         }
-        Ok(Self {
+        Ok(Self::doubling(base, cap))
+    }
+
+    fn doubling(base: Duration, cap: Duration) -> Self {
+        Self {
             base,
             cap,
             jitter: Jitter::Full,
-        })
+            multiplier: 2.0,
+            first: Duration::from_nanos(nanos(base).saturating_mul(2)),
+        }
+    }
+
+    /// A6's backoff (gRPC): retry `n`'s ceiling is `min(max, initial * multiplier^(n-1))`,
+    /// the first one `initial` exactly. `multiplier` has been checked by the caller; an
+    /// `initial` above `max` is allowed (every ceiling is then `max`, as in A6).
+    #[cfg(feature = "grpc")]
+    pub(crate) fn a6(initial: Duration, max: Duration, multiplier: f64) -> Self {
+        let base = Duration::from_nanos(f64_nanos(nanos(initial) as f64 / multiplier));
+        Self {
+            base: base.min(max),
+            cap: max,
+            jitter: Jitter::Full,
+            multiplier,
+            first: initial,
+        }
+    }
+
+    /// Sets the multiplier `m` of the ceiling `min(cap, base * m^n)`: 2 by default; 1.5 or
+    /// 1.6 grow more gently, 1 keeps every ceiling at the base, and a multiplier below 1
+    /// (which gRPC service configs allow) makes them shrink. [`Jitter::Decorrelated`]
+    /// does not use it: its waits grow from the previous wait.
+    ///
+    /// # Panics
+    ///
+    /// When `multiplier` is not a finite number greater than zero (NaN, an infinity, zero
+    /// or negative). [`Backoff::try_multiplier`] returns an error instead.
+    #[track_caller]
+    pub fn multiplier(self, multiplier: f64) -> Self {
+        match self.try_multiplier(multiplier) {
+            Ok(backoff) => backoff,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Like [`Backoff::multiplier`], but refuses a multiplier that is not a finite number
+    /// greater than zero with an error.
+    ///
+    /// ```
+    /// use tower_http_retry::Backoff;
+    ///
+    /// let error = Backoff::default().try_multiplier(f64::NAN).unwrap_err();
+    /// assert!(error.is_backoff());
+    /// assert!(Backoff::default().try_multiplier(0.0).is_err());
+    /// assert_eq!(Backoff::default().try_multiplier(1.5).unwrap().get_multiplier(), 1.5);
+    /// ```
+    pub fn try_multiplier(mut self, multiplier: f64) -> Result<Self, InvalidConfig> {
+        if !(multiplier.is_finite() && multiplier > 0.0) {
+            return Err(InvalidConfig::new(
+                crate::error::ConfigKind::Backoff,
+                format!(
+                    "backoff multiplier is {multiplier}; it must be a finite number greater than zero"
+                ),
+            ));
+        }
+        self.multiplier = multiplier;
+        self.first = if multiplier == 2.0 {
+            Duration::from_nanos(nanos(self.base).saturating_mul(2))
+        } else {
+            Duration::from_nanos(f64_nanos(nanos(self.base) as f64 * multiplier))
+        };
+        Ok(self)
     }
 
     /// Sets the kind of jitter.
@@ -130,15 +249,36 @@ impl Backoff {
         self.jitter
     }
 
-    /// The ceiling for retry `n` (1 for the first retry): `min(cap, base * 2^n)`, saturating.
+    /// The multiplier (2 unless set with [`Backoff::multiplier`]).
+    pub fn get_multiplier(&self) -> f64 {
+        self.multiplier
+    }
+
+    /// The ceiling for retry `n` (1 for the first retry): `min(cap, base * m^n)`,
+    /// saturating; `n = 0` gives `min(cap, base)`.
+    ///
+    /// With the default multiplier of 2 it is computed in integers, exactly. With any
+    /// other, in floating point on nanoseconds (as gRPC's clients do), rounded to the
+    /// nearest nanosecond.
     pub fn ceiling(&self, n: u32) -> Duration {
-        let base = nanos(self.base);
         let cap = nanos(self.cap);
-        let raised = match 1u64.checked_shl(n) {
-            Some(factor) => base.saturating_mul(factor),
-            // 2^n does not fit: the product saturates, unless the base is zero.
-            None if base == 0 => 0,
-            None => u64::MAX,
+        let Some(later) = n.checked_sub(1) else {
+            return Duration::from_nanos(nanos(self.base).min(cap));
+        };
+        let first = nanos(self.first);
+        let raised = if self.multiplier == 2.0 {
+            match 1u64.checked_shl(later) {
+                Some(factor) => first.saturating_mul(factor),
+                // 2^(n-1) does not fit: the product saturates, unless it is zero.
+                None if first == 0 => 0,
+                None => u64::MAX,
+            }
+        } else if first == 0 {
+            0
+        } else {
+            let exponent = i32::try_from(later).unwrap_or(i32::MAX);
+            // Finite and positive times a power that may reach 0 or infinity: never NaN.
+            f64_nanos(first as f64 * self.multiplier.powi(exponent))
         };
         Duration::from_nanos(raised.min(cap))
     }
@@ -268,6 +408,94 @@ mod tests {
     }
 
     #[test]
+    fn the_multiplier_sets_how_fast_ceilings_grow() {
+        let b = default_with(Jitter::None);
+        let ceilings = |m: f64| -> Vec<Duration> {
+            let b = b.multiplier(m);
+            (1..=5).map(|n| b.ceiling(n)).collect()
+        };
+        let us = |micros: [u64; 5]| micros.map(Duration::from_micros);
+        assert_eq!(
+            ceilings(1.5),
+            us([150_000, 225_000, 337_500, 506_250, 759_375])
+        );
+        assert_eq!(ceilings(1.0), [100 * MS; 5]);
+        assert_eq!(ceilings(0.5), us([50_000, 25_000, 12_500, 6_250, 3_125]));
+        assert_eq!(
+            ceilings(3.0),
+            [300, 900, 2700, 8100, 10_000].map(|ms| ms * MS)
+        );
+        // n = 0 is the base, whatever the multiplier.
+        assert_eq!(b.multiplier(7.0).ceiling(0), 100 * MS);
+        // 2 set explicitly is the default, in every respect.
+        assert_eq!(b.multiplier(2.0), b);
+        assert_eq!(b.get_multiplier(), 2.0);
+        assert_ne!(b.multiplier(1.5), b);
+    }
+
+    #[test]
+    fn extreme_multipliers_saturate_without_panicking() {
+        let b = Backoff::exponential(Duration::from_secs(1), Duration::MAX);
+        assert_eq!(
+            b.multiplier(1e300).ceiling(u32::MAX),
+            Duration::from_nanos(u64::MAX)
+        );
+        assert_eq!(
+            b.multiplier(f64::MAX).ceiling(3),
+            Duration::from_nanos(u64::MAX)
+        );
+        assert_eq!(b.multiplier(1e-300).ceiling(u32::MAX), Duration::ZERO);
+        assert_eq!(b.multiplier(f64::MIN_POSITIVE).ceiling(1), Duration::ZERO);
+        let zero = Backoff::exponential(Duration::ZERO, Duration::from_secs(1));
+        assert_eq!(zero.multiplier(1e300).ceiling(9), Duration::ZERO);
+        assert_eq!(zero.multiplier(3.0).ceiling(u32::MAX), Duration::ZERO);
+    }
+
+    #[test]
+    fn invalid_multipliers_are_refused() {
+        for bad in [f64::NAN, 0.0, -0.0, -1.5, f64::INFINITY, f64::NEG_INFINITY] {
+            let error = Backoff::default().try_multiplier(bad).unwrap_err();
+            assert!(error.is_backoff(), "{bad}");
+            assert!(
+                error
+                    .to_string()
+                    .contains("a finite number greater than zero"),
+                "{bad}: {error}"
+            );
+        }
+        assert!(Backoff::default().try_multiplier(0.25).is_ok());
+    }
+
+    #[test]
+    #[should_panic(expected = "backoff multiplier is NaN")]
+    fn multiplier_panics_on_nan() {
+        let _ = Backoff::default().multiplier(f64::NAN);
+    }
+
+    #[cfg(feature = "grpc")]
+    #[test]
+    fn a6_ceilings_start_at_the_initial_backoff_exactly() {
+        let a6 = Backoff::a6(100 * MS, 1000 * MS, 1.5).jitter(Jitter::None);
+        let seen: Vec<_> = (1..=7).map(|n| a6.ceiling(n)).collect();
+        assert_eq!(
+            seen,
+            [
+                100 * MS,
+                150 * MS,
+                225 * MS,
+                Duration::from_micros(337_500),
+                Duration::from_micros(506_250),
+                Duration::from_micros(759_375),
+                1000 * MS,
+            ]
+        );
+        // An initial backoff above the maximum: every ceiling is the maximum.
+        let over = Backoff::a6(5000 * MS, 1000 * MS, 2.0);
+        assert_eq!(over.ceiling(1), 1000 * MS);
+        assert!(over.base() <= over.cap());
+    }
+
+    #[test]
     fn full_jitter_keeps_sub_millisecond_precision() {
         let b = default_with(Jitter::Full);
         let mut rng = SmallRng::seed_from_u64(7);
@@ -336,6 +564,44 @@ mod tests {
             prop_assert!(dec <= cap);
             prop_assert!(dec >= base.min(cap));
             prop_assert!(dec <= (prev * 3).max(base));
+        }
+
+        #[test]
+        fn any_multiplier_follows_the_formula(
+            base_ms in 0u64..5_000,
+            extra_ms in 0u64..60_000,
+            multiplier in 0.01f64..10.0,
+            n in 0u32..80,
+            seed in any::<u64>(),
+        ) {
+            let base = Duration::from_millis(base_ms);
+            let cap = base + Duration::from_millis(extra_ms);
+            let backoff = Backoff::exponential(base, cap).multiplier(multiplier);
+            let ceiling = backoff.ceiling(n);
+            prop_assert!(ceiling <= cap);
+            // min(c, b * m^n) in floating point; the first ceiling is rounded to the
+            // nanosecond and the later ones grow from it.
+            let exact = base.as_nanos() as f64 * multiplier.powi(n as i32);
+            let expected = exact.min(cap.as_nanos() as f64);
+            let slack = 1.0 + 0.5 * multiplier.powi(n as i32 - 1) + expected * 1e-12;
+            prop_assert!(
+                (ceiling.as_nanos() as f64 - expected).abs() <= slack,
+                "{ceiling:?} vs {expected} ns"
+            );
+            // Growing for multipliers above 1, shrinking below, flat at 1.
+            let next = backoff.ceiling(n + 1);
+            if n > 0 && multiplier >= 1.0 {
+                prop_assert!(next >= ceiling);
+            }
+            if n > 0 && multiplier <= 1.0 {
+                prop_assert!(next <= ceiling);
+            }
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let full = backoff.jitter(Jitter::Full).delay(n, base, &mut rng);
+            prop_assert!(full <= ceiling);
+            let equal = backoff.jitter(Jitter::Equal).delay(n, base, &mut rng);
+            prop_assert!(equal <= ceiling && equal >= ceiling / 2);
+            prop_assert_eq!(backoff.jitter(Jitter::None).delay(n, base, &mut rng), ceiling);
         }
     }
 }

@@ -311,6 +311,14 @@ impl RetryPolicy {
         self
     }
 
+    /// The gRPC status codes this policy retries, when it is a gRPC policy
+    /// ([`RetryPolicy::grpc_codes`]; feature `grpc`); `None` for a plain HTTP policy.
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn get_grpc_codes(&self) -> Option<&[tonic::Code]> {
+        self.grpc_codes.as_deref()
+    }
+
     /// This policy's own gRPC retry throttle (feature `grpc`), instead of the layer's
     /// ([`RetryLayer::throttle`](crate::RetryLayer::throttle)).
     #[cfg(feature = "grpc")]

@@ -64,6 +64,22 @@ fn backoff_exponential_panics_on_a_base_above_its_cap() {
     let _ = Backoff::exponential(Duration::from_secs(2), Duration::from_secs(1));
 }
 
+// ---- Backoff::try_multiplier ----
+
+#[test]
+fn a_backoff_multiplier_that_is_not_a_positive_number_is_refused() {
+    for bad in [f64::NAN, 0.0, -0.0, -2.0, f64::INFINITY, f64::NEG_INFINITY] {
+        let err: InvalidConfig = Backoff::default().try_multiplier(bad).unwrap_err();
+        assert!(err.is_backoff(), "{bad}");
+        assert_mentions(&err.to_string(), &[&["multiplier"], &["greater than zero"]]);
+        let panicked = panic_message(move || Backoff::default().multiplier(bad));
+        assert_eq!(panicked, err.to_string(), "{bad}");
+    }
+    // Below 1 is allowed, as gRPC service configs allow it: the ceilings shrink.
+    let shrinking = Backoff::default().try_multiplier(0.5).unwrap();
+    assert!(shrinking.ceiling(3) < shrinking.ceiling(2));
+}
+
 // ---- RetryPolicy::try_max_attempts ----
 
 #[test]

@@ -1,10 +1,13 @@
 //! A6's exponential backoff: `initialBackoff * backoffMultiplier^(n-1)`, capped at
 //! `maxBackoff`, with jitter.
 //!
-//! The crate's [`Backoff`](crate::Backoff) has a fixed multiplier of 2 and puts retry `n`'s
-//! ceiling at `base * 2^n`, so it expresses A6 only for `backoffMultiplier: 2`, with a base
-//! of `initialBackoff / 2`. Any other multiplier (1.5 and 1.3 are common in service
-//! configs) needs these functions, or a multiplier added to `Backoff`.
+//! The crate's [`Backoff`](crate::Backoff) puts retry `n`'s ceiling at `base * m^n`, which
+//! is A6's with a base of `initialBackoff / backoffMultiplier` and `m =
+//! backoffMultiplier`: the policies built from a service config
+//! ([`MethodConfig::policy`](super::MethodConfig::policy)) use it so, with the same
+//! ceilings as [`backoff_ceiling`] to the nanosecond. These functions are the formula on
+//! its own, for a retry loop of your own, and [`A6Jitter::Proportional`], which `Backoff`
+//! does not offer.
 
 use std::time::Duration;
 
@@ -29,7 +32,8 @@ pub enum A6Jitter {
 ///
 /// After server pushback A6 starts the sequence again: `n` counts the retries since the
 /// last pushback (1 for the first retry after it). `n = 0` is taken as 1. Computed in
-/// floating point on nanoseconds, as grpc-go does; the result never exceeds `max`, and a
+/// floating point on nanoseconds, as grpc-go does, and rounded to the nearest nanosecond;
+/// the result never exceeds `max`, and a
 /// multiplier that is NaN or not positive (never accepted from a service config) gives
 /// `initial` for every retry.
 ///
@@ -55,7 +59,7 @@ pub fn backoff_ceiling(initial: Duration, max: Duration, multiplier: f64, n: u32
     } else {
         raised.min(max_ns)
     };
-    nanos_to_duration(capped)
+    nanos_to_duration(capped.round())
 }
 
 /// The wait before retry `n`: [`backoff_ceiling`] with `jitter` applied.
@@ -152,19 +156,26 @@ mod tests {
     }
 
     #[test]
-    fn the_crates_backoff_matches_a6_only_for_a_multiplier_of_two() {
-        // Backoff::exponential(initial / 2, max) has ceilings (initial / 2) * 2^n.
-        let backoff = crate::Backoff::exponential(50 * MS, 1000 * MS).jitter(crate::Jitter::None);
+    fn the_crates_backoff_matches_a6_for_any_multiplier() {
+        // A multiplier of 2: Backoff::exponential(initial / 2, max) has the same ceilings.
+        let doubling = crate::Backoff::exponential(50 * MS, 1000 * MS).jitter(crate::Jitter::None);
         for n in 1..=8 {
             assert_eq!(
-                backoff.ceiling(n),
+                doubling.ceiling(n),
                 backoff_ceiling(100 * MS, 1000 * MS, 2.0, n)
             );
         }
-        assert_ne!(
-            backoff.ceiling(2),
-            backoff_ceiling(100 * MS, 1000 * MS, 1.5, 2)
-        );
+        // Any other: the one a service config's policy gets.
+        for multiplier in [1.5, 1.3, 0.7, 3.0] {
+            let a6 = crate::Backoff::a6(100 * MS, 1000 * MS, multiplier);
+            for n in 1..=12 {
+                assert_eq!(
+                    a6.ceiling(n),
+                    backoff_ceiling(100 * MS, 1000 * MS, multiplier, n),
+                    "{multiplier} {n}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -215,6 +226,10 @@ mod tests {
             let near = backoff_delay(initial, max, multiplier, n, A6Jitter::Proportional, &mut rng);
             prop_assert!(near.as_nanos() * 10 >= (ceiling.as_nanos() * 8).saturating_sub(10));
             prop_assert!(near.as_nanos() * 10 <= ceiling.as_nanos() * 12);
+            // The crate's Backoff, built as a service config's policy builds it.
+            if n > 0 {
+                prop_assert_eq!(crate::Backoff::a6(initial, max, multiplier).ceiling(n), ceiling);
+            }
         }
     }
 }

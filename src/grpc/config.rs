@@ -12,7 +12,9 @@ use tonic::Code;
 
 use super::backoff::{A6Jitter, backoff_ceiling, backoff_delay};
 use super::throttle::Throttle;
+use crate::backoff::Backoff;
 use crate::error::InvalidConfig;
+use crate::policy::RetryPolicy;
 use crate::route::RouteMatch;
 
 /// A6's client-side cap on `maxAttempts`: higher values are taken as this.
@@ -256,6 +258,59 @@ impl MethodConfig {
     /// Its `timeout`: the deadline of an RPC across all its attempts.
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+
+    /// The crate's policy for this entry's methods, as gRPC's clients apply the entry:
+    ///
+    /// - with a `retryPolicy`: a gRPC policy ([`RetryPolicy::grpc_codes`]) retrying its
+    ///   `retryableStatusCodes`, with its `maxAttempts` (at most 5) and A6's backoff: retry
+    ///   `n` waits uniform in `[0, min(maxBackoff, initialBackoff *
+    ///   backoffMultiplier^(n-1))]`, [`Backoff`] with the `backoffMultiplier` and
+    ///   [`Jitter::Full`](crate::Jitter::Full);
+    /// - without one: a gRPC policy that retries no status code and makes one attempt
+    ///   (gRPC's classification still applies, and so does A6's transparent retry of a
+    ///   stream refused before it left, which no retry configuration turns off);
+    /// - its `timeout`, if any, is the policy's [`deadline`](RetryPolicy::deadline): one
+    ///   deadline for the RPC across all its attempts and waits, sent to the server as
+    ///   `grpc-timeout` (the time left) on every attempt.
+    ///
+    /// Everything else is [`RetryPolicy::default`]'s (no attempt timeout, no budget of its
+    /// own).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tonic::Code;
+    /// use tower_http_retry::grpc::service_config;
+    ///
+    /// let config = service_config(r#"{"methodConfig": [{
+    ///   "name": [{"service": "shop.Cart"}],
+    ///   "timeout": "2s",
+    ///   "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s",
+    ///                   "backoffMultiplier": 1.5, "retryableStatusCodes": ["UNAVAILABLE"]}
+    /// }]}"#).unwrap();
+    /// let policy = config.methods()[0].policy();
+    /// assert_eq!(policy.get_max_attempts(), 4);
+    /// assert_eq!(policy.get_deadline(), Some(Duration::from_secs(2)));
+    /// assert_eq!(policy.get_backoff().ceiling(1), Duration::from_millis(100));
+    /// assert_eq!(policy.get_backoff().ceiling(2), Duration::from_millis(150));
+    /// assert_eq!(policy.get_grpc_codes(), Some(&[Code::Unavailable][..]));
+    /// ```
+    pub fn policy(&self) -> RetryPolicy {
+        let policy = match &self.retry {
+            Some(retry) => RetryPolicy::default()
+                .max_attempts(retry.max_attempts)
+                .backoff(Backoff::a6(
+                    retry.initial_backoff,
+                    retry.max_backoff,
+                    retry.backoff_multiplier,
+                ))
+                .grpc_codes(retry.retryable_status_codes.iter().copied()),
+            None => RetryPolicy::default().max_attempts(1).grpc_codes([]),
+        };
+        match self.timeout {
+            Some(timeout) => policy.deadline(timeout),
+            None => policy,
+        }
     }
 }
 
@@ -1174,6 +1229,48 @@ mod tests {
             assert_eq!(error.field(), expected, "{json}");
             assert!(error.message().contains(says), "{json}: {error}");
         }
+    }
+
+    #[test]
+    fn each_entry_becomes_a_grpc_policy() {
+        let config = service_config(
+            r#"{"methodConfig": [
+                {"name": [{"service": "a.B"}], "timeout": "1.5s", "retryPolicy": {
+                    "maxAttempts": 9, "initialBackoff": "0.2s", "maxBackoff": "0.5s",
+                    "backoffMultiplier": 1.5, "retryableStatusCodes": ["UNAVAILABLE", 8]}},
+                {"name": [{}]}
+            ]}"#,
+        )
+        .unwrap();
+        let method = &config.methods()[0];
+        let retried = method.policy();
+        assert_eq!(retried.get_max_attempts(), MAX_ATTEMPTS_CAP);
+        assert_eq!(retried.get_deadline(), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            retried.get_grpc_codes(),
+            Some(&[Code::Unavailable, Code::ResourceExhausted][..])
+        );
+        assert!(retried.is_assumed_idempotent());
+        let backoff = retried.get_backoff();
+        assert_eq!(backoff.jitter_kind(), crate::Jitter::Full);
+        assert_eq!(backoff.get_multiplier(), 1.5);
+        let ceilings: Vec<_> = (1..=4).map(|n| backoff.ceiling(n)).collect();
+        assert_eq!(
+            ceilings,
+            [200, 300, 450, 500].map(Duration::from_millis),
+            "A6: initialBackoff * 1.5^(n-1), capped"
+        );
+        for n in 1..=8 {
+            assert_eq!(
+                backoff.ceiling(n),
+                method.retry().unwrap().backoff_ceiling(n)
+            );
+        }
+
+        let plain = config.methods()[1].policy();
+        assert_eq!(plain.get_max_attempts(), 1);
+        assert_eq!(plain.get_grpc_codes(), Some(&[][..]));
+        assert_eq!(plain.get_deadline(), None);
     }
 
     #[test]
