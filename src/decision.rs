@@ -105,6 +105,46 @@ pub(crate) struct Judgement<'a> {
     pub(crate) previous: &'a [RetryRecord],
 }
 
+/// A6's transparent retry, for a policy that has it (a gRPC policy): an outcome that proves
+/// the stream never reached the server's application (a connect error, or
+/// `RST_STREAM(REFUSED_STREAM)` on the request's own stream) is retried once per logical
+/// request, at once, whatever the attempts left, and without telling the throttle. `Some`
+/// with the reason when this outcome gets it; a second such outcome goes by the normal rules.
+pub(crate) fn transparent(
+    a6: bool,
+    verdict: Classification,
+    previous: &[RetryRecord],
+) -> Option<RetryReason> {
+    if !a6 || previous.iter().any(|record| record.transparent) {
+        return None;
+    }
+    match verdict {
+        Classification::Retry(reason)
+        | Classification::RetryOnce(reason)
+        | Classification::RetryWithHint(reason, _)
+            if reason.request_not_processed() =>
+        {
+            Some(reason)
+        }
+        _ => None,
+    }
+}
+
+/// The attempts that count against `max_attempts` and in `grpc-previous-rpc-attempts`:
+/// all of them but the transparent retries among `previous` (A6).
+pub(crate) fn counted_attempts(attempts: u32, previous: &[RetryRecord]) -> u32 {
+    let transparent = previous.iter().filter(|record| record.transparent).count();
+    attempts.saturating_sub(u32::try_from(transparent).unwrap_or(u32::MAX))
+}
+
+/// The backoff's retry number for the next retry (1 for the first): the retries since the
+/// first `offset` ones (those up to the last gRPC pushback), transparent ones not counted.
+pub(crate) fn backoff_number(previous: &[RetryRecord], offset: usize) -> u32 {
+    let since = previous.get(offset..).unwrap_or_default();
+    let counted = since.iter().filter(|record| !record.transparent).count();
+    u32::try_from(counted + 1).unwrap_or(u32::MAX)
+}
+
 /// Whether the outcome is worth a retry, and for which reason; or why not.
 pub(crate) fn judge(j: &Judgement<'_>) -> Result<RetryReason, StopReason> {
     let reason = match j.verdict {
@@ -120,7 +160,7 @@ pub(crate) fn judge(j: &Judgement<'_>) -> Result<RetryReason, StopReason> {
     if !j.may_repeat && !reason.request_not_processed() {
         return Err(StopReason::NotIdempotent);
     }
-    if j.attempts >= j.max_attempts {
+    if counted_attempts(j.attempts, j.previous) >= j.max_attempts {
         return Err(StopReason::MaxAttempts);
     }
     Ok(reason)
@@ -138,22 +178,32 @@ pub(crate) struct Schedule {
     pub(crate) max_hint: Duration,
     pub(crate) now: Instant,
     pub(crate) deadline: Option<Instant>,
+    /// A6's transparent retry ([`transparent`]): sent at once, backoff and hints aside.
+    pub(crate) transparent: bool,
 }
 
 /// Schedules the retry, or says why it cannot happen. `withdraw` asks the budget for a
 /// token, and is called only when everything else allows the retry.
+///
+/// A transparent retry waits nothing, but the deadline still applies, and so does the
+/// budget: DESIGN 1.7 bounds every retry the layer sends, and one per logical request at
+/// most is transparent.
 pub(crate) fn schedule(
     s: &Schedule,
     withdraw: impl FnOnce() -> bool,
 ) -> Result<RetryRecord, StopReason> {
-    let hint = s.hint.map(|hint| hint.wait);
+    let hint = s.hint.filter(|_| !s.transparent).map(|hint| hint.wait);
     if hint.is_some_and(|hint| hint > s.max_hint) {
         return Err(StopReason::RetryAfterTooLong);
     }
+    let backoff = match s.transparent {
+        true => Duration::ZERO,
+        false => s.backoff,
+    };
     let (wait, from_hint) = match hint {
         Some(hint) if s.exact => (hint, true),
-        Some(hint) => (hint.max(s.backoff), hint > s.backoff),
-        None => (s.backoff, false),
+        Some(hint) => (hint.max(backoff), hint > backoff),
+        None => (backoff, false),
     };
     if let Some(deadline) = s.deadline {
         // Timers fire on whole milliseconds, so a wait may end up to 1 ms late: a wait that
@@ -179,6 +229,7 @@ pub(crate) fn schedule(
         wait,
         retry_after: source == Some(HintSource::RetryAfter),
         hint: source,
+        transparent: s.transparent,
     })
 }
 
@@ -220,6 +271,7 @@ mod tests {
             wait: Duration::ZERO,
             retry_after: false,
             hint: None,
+            transparent: false,
         }
     }
 
@@ -262,6 +314,118 @@ mod tests {
         assert_eq!(judge(&last), Err(StopReason::MaxAttempts));
     }
 
+    fn transparent_record(reason: RetryReason) -> RetryRecord {
+        RetryRecord {
+            transparent: true,
+            ..record(reason)
+        }
+    }
+
+    #[test]
+    fn a_refused_stream_or_connect_error_is_retried_transparently_once() {
+        use RetryReason::{Connect, RefusedStream};
+        for reason in [Connect, RefusedStream] {
+            for verdict in [
+                Classification::Retry(reason),
+                Classification::RetryOnce(reason),
+                Classification::RetryWithHint(reason, Duration::from_secs(1)),
+            ] {
+                assert_eq!(transparent(true, verdict, &[]), Some(reason), "{verdict:?}");
+                // Only under A6's rules (a gRPC policy).
+                assert_eq!(transparent(false, verdict, &[]), None, "{verdict:?}");
+            }
+            // After a normal retry it is still available; after a transparent one, not.
+            let normal = [record(S503)];
+            let verdict = Classification::Retry(reason);
+            assert_eq!(transparent(true, verdict, &normal), Some(reason));
+            let once = [record(S503), transparent_record(RefusedStream)];
+            assert_eq!(transparent(true, verdict, &once), None);
+        }
+        // Nothing else proves the server's application never saw the stream.
+        for other in [
+            RetryReason::GoAway,
+            RetryReason::ConnectionClosed,
+            RetryReason::Timeout,
+            S503,
+        ] {
+            assert_eq!(transparent(true, Classification::Retry(other), &[]), None);
+        }
+        assert_eq!(transparent(true, Classification::Done, &[]), None);
+    }
+
+    #[test]
+    fn transparent_retries_do_not_count_against_max_attempts() {
+        let refused = [transparent_record(RetryReason::RefusedStream)];
+        assert_eq!(counted_attempts(2, &refused), 1);
+        assert_eq!(counted_attempts(1, &[]), 1);
+        assert_eq!(counted_attempts(0, &refused), 0, "saturates");
+        // max_attempts(1): after the transparent retry, the second attempt is the first
+        // that counts, and it is the last.
+        let after_refusal = Judgement {
+            attempts: 2,
+            max_attempts: 1,
+            previous: &refused,
+            ..judgement(Classification::Retry(RetryReason::RefusedStream))
+        };
+        assert_eq!(judge(&after_refusal), Err(StopReason::MaxAttempts));
+        let two = Judgement {
+            max_attempts: 2,
+            ..after_refusal
+        };
+        assert_eq!(judge(&two), Ok(RetryReason::RefusedStream));
+        // A plain record of the same reason counts as an attempt.
+        let counted = [record(RetryReason::RefusedStream)];
+        let plain = Judgement {
+            previous: &counted,
+            ..two
+        };
+        assert_eq!(judge(&plain), Err(StopReason::MaxAttempts));
+    }
+
+    #[test]
+    fn transparent_retries_do_not_advance_the_backoff() {
+        assert_eq!(backoff_number(&[], 0), 1);
+        let t = transparent_record(RetryReason::RefusedStream);
+        assert_eq!(backoff_number(&[t], 0), 1);
+        assert_eq!(backoff_number(&[t, record(S503)], 0), 2);
+        assert_eq!(backoff_number(&[record(S503), t, record(S503)], 0), 3);
+        // Counted from the last pushback.
+        assert_eq!(backoff_number(&[record(S503), t, record(S503)], 1), 2);
+        assert_eq!(backoff_number(&[record(S503)], 1), 1);
+        assert_eq!(backoff_number(&[record(S503)], 5), 1, "past the end");
+    }
+
+    #[test]
+    fn a_transparent_retry_waits_nothing_but_keeps_the_deadline_and_the_budget() {
+        let at_once = |backoff, hint, deadline_in| Schedule {
+            transparent: true,
+            reason: RetryReason::RefusedStream,
+            ..plan(backoff, hint, deadline_in)
+        };
+        let r = schedule(&at_once(5_000, Some(20_000), Some(60_000)), || true).unwrap();
+        assert_eq!(r.wait, Duration::ZERO, "no backoff, no hint");
+        assert!(r.transparent);
+        assert_eq!((r.retry_after, r.hint), (false, None));
+        assert_eq!(r.reason, RetryReason::RefusedStream);
+        // A hint too long for `max_retry_after` does not stop it: hints are not read.
+        assert!(schedule(&at_once(0, Some(31_000), None), || true).is_ok());
+        // No time for an attempt before the deadline: not sent.
+        assert_eq!(
+            schedule(&at_once(0, None, Some(1)), || true),
+            Err(StopReason::Deadline)
+        );
+        assert!(schedule(&at_once(0, None, Some(2)), || true).is_ok());
+        // The budget pays for it, as for every retry.
+        assert_eq!(
+            schedule(&at_once(0, None, None), || false),
+            Err(StopReason::BudgetExhausted)
+        );
+        let mut info = RetryInfo::default();
+        record_retry(&mut info, r);
+        assert_eq!(info.total_wait, Duration::ZERO);
+        assert!(info.retries[0].transparent);
+    }
+
     fn plan(backoff: u64, hint: Option<u64>, deadline_in: Option<u64>) -> Schedule {
         let now = Instant::now();
         Schedule {
@@ -272,6 +436,7 @@ mod tests {
             exact: false,
             now,
             deadline: deadline_in.map(|ms| now + Duration::from_millis(ms)),
+            transparent: false,
         }
     }
 

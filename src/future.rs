@@ -309,9 +309,12 @@ where
                             head.extensions.insert(Attempt::new(attempt));
                             #[cfg(feature = "grpc")]
                             if retrying.plan.policy.grpc_codes.is_some() {
+                                // A6: transparent retries are not attempts here.
+                                let counted =
+                                    decision::counted_attempts(attempt, &this.info.retries);
                                 crate::grpc::set_previous_rpc_attempts(
                                     &mut head.headers,
-                                    attempt - 1,
+                                    counted - 1,
                                 );
                                 if let Some(deadline) = this.limits.deadline() {
                                     crate::grpc::set_grpc_timeout(
@@ -443,9 +446,16 @@ fn decide<S, B, RB>(
         max_attempts: policy.max_attempts,
         previous: &info.retries,
     };
+    // A6: a stream refused before it left is sent again at once, outside the count.
+    let transparent = decision::transparent(policy.transparent_retries(), verdict, &info.retries);
+    // The server's application never saw a transparently retried stream: nothing for the
+    // throttle. The throttle hears of an outcome once, not again after the body's release.
     #[cfg(feature = "grpc")]
-    let grpc = grpc_gate(plan, result, verdict);
-    let reason = match decision::judge(&judgement) {
+    let grpc = match transparent {
+        Some(_) => Ok(None),
+        None => grpc_gate(plan, result, verdict, may_wait),
+    };
+    let reason = match transparent.map_or_else(|| decision::judge(&judgement), Ok) {
         Ok(reason) => reason,
         Err(reason) => return stop(info, reason),
     };
@@ -465,10 +475,11 @@ fn decide<S, B, RB>(
     }
 
     let offset = retrying.later.as_ref().map_or(0, |later| later.offset);
-    let n = u32::try_from(info.retries.len() + 1 - offset).unwrap_or(u32::MAX);
+    let n = decision::backoff_number(&info.retries, offset);
     // The generator of a first retry is boxed only if the retry goes ahead.
     let mut fresh = None;
     let backoff = match retrying.later.as_deref_mut() {
+        _ if transparent.is_some() => Duration::ZERO,
         Some(later) => later.rng.draw(&policy.backoff, n, later.previous),
         None => fresh
             .insert(policy.jitter_rng())
@@ -492,6 +503,7 @@ fn decide<S, B, RB>(
         exact: pushback.is_some(),
         now: Instant::now(),
         deadline: limits.deadline(),
+        transparent: transparent.is_some(),
     };
     let withdraw = || plan.budget.as_ref().is_none_or(|budget| budget.withdraw());
     let record = match decision::schedule(&schedule, withdraw) {
@@ -509,17 +521,24 @@ fn decide<S, B, RB>(
     } else {
         offset
     };
+    // A transparent retry's zero wait is no backoff: decorrelated jitter goes on from the
+    // wait before it (the base before any).
     match retrying.later.as_deref_mut() {
         Some(later) => {
-            later.previous = record.wait;
+            if !record.transparent {
+                later.previous = record.wait;
+            }
             later.offset = offset;
         }
         None => {
             retrying.later = Some(Box::new(Later {
                 service: None,
-                // Always the one drawn from above: `later` was empty then too.
+                // The one drawn from above, if any: `later` was empty then too.
                 rng: fresh.unwrap_or_else(|| policy.jitter_rng()),
-                previous: record.wait,
+                previous: match record.transparent {
+                    true => policy.backoff.base(),
+                    false => record.wait,
+                },
                 offset,
             }));
         }
@@ -532,12 +551,15 @@ fn decide<S, B, RB>(
 /// gRPC's throttle and pushback for one outcome of a gRPC policy (A6): a success (an OK or
 /// committed response) refills the throttle; a retryable failure drains it, and a retry is
 /// refused once it is at half or below; `grpc-retry-pushback-ms` gives the exact wait, or
-/// says stop. `Ok(None)` when neither applies.
+/// says stop. `Ok(None)` when neither applies. `first` is false when the outcome is
+/// decided again after the body's release: the throttle has counted it already, and its
+/// verdict then stands.
 #[cfg(feature = "grpc")]
 fn grpc_gate<RB>(
     plan: &Plan,
     result: &Result<Response<RB>, BoxError>,
     verdict: Classification,
+    first: bool,
 ) -> Result<Option<Duration>, StopReason> {
     use crate::grpc::Pushback;
     if plan.policy.grpc_codes.is_none() {
@@ -557,7 +579,7 @@ fn grpc_gate<RB>(
     if !retryable {
         return Ok(None);
     }
-    if let Some(throttle) = &plan.throttle {
+    if let Some(throttle) = plan.throttle.as_ref().filter(|_| first) {
         if !throttle.record_failure() {
             return Err(StopReason::Throttled);
         }

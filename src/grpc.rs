@@ -41,7 +41,8 @@
 //!    not retryable is returned at once and counts neither way.
 //! 3. On a transport error before any response: a stream refused before it left
 //!    (`REFUSED_STREAM`, a connect error) is retried once at once, counted neither as an
-//!    attempt nor for throttling; other errors are outcomes like any other.
+//!    attempt nor for throttling (the layer marks it [`RetryRecord::transparent`]); a
+//!    second refusal, and other errors, are outcomes like any other.
 //! 4. On the response it returns: tonic's client moves the http response's extensions
 //!    (`RetryInfo`) into the `tonic::Response` of a successful call, but turns a
 //!    Trailers-Only failure into a `Status` made from the response headers alone, which
@@ -81,6 +82,8 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! [`RetryRecord::transparent`]: crate::RetryRecord::transparent
 #![cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 
 mod adapter;

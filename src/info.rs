@@ -23,7 +23,9 @@ use crate::classify::RetryReason;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryInfo {
-    /// Attempts made, the first one included.
+    /// Attempts made, the first one included: every time the request was sent, a gRPC
+    /// transparent retry ([`RetryRecord::transparent`]) included. The attempts that count
+    /// against `max_attempts` are these less the transparent retries.
     pub attempts: u32,
     /// Total time slept between attempts.
     pub total_wait: Duration,
@@ -51,6 +53,12 @@ pub struct RetryRecord {
     /// classifier's own), or `None` when the backoff did (no hint, or one shorter than the
     /// backoff).
     pub hint: Option<crate::hints::HintSource>,
+    /// gRPC's transparent retry (A6; gRPC policies only): the attempt before it failed in a
+    /// way that proves the server's application never saw it (`reason` is
+    /// [`RetryReason::Connect`] or [`RetryReason::RefusedStream`]), so it was sent again at
+    /// once (`wait` is zero), once per logical request, without counting against
+    /// `max_attempts`, in `grpc-previous-rpc-attempts`, or for the retry throttle.
+    pub transparent: bool,
 }
 
 /// Why the layer stopped retrying and returned what it returned.

@@ -295,6 +295,18 @@ impl RetryPolicy {
     /// the method may be repeated, so the policy's requests are treated as repeatable
     /// ([`RetryPolicy::assume_idempotent`]) and get no idempotency key.
     ///
+    /// A gRPC policy also gets A6's transparent retry: a stream refused before it left (a
+    /// connect error, or `RST_STREAM(REFUSED_STREAM)` on the request's own stream) is sent
+    /// again at once, once per RPC, without counting against [`max_attempts`], in
+    /// `grpc-previous-rpc-attempts`, or for the throttle; the deadline and the budget still
+    /// apply, and a second refusal is judged by the normal rules. So even with
+    /// `max_attempts(1)` the body is kept for that one replay ([`RetryPolicy::is_never`] is
+    /// false); [`RetryPolicy::never`], which is not a gRPC policy, sends once and keeps
+    /// nothing. The retry is in the record ([`RetryRecord::transparent`]).
+    ///
+    /// [`max_attempts`]: RetryPolicy::max_attempts
+    /// [`RetryRecord::transparent`]: crate::RetryRecord::transparent
+    ///
     /// ```
     /// use tonic::Code;
     /// use tower_http_retry::RetryPolicy;
@@ -423,9 +435,20 @@ impl RetryPolicy {
         self
     }
 
-    /// True when requests under this policy are sent once and never retried.
+    /// True when requests under this policy are sent once and never retried: one attempt,
+    /// and not a gRPC policy (one of those still gets A6's transparent retry of a stream
+    /// refused before it left; see [`RetryPolicy::grpc_codes`]).
     pub fn is_never(&self) -> bool {
-        self.max_attempts <= 1
+        self.max_attempts <= 1 && !self.transparent_retries()
+    }
+
+    /// Whether A6's transparent retry applies: gRPC policies only (DESIGN 1.12). Plain
+    /// HTTP policies retry a refused stream or a connect error by their normal rules.
+    pub(crate) fn transparent_retries(&self) -> bool {
+        #[cfg(feature = "grpc")]
+        return self.grpc_codes.is_some();
+        #[cfg(not(feature = "grpc"))]
+        return false;
     }
 
     /// True when a classifier other than the default was set.
@@ -489,6 +512,18 @@ mod tests {
         assert_eq!(p.get_max_retry_after(), Duration::from_secs(30));
         assert!(RetryPolicy::never().is_never());
         assert!(!p.is_never());
+    }
+
+    #[cfg(feature = "grpc")]
+    #[test]
+    fn a_grpc_policy_of_one_attempt_still_has_its_transparent_retry() {
+        let one = RetryPolicy::default()
+            .max_attempts(1)
+            .grpc_codes([tonic::Code::Unavailable]);
+        assert!(!one.is_never());
+        assert!(one.transparent_retries());
+        assert!(!RetryPolicy::default().transparent_retries());
+        assert!(RetryPolicy::never().is_never());
     }
 
     #[test]

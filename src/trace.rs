@@ -40,6 +40,7 @@ mod imp {
                 wait_ms = record.wait.as_secs_f64() * 1e3,
                 retry_after = record.retry_after,
                 hint = record.hint.map(|source| source.as_str()),
+                transparent = record.transparent,
                 error = error.map(tracing::field::display),
                 "retrying",
             );

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::error::Error as _;
 use std::time::{Duration, Instant};
 
 use tonic::Code;
@@ -13,10 +14,11 @@ use tower::ServiceBuilder;
 use tower_http_retry::grpc::{self, IntoStatus, Throttle, TonicBody};
 use tower_http_retry::hints::HintSource;
 use tower_http_retry::{
-    Backoff, Jitter, Retry, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
+    Backoff, Jitter, Retry, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
 };
 
 use common::grpc::{COLLECT, GrpcServer, Step, UNARY, collect, unary};
+use common::transport::{H2Action, Server, h2_server, on_every_runtime, repeat};
 
 fn quick() -> RetryPolicy {
     RetryPolicy::default()
@@ -240,4 +242,232 @@ async fn the_deadline_reaches_the_caller_as_deadline_exceeded() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+}
+
+// ---- A6's transparent retry, against an h2-crate server that refuses streams ----
+
+/// A tonic `Channel` to an h2-crate server.
+async fn h2_channel(server: &Server) -> Channel {
+    tonic::transport::Endpoint::from_shared(server.url(""))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect to the h2 server")
+}
+
+/// An h2 server refusing the first `refusals` streams, then answering gRPC echoes.
+async fn refusing(refusals: usize) -> Server {
+    h2_server(move |index| match index < refusals {
+        true => H2Action::Refuse,
+        false => H2Action::GrpcEcho,
+    })
+    .await
+}
+
+/// A throttle of 10 tokens that is 2 down, earning 0.5 per success: any failure it is told
+/// of shows in its count.
+fn drained_throttle() -> Throttle {
+    let throttle = Throttle::new(10.0, 0.5);
+    throttle.record_failure();
+    throttle.record_failure();
+    assert_eq!(throttle.tokens(), 8.0);
+    throttle
+}
+
+fn a6_layer(throttle: &Throttle, attempts: u32) -> RetryLayer {
+    RetryLayer::grpc()
+        .throttle(throttle.clone())
+        .attempt_header("x-attempt")
+        .policy(quick().max_attempts(attempts))
+}
+
+fn header<'a>(applied: &'a common::transport::Applied, name: &str) -> Option<&'a str> {
+    applied.headers.get(name).map(|v| v.to_str().unwrap())
+}
+
+/// With `max_attempts(1)` the RPC still succeeds after a refused stream: the stream is
+/// sent again at once, not counted as an attempt in `grpc-previous-rpc-attempts` (absent
+/// on the retry, as on a first attempt) nor by the throttle (only the success shows).
+#[test]
+fn a_refused_stream_is_sent_again_at_once_outside_the_attempt_count() {
+    on_every_runtime(Duration::from_secs(60), |mode| {
+        repeat(mode, 25, |_| async {
+            let server = refusing(1).await;
+            let throttle = drained_throttle();
+            let client = stack(h2_channel(&server).await, a6_layer(&throttle, 1));
+            let reply = unary(client, UNARY, b"hello").await.unwrap();
+            assert_eq!(&reply.get_ref()[..], b"hello");
+
+            let info = reply.extensions().get::<RetryInfo>().unwrap();
+            assert_eq!((info.attempts, info.stop), (2, StopReason::Final));
+            assert_eq!(info.retries.len(), 1);
+            let retry = info.retries[0];
+            assert!(retry.transparent);
+            assert_eq!(retry.reason, RetryReason::RefusedStream);
+            assert_eq!(retry.wait, Duration::ZERO);
+            assert_eq!(info.total_wait, Duration::ZERO);
+
+            assert_eq!(server.log.seen(), 2);
+            let applied = server.log.applied();
+            assert_eq!(applied.len(), 1, "the refused stream was not processed");
+            assert_eq!(header(&applied[0], "grpc-previous-rpc-attempts"), None);
+            assert_eq!(header(&applied[0], "x-attempt"), Some("2"));
+            // 8 + 0.5 for the success; a failure counted would have left 7.5.
+            assert_eq!(throttle.tokens(), 8.5);
+        })
+    });
+}
+
+/// Only one transparent retry per RPC: a second refusal goes by the normal rules. With
+/// `max_attempts(1)` that ends the RPC (UNAVAILABLE, the record in the status's source);
+/// with 2 it is an ordinary retry, after a backoff, counted by the throttle and in
+/// `grpc-previous-rpc-attempts`.
+#[test]
+fn a_second_refusal_is_judged_by_the_normal_rules() {
+    on_every_runtime(Duration::from_secs(60), |mode| {
+        repeat(mode, 25, |_| async {
+            let server = refusing(2).await;
+            let throttle = drained_throttle();
+            let client = stack(h2_channel(&server).await, a6_layer(&throttle, 1));
+            let status = unary(client, UNARY, b"x").await.unwrap_err();
+            assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+            let error = status.source().and_then(|e| e.downcast_ref::<RetryError>());
+            let info = error.expect("the layer's error is the source").info();
+            assert_eq!((info.attempts, info.stop), (2, StopReason::MaxAttempts));
+            assert_eq!(info.retries.len(), 1);
+            assert!(info.retries[0].transparent);
+            assert_eq!((server.log.seen(), server.log.applied().len()), (2, 0));
+            // The second refusal is a failure of a retryable kind: one token.
+            assert_eq!(throttle.tokens(), 7.0);
+
+            let server = refusing(2).await;
+            let throttle = drained_throttle();
+            let client = stack(h2_channel(&server).await, a6_layer(&throttle, 2));
+            let reply = unary(client, UNARY, b"y").await.unwrap();
+            assert_eq!(&reply.get_ref()[..], b"y");
+            let info = reply.extensions().get::<RetryInfo>().unwrap();
+            assert_eq!((info.attempts, info.stop), (3, StopReason::Final));
+            let kinds: Vec<_> = info
+                .retries
+                .iter()
+                .map(|r| (r.reason, r.transparent))
+                .collect();
+            assert_eq!(
+                kinds,
+                [
+                    (RetryReason::RefusedStream, true),
+                    (RetryReason::RefusedStream, false)
+                ]
+            );
+            // `quick()`'s backoff, without jitter: the first retry's ceiling, 2 ms.
+            assert_eq!(info.retries[1].wait, Duration::from_millis(2));
+            let applied = server.log.applied();
+            assert_eq!(applied.len(), 1);
+            assert_eq!(header(&applied[0], "grpc-previous-rpc-attempts"), Some("1"));
+            assert_eq!(header(&applied[0], "x-attempt"), Some("3"));
+            assert_eq!(throttle.tokens(), 7.5, "one failure, one success");
+        })
+    });
+}
+
+/// A connection refused (nothing listens) is the other proof: one transparent retry, then
+/// the normal rules; `max_attempts(1)` stops there.
+#[test]
+fn a_refused_connection_gets_one_transparent_retry() {
+    on_every_runtime(Duration::from_secs(60), |mode| {
+        repeat(mode, 10, |_| async {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            drop(listener);
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect_lazy();
+            let throttle = drained_throttle();
+            let status = unary(stack(channel, a6_layer(&throttle, 1)), UNARY, b"x")
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+            let error = status.source().and_then(|e| e.downcast_ref::<RetryError>());
+            let info = error.expect("the layer's error is the source").info();
+            assert_eq!((info.attempts, info.stop), (2, StopReason::MaxAttempts));
+            assert_eq!(info.retries[0].reason, RetryReason::Connect);
+            assert!(info.retries[0].transparent);
+            assert_eq!(throttle.tokens(), 7.0, "the second refusal only");
+        })
+    });
+}
+
+/// Plain HTTP policies have no transparent retry (it is A6's rule): a refused stream is
+/// retried as any retryable failure, counted against `max_attempts`.
+#[test]
+fn plain_policies_count_a_refused_stream_as_an_attempt() {
+    on_every_runtime(Duration::from_secs(60), |mode| {
+        repeat(mode, 10, |_| async {
+            let plain = |attempts| {
+                RetryLayer::new()
+                    .no_idempotency_key()
+                    .policy(quick_plain().max_attempts(attempts))
+            };
+            let server = refusing(1).await;
+            let status = unary(stack(h2_channel(&server).await, plain(1)), UNARY, b"x")
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), Code::Unavailable);
+            assert_eq!(server.log.seen(), 1, "sent once");
+
+            let server = refusing(1).await;
+            let reply = unary(stack(h2_channel(&server).await, plain(2)), UNARY, b"x")
+                .await
+                .unwrap();
+            let info = reply.extensions().get::<RetryInfo>().unwrap();
+            assert_eq!(info.attempts, 2);
+            assert!(!info.retries[0].transparent);
+            assert_eq!(info.retries[0].reason, RetryReason::RefusedStream);
+        })
+    });
+}
+
+fn quick_plain() -> RetryPolicy {
+    RetryPolicy::default().backoff(
+        Backoff::exponential(Duration::from_millis(1), Duration::from_millis(4))
+            .jitter(Jitter::None),
+    )
+}
+
+/// The throttle hears of a failed attempt once, also when the retry first waits for the
+/// transport to let go of the streaming body (the outcome is decided again then).
+#[test]
+fn a_failure_is_counted_once_when_the_retry_waits_for_the_body() {
+    use common::transport::{Proto, Script, Step as Chunk, client};
+    use tower::ServiceExt;
+
+    on_every_runtime(Duration::from_secs(60), |mode| {
+        repeat(mode, 10, |_| async {
+            let server = h2_server(|index| match index {
+                0 => H2Action::ResetAfterFirstChunk(h2::Reason::CANCEL),
+                _ => H2Action::Apply(200),
+            })
+            .await;
+            let throttle = drained_throttle();
+            let retrying = ServiceBuilder::new()
+                .layer(a6_layer(&throttle, 2))
+                .service(client(Proto::H2));
+            let steps = [
+                Chunk::Data(b"first,"),
+                Chunk::Wait(Duration::from_millis(30)),
+                Chunk::Data(b"second"),
+            ];
+            let request = http::Request::post(server.url(UNARY))
+                .header("content-type", "application/grpc")
+                .body(Script::new(&steps))
+                .unwrap();
+            let response = retrying.oneshot(request).await.unwrap();
+            let info = response.extensions().get::<RetryInfo>().unwrap();
+            assert_eq!(info.attempts, 2);
+            assert_eq!(info.retries[0].reason, RetryReason::ConnectionClosed);
+            assert_eq!(server.log.applied()[0].body, Script::bytes(&steps));
+            // 8 - 1 for the reset + 0.5 for the answer (committed: no grpc-status).
+            assert_eq!(throttle.tokens(), 7.5);
+        })
+    });
 }

@@ -1271,6 +1271,7 @@ mod tests {
         assert_eq!(plain.get_max_attempts(), 1);
         assert_eq!(plain.get_grpc_codes(), Some(&[][..]));
         assert_eq!(plain.get_deadline(), None);
+        assert!(!plain.is_never(), "A6's transparent retry still applies");
     }
 
     #[test]

@@ -288,6 +288,13 @@ pub enum H2Action {
     ApplyThenGoAway,
     /// Read the body in full and record it, then drop the connection without a word.
     ApplyThenDrop,
+    /// RST_STREAM(REFUSED_STREAM) as soon as the request's headers are in, reading
+    /// nothing: the stream is refused before any of it is processed.
+    Refuse,
+    /// Read the body in full and record it, then answer as a gRPC server would: 200,
+    /// `content-type: application/grpc`, the request's bytes echoed (a gRPC request's
+    /// message frames are a valid reply), trailers with `grpc-status: 0`.
+    GrpcEcho,
 }
 
 /// A server on the `h2` crate's server side, for frames hyper's server never sends on its
@@ -372,6 +379,25 @@ async fn h2_stream(
 ) {
     let (parts, mut body) = req.into_parts();
     match action {
+        H2Action::Refuse => respond.send_reset(h2::Reason::REFUSED_STREAM),
+        H2Action::GrpcEcho => {
+            let Ok(applied) = h2_read_all(&parts, body).await else {
+                return;
+            };
+            let echo = applied.body.clone();
+            log.record(applied);
+            let response = Response::builder()
+                .status(200)
+                .header("content-type", "application/grpc")
+                .body(())
+                .unwrap();
+            if let Ok(mut send) = respond.send_response(response, false) {
+                let _ = send.send_data(echo, false);
+                let mut trailers = HeaderMap::new();
+                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                let _ = send.send_trailers(trailers);
+            }
+        }
         H2Action::ResetAfterFirstChunk(reason) => {
             if let Some(Ok(chunk)) = body.data().await {
                 let _ = body.flow_control().release_capacity(chunk.len());
