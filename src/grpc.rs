@@ -11,6 +11,8 @@
 //!   `grpc-status`) commit the RPC: A6 never retries it after that.
 //! - **Which codes to retry is the method's policy** ([`RetryParams`]), from a service
 //!   config ([`service_config`]); `UNAVAILABLE` is the usual one.
+//!   [`RetryLayer::from_service_config`](crate::RetryLayer::from_service_config) turns a
+//!   whole config into the layer, [`MethodConfig::policy`] one entry into a policy.
 //! - **Server pushback** ([`pushback`]): `grpc-retry-pushback-ms` is the exact wait of the
 //!   next retry, or, negative or malformed, says not to retry.
 //! - **Throttling** ([`Throttle`]): A6's token count per server, which turns retries off
@@ -72,9 +74,14 @@
 //! # let channel = tower::service_fn(|_: http::Request<tonic::body::Body>| async {
 //! #     Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::empty()))
 //! # });
+//! let config = grpc::service_config(r#"{"methodConfig": [{
+//!     "name": [{"service": "shop.Cart"}],
+//!     "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s",
+//!                     "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+//! }]}"#)?;
 //! let stack = ServiceBuilder::new()
 //!     .layer(grpc::status_layer())
-//!     .layer(RetryLayer::new().no_idempotency_key())
+//!     .layer(RetryLayer::from_service_config(&config)) // or RetryLayer::grpc() and routes
 //!     .layer(grpc::tonic_body_layer())
 //!     .service(channel);
 //! let client = tonic::client::Grpc::new(stack);

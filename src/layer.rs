@@ -124,6 +124,72 @@ impl RetryLayer {
             .policy(RetryPolicy::default().grpc_codes([tonic::Code::Unavailable]))
     }
 
+    /// The layer a gRPC service config describes (feature `grpc`, gRPC's A6 "Integration
+    /// with Service Config"): one call from [`grpc::service_config`]'s reading to the whole
+    /// retry configuration of a tonic client.
+    ///
+    /// - Every `methodConfig` name becomes a route ([`ServiceConfig::routes`]): `POST` to
+    ///   `/service/method`, to `/service/...`, or, for the empty name, every `POST`; the
+    ///   most specific match wins, as in gRPC.
+    /// - Each route's policy is its entry's [`MethodConfig::policy`]: the
+    ///   `retryableStatusCodes`, `maxAttempts` (at most 5), A6's full-jitter backoff from
+    ///   `initialBackoff` times `backoffMultiplier` up to `maxBackoff`, and the `timeout` as
+    ///   the deadline of the RPC across all its attempts (sent as `grpc-timeout`, the time
+    ///   left, on every attempt). An entry without a `retryPolicy` retries nothing but
+    ///   keeps gRPC's classification and A6's transparent retry.
+    /// - A method no entry names gets the same: one attempt, gRPC's rules, no deadline.
+    /// - `retryThrottling` becomes the layer's [`throttle`](Self::throttle), shared by every
+    ///   route (A6 throttles per server) and by every layer made from the same
+    ///   [`ServiceConfig`] (its throttle is one shared handle).
+    ///
+    /// The rest is [`RetryLayer::grpc`]'s: no idempotency keys, the default
+    /// [`RetryBudget`] (gRPC has none; [`no_budget`](Self::no_budget) removes it), the 64 KiB
+    /// replay cap. It is a layer like any other, so those can be changed afterwards; a route
+    /// added later is tried after the config's routes.
+    ///
+    /// ```
+    /// use tower_http_retry::grpc::service_config;
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// let config = service_config(r#"{
+    ///   "methodConfig": [{
+    ///     "name": [{"service": "shop.Cart"}],
+    ///     "timeout": "2s",
+    ///     "retryPolicy": {
+    ///       "maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s",
+    ///       "backoffMultiplier": 1.5, "retryableStatusCodes": ["UNAVAILABLE"]
+    ///     }
+    ///   }],
+    ///   "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
+    /// }"#)?;
+    /// let layer = RetryLayer::from_service_config(&config);
+    /// // tower::ServiceBuilder::new()
+    /// //     .layer(grpc::status_layer())
+    /// //     .layer(layer)
+    /// //     .layer(grpc::tonic_body_layer())
+    /// //     .service(channel)
+    /// # let _ = layer;
+    /// # Ok::<_, tower_http_retry::grpc::InvalidServiceConfig>(())
+    /// ```
+    ///
+    /// [`grpc::service_config`]: crate::grpc::service_config
+    /// [`ServiceConfig`]: crate::grpc::ServiceConfig
+    /// [`ServiceConfig::routes`]: crate::grpc::ServiceConfig::routes
+    /// [`MethodConfig::policy`]: crate::grpc::MethodConfig::policy
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn from_service_config(config: &crate::grpc::ServiceConfig) -> Self {
+        let unnamed = RetryPolicy::default().max_attempts(1).grpc_codes([]);
+        let mut layer = Self::grpc().policy(unnamed);
+        for (route, method) in config.routes() {
+            layer = layer.route(route, method.policy());
+        }
+        match config.throttle() {
+            Some(throttle) => layer.throttle(throttle.clone()),
+            None => layer,
+        }
+    }
+
     /// gRPC's retry throttle (A6 `retryThrottling`, feature `grpc`), shared by the layer's
     /// gRPC policies that have none of their own ([`RetryPolicy::throttle`]).
     #[cfg(feature = "grpc")]

@@ -17,7 +17,7 @@ use tower_http_retry::{
     Backoff, Jitter, Retry, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
 };
 
-use common::grpc::{COLLECT, GrpcServer, Step, UNARY, collect, unary};
+use common::grpc::{COLLECT, ECHO, GrpcServer, OTHER_UNARY, Step, UNARY, collect, unary};
 use common::transport::{H2Action, Server, h2_server, on_every_runtime, repeat};
 
 fn quick() -> RetryPolicy {
@@ -470,4 +470,124 @@ fn a_failure_is_counted_once_when_the_retry_waits_for_the_body() {
             assert_eq!(throttle.tokens(), 7.5);
         })
     });
+}
+
+// ---- A whole layer from a service config ----
+
+/// Each `methodConfig` entry is its own route and policy: the method's (`Unary`), the
+/// service's for its other methods (`Echo`), the default for another service (no
+/// retries, the timeout as deadline); one throttle for all of them, the config's own.
+#[tokio::test]
+async fn a_service_config_gives_each_route_its_policy_and_one_throttle() {
+    let config = grpc::service_config(
+        r#"{
+          "methodConfig": [
+            {"name": [{"service": "test.Raw", "method": "Unary"}],
+             "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.001s",
+                             "maxBackoff": "0.004s", "backoffMultiplier": 1.5,
+                             "retryableStatusCodes": ["UNAVAILABLE"]}},
+            {"name": [{"service": "test.Raw"}],
+             "retryPolicy": {"maxAttempts": 2, "initialBackoff": "0.001s",
+                             "maxBackoff": "0.001s", "backoffMultiplier": 1,
+                             "retryableStatusCodes": ["RESOURCE_EXHAUSTED"]}},
+            {"name": [{}], "timeout": "7s"}
+          ],
+          "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.5}
+        }"#,
+    )
+    .unwrap();
+    let throttle = config.throttle().unwrap().clone();
+    let server = GrpcServer::start([]).await;
+    let channel = server.channel().await;
+    let client = stack(channel.clone(), RetryLayer::from_service_config(&config));
+    let calls = |from: usize| -> Vec<(String, Option<String>)> {
+        server.seen()[from..]
+            .iter()
+            .map(|s| {
+                let previous = s.headers.get("grpc-previous-rpc-attempts");
+                (s.path.clone(), previous.map(|v| v.to_str().unwrap().into()))
+            })
+            .collect()
+    };
+
+    // The method's entry: 4 attempts for UNAVAILABLE, A6's backoff (1, 1.5, 2.25 ms).
+    server.push([
+        Step::Fail(Code::Unavailable),
+        Step::Fail(Code::Unavailable),
+        Step::Fail(Code::Unavailable),
+        Step::Ok,
+    ]);
+    let reply = unary(client.clone(), UNARY, b"a").await.unwrap();
+    let info = reply.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(info.attempts, 4);
+    for (retry, ceiling_us) in info.retries.iter().zip([1_000, 1_500, 2_250]) {
+        assert!(retry.wait <= Duration::from_micros(ceiling_us), "{info:?}");
+    }
+    let previous: Vec<_> = calls(0).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(
+        previous,
+        [None, Some("1".into()), Some("2".into()), Some("3".into())]
+    );
+    assert_eq!(throttle.tokens(), 7.5, "three failures, one success");
+    // Its codes are its own: RESOURCE_EXHAUSTED, which the service's entry lists, is final.
+    server.push([Step::Fail(Code::ResourceExhausted), Step::Ok]);
+    let status = unary(client.clone(), UNARY, b"b").await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(calls(4), [(UNARY.to_string(), None)]);
+    let _ = unary(client.clone(), UNARY, b"drain the Ok").await.unwrap();
+    assert_eq!(throttle.tokens(), 8.0);
+
+    // The service's entry for its other methods: RESOURCE_EXHAUSTED, 2 attempts.
+    server.push([
+        Step::Fail(Code::ResourceExhausted),
+        Step::Ok,
+        Step::Fail(Code::ResourceExhausted),
+        Step::Fail(Code::ResourceExhausted),
+        Step::Fail(Code::Unavailable),
+    ]);
+    let reply = unary(client.clone(), ECHO, b"c").await.unwrap();
+    assert_eq!(reply.extensions().get::<RetryInfo>().unwrap().attempts, 2);
+    let status = unary(client.clone(), ECHO, b"d").await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    let status = unary(client.clone(), ECHO, b"e").await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "not the service's code");
+    let echo = calls(6);
+    assert_eq!(echo.len(), 5, "{echo:?}");
+    assert!(echo.iter().all(|(path, _)| path == ECHO));
+    // 8 - 1 + 0.5 - 2; UNAVAILABLE is not retryable here, so it is no failure.
+    assert_eq!(throttle.tokens(), 5.5);
+
+    // The default entry: one attempt, gRPC's rules, its timeout as the deadline.
+    server.push([Step::Fail(Code::Unavailable), Step::Ok]);
+    let status = unary(client.clone(), OTHER_UNARY, b"f").await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    let other = server.seen().pop().unwrap();
+    assert_eq!(other.path, OTHER_UNARY);
+    assert!(!other.headers.contains_key("idempotency-key"));
+    let timeout = other.headers.get("grpc-timeout").expect("the deadline");
+    let left = grpc::parse_grpc_timeout(timeout.as_bytes()).unwrap();
+    assert!(left <= Duration::from_secs(7) && left > Duration::from_secs(6));
+    let _ = unary(client.clone(), OTHER_UNARY, b"drain the Ok")
+        .await
+        .unwrap();
+
+    // One throttle, the config's own handle, for every route and for every layer made
+    // from the config: taken to half (5.0) from outside, a failure on the method's route
+    // through a second layer leaves 4.0, and its retry is refused.
+    server.push([Step::Fail(Code::Unavailable), Step::Ok]);
+    assert_eq!(throttle.tokens(), 6.0);
+    throttle.record_failure();
+    let bare = ServiceBuilder::new()
+        .layer(RetryLayer::from_service_config(&config))
+        .layer(grpc::tonic_body_layer())
+        .service(channel);
+    let request = http::Request::post(format!("{}{}", server.uri(), UNARY))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(http_body_util::Full::new(common::grpc::frame(b"g")))
+        .unwrap();
+    let response = tower::ServiceExt::oneshot(bare, request).await.unwrap();
+    let info = response.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!((info.attempts, info.stop), (1, StopReason::Throttled));
+    assert_eq!(throttle.tokens(), 4.0);
 }

@@ -139,7 +139,9 @@ pub fn service_config(json: &str) -> Result<ServiceConfig, InvalidServiceConfig>
 }
 
 /// What [`service_config`] read: the method configs that name something, and the
-/// optional throttle.
+/// optional throttle. [`RetryLayer::from_service_config`] makes the layer it describes.
+///
+/// [`RetryLayer::from_service_config`]: crate::RetryLayer::from_service_config
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
     methods: Vec<MethodConfig>,
@@ -275,7 +277,9 @@ impl MethodConfig {
     ///   `grpc-timeout` (the time left) on every attempt.
     ///
     /// Everything else is [`RetryPolicy::default`]'s (no attempt timeout, no budget of its
-    /// own).
+    /// own). [`RetryLayer::from_service_config`](crate::RetryLayer::from_service_config)
+    /// builds a whole layer from these; call this to adjust one entry's policy first (an
+    /// attempt timeout, say) and add the routes yourself.
     ///
     /// ```
     /// use std::time::Duration;

@@ -2,7 +2,9 @@
 //! hand (no protobuf compiler), answering each call as a scripted plan says.
 //!
 //! `test.Raw/Unary` echoes its request message; `test.Raw/Collect` (client streaming)
-//! answers with all its request messages joined. Messages are plain bytes ([`RawCodec`]).
+//! answers with all its request messages joined; `test.Raw/Echo` is a second unary method,
+//! and `test.Other` a second service with the same methods, for per-method and per-service
+//! configuration. Messages are plain bytes ([`RawCodec`]).
 //! Each call takes the next [`Step`] of the plan (`Step::Ok` once the plan is used up)
 //! and is recorded ([`Seen`]): its path, its headers, its request bytes.
 
@@ -32,6 +34,12 @@ pub const SERVICE: &str = "test.Raw";
 pub const UNARY: &str = "/test.Raw/Unary";
 /// The client-streaming method's path.
 pub const COLLECT: &str = "/test.Raw/Collect";
+/// A second unary method of the same service.
+pub const ECHO: &str = "/test.Raw/Echo";
+/// The second service's name.
+pub const OTHER_SERVICE: &str = "test.Other";
+/// The second service's unary method.
+pub const OTHER_UNARY: &str = "/test.Other/Unary";
 
 /// Messages as plain bytes, both ways.
 #[derive(Debug, Clone, Copy, Default)]
@@ -138,9 +146,11 @@ impl GrpcServer {
         let service = Raw {
             state: state.clone(),
         };
+        let other = Other(service.clone());
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(service)
+                .add_service(other)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
                 }),
@@ -237,17 +247,33 @@ impl Service<http::Request<tonic::body::Body>> for Raw {
         let state = self.state.clone();
         Box::pin(async move {
             let path = request.uri().path().to_string();
+            let method = path.rsplit('/').next().unwrap_or_default();
             let step = state.next();
             let mut grpc = tonic::server::Grpc::new(RawCodec);
-            let response = match (path.as_str(), step) {
-                (UNARY, Step::AfterHeaders(code)) => {
-                    grpc.server_streaming(ThenFail { state, code }, request)
-                        .await
+            let response = match (method, step) {
+                ("Unary" | "Echo", Step::AfterHeaders(code)) => {
+                    let then_fail = ThenFail {
+                        state,
+                        path: path.clone(),
+                        code,
+                    };
+                    grpc.server_streaming(then_fail, request).await
                 }
-                (UNARY, step) => grpc.unary(Unary { state, step }, request).await,
-                (COLLECT, step) => {
-                    grpc.client_streaming(Collect { state, step }, request)
-                        .await
+                ("Unary" | "Echo", step) => {
+                    let unary = Unary {
+                        state,
+                        path: path.clone(),
+                        step,
+                    };
+                    grpc.unary(unary, request).await
+                }
+                ("Collect", step) => {
+                    let collect = Collect {
+                        state,
+                        path: path.clone(),
+                        step,
+                    };
+                    grpc.client_streaming(collect, request).await
                 }
                 _ => Status::unimplemented(format!("no method {path}")).into_http(),
             };
@@ -256,8 +282,31 @@ impl Service<http::Request<tonic::body::Body>> for Raw {
     }
 }
 
+/// The same methods under a second service name, sharing the plan and the record.
+#[derive(Clone)]
+struct Other(Raw);
+
+impl NamedService for Other {
+    const NAME: &'static str = OTHER_SERVICE;
+}
+
+impl Service<http::Request<tonic::body::Body>> for Other {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        self.0.call(request)
+    }
+}
+
 struct Unary {
     state: Arc<State>,
+    path: String,
     step: Step,
 }
 
@@ -273,13 +322,14 @@ impl Service<tonic::Request<Bytes>> for Unary {
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let (metadata, _, message) = request.into_parts();
         self.state
-            .record(UNARY, metadata.into_headers(), message.clone());
+            .record(&self.path, metadata.into_headers(), message.clone());
         Box::pin(answer(self.step.clone(), message))
     }
 }
 
 struct Collect {
     state: Arc<State>,
+    path: String,
     step: Step,
 }
 
@@ -294,6 +344,7 @@ impl Service<tonic::Request<Streaming<Bytes>>> for Collect {
 
     fn call(&mut self, request: tonic::Request<Streaming<Bytes>>) -> Self::Future {
         let state = self.state.clone();
+        let path = self.path.clone();
         let step = self.step.clone();
         Box::pin(async move {
             let (metadata, _, mut messages) = request.into_parts();
@@ -302,7 +353,7 @@ impl Service<tonic::Request<Streaming<Bytes>>> for Collect {
                 joined.extend_from_slice(&message?);
             }
             let joined = joined.freeze();
-            state.record(COLLECT, metadata.into_headers(), joined.clone());
+            state.record(&path, metadata.into_headers(), joined.clone());
             answer(step, joined).await
         })
     }
@@ -311,6 +362,7 @@ impl Service<tonic::Request<Streaming<Bytes>>> for Collect {
 /// Replies with the echo, then fails in the trailers.
 struct ThenFail {
     state: Arc<State>,
+    path: String,
     code: Code,
 }
 
@@ -328,7 +380,7 @@ impl Service<tonic::Request<Bytes>> for ThenFail {
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let (metadata, _, message) = request.into_parts();
         self.state
-            .record(UNARY, metadata.into_headers(), message.clone());
+            .record(&self.path, metadata.into_headers(), message.clone());
         let replies = vec![Ok(message), Err(failure(self.code, None))];
         Box::pin(async move { Ok(tonic::Response::new(tokio_stream::iter(replies))) })
     }
