@@ -31,12 +31,16 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
-    /// The limits of a request starting now; the clock is read only for a deadline.
-    pub(crate) fn start(policy: &RetryPolicy) -> Self {
+    /// The limits of a request starting now, its deadline also at most `bound` away when
+    /// given (a gRPC caller's own `grpc-timeout`): the shorter applies. The clock is read
+    /// only for a deadline.
+    pub(crate) fn start(policy: &RetryPolicy, bound: Option<Duration>) -> Self {
+        let deadline = match (policy.deadline, bound) {
+            (Some(d), Some(b)) => Some(d.min(b)),
+            (d, b) => d.or(b),
+        };
         Self {
-            deadline: policy
-                .deadline
-                .and_then(|d| Instant::now().checked_add(d).map(|at| (at, d))),
+            deadline: deadline.and_then(|d| Instant::now().checked_add(d).map(|at| (at, d))),
             attempt_timeout: policy.attempt_timeout,
         }
     }
@@ -540,7 +544,7 @@ mod tests {
             .deadline(Duration::from_secs(10))
             .attempt_timeout(Duration::from_secs(3));
         let now = Instant::now();
-        let limits = Limits::start(&policy);
+        let limits = Limits::start(&policy, None);
         assert!(limits.bounds_attempts());
         assert_eq!(limits.attempt_end(now), Some(now + Duration::from_secs(3)));
         let late = now + Duration::from_secs(8);
@@ -557,13 +561,30 @@ mod tests {
         assert!(limits.past_deadline(past));
         assert!(limits.expired(past, 2).is::<DeadlineExceeded>());
 
-        let timeout_only =
-            Limits::start(&RetryPolicy::default().attempt_timeout(Duration::from_secs(2)));
+        let timeout_only = Limits::start(
+            &RetryPolicy::default().attempt_timeout(Duration::from_secs(2)),
+            None,
+        );
         assert_eq!(
             timeout_only.wait_end(now, Some(RELEASE_GRACE)),
             Some(now + Duration::from_secs(2))
         );
-        let none = Limits::start(&RetryPolicy::default());
+        // A bound shortens the deadline, never lengthens it, and is one on its own.
+        let ten = RetryPolicy::default().deadline(Duration::from_secs(10));
+        let bounded = Limits::start(&ten, Some(Duration::from_secs(4)));
+        assert_eq!(bounded.deadline(), Some(now + Duration::from_secs(4)));
+        assert!(
+            bounded
+                .expired(now + Duration::from_secs(4), 1)
+                .is::<DeadlineExceeded>()
+        );
+        let loose = Limits::start(&ten, Some(Duration::from_secs(40)));
+        assert_eq!(loose.deadline(), Some(now + Duration::from_secs(10)));
+        let only = Limits::start(&RetryPolicy::default(), Some(Duration::from_secs(3)));
+        assert_eq!(only.deadline(), Some(now + Duration::from_secs(3)));
+        assert!(only.bounds_attempts());
+
+        let none = Limits::start(&RetryPolicy::default(), None);
         assert!(!none.bounds_attempts());
         assert_eq!(
             none.wait_end(now, Some(RELEASE_GRACE)),

@@ -100,6 +100,8 @@ impl RetryLayer {
     /// response ([`RetryPolicy::grpc_codes`]), honours `grpc-retry-pushback-ms` (the exact
     /// wait; a negative or malformed value stops), sends `grpc-previous-rpc-attempts` on
     /// retries, and rewrites `grpc-timeout` to the time left when the policy has a deadline.
+    /// A `grpc-timeout` the caller set (tonic's `Request::set_timeout`) is the RPC's
+    /// deadline too, across all its attempts: the shorter of it and the policy's applies.
     /// Everything else is as [`RetryLayer::new`]: the backoff, the budget, the replay cap.
     ///
     /// ```
@@ -135,7 +137,9 @@ impl RetryLayer {
     ///   `retryableStatusCodes`, `maxAttempts` (at most 5), A6's full-jitter backoff from
     ///   `initialBackoff` times `backoffMultiplier` up to `maxBackoff`, and the `timeout` as
     ///   the deadline of the RPC across all its attempts (sent as `grpc-timeout`, the time
-    ///   left, on every attempt). An entry without a `retryPolicy` retries nothing but
+    ///   left, on every attempt; a shorter deadline of the caller's own, tonic's
+    ///   `Request::set_timeout`, applies instead, as in gRPC's clients). An entry without a
+    ///   `retryPolicy` retries nothing but
     ///   keeps gRPC's classification and A6's transparent retry.
     /// - A method no entry names gets the same: one attempt, gRPC's rules, no deadline.
     /// - `retryThrottling` becomes the layer's [`throttle`](Self::throttle), shared by every

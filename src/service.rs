@@ -125,7 +125,17 @@ where
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
         let plan = self.plans.select(&request);
         let policy = &plan.policy;
-        let limits = Limits::start(policy);
+        // gRPC: a `grpc-timeout` the caller set (tonic's `Request::set_timeout`) is the
+        // RPC's deadline too, across all attempts; the shorter of it and the policy's applies.
+        #[cfg(feature = "grpc")]
+        let caller_timeout = policy
+            .grpc_codes
+            .as_ref()
+            .and_then(|_| request.headers().get(crate::grpc::GRPC_TIMEOUT))
+            .and_then(|value| crate::grpc::parse_grpc_timeout(value.as_bytes()));
+        #[cfg(not(feature = "grpc"))]
+        let caller_timeout = None;
+        let limits = Limits::start(policy, caller_timeout);
         let trace = Trace::new(&request);
         let mut info = RetryInfo {
             attempts: 1,
@@ -163,10 +173,13 @@ where
                 .insert(name.clone(), http::HeaderValue::from_static("1"));
         }
 
-        // gRPC: the server learns the time left from `grpc-timeout` (rewritten on retries).
+        // gRPC: the server learns the time left from `grpc-timeout` (rewritten on retries);
+        // a shorter one of the caller's stays.
         #[cfg(feature = "grpc")]
         if let (Some(_), Some(deadline)) = (&policy.grpc_codes, policy.deadline) {
-            crate::grpc::set_grpc_timeout(request.headers_mut(), deadline);
+            if caller_timeout.is_none_or(|caller| caller > deadline) {
+                crate::grpc::set_grpc_timeout(request.headers_mut(), deadline);
+            }
         }
 
         if policy.is_never() || request.method() == Method::CONNECT {

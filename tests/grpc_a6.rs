@@ -17,7 +17,9 @@ use tower_http_retry::{
     Backoff, Jitter, Retry, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
 };
 
-use common::grpc::{COLLECT, ECHO, GrpcServer, OTHER_UNARY, Step, UNARY, collect, unary};
+use common::grpc::{
+    COLLECT, ECHO, GrpcServer, OTHER_UNARY, Step, UNARY, collect, unary, unary_request,
+};
 use common::transport::{H2Action, Server, h2_server, on_every_runtime, repeat};
 
 fn quick() -> RetryPolicy {
@@ -590,4 +592,92 @@ async fn a_service_config_gives_each_route_its_policy_and_one_throttle() {
     let info = response.extensions().get::<RetryInfo>().unwrap();
     assert_eq!((info.attempts, info.stop), (1, StopReason::Throttled));
     assert_eq!(throttle.tokens(), 4.0);
+}
+
+// ---- The caller's own grpc-timeout ----
+
+fn sent_timeout(seen: &common::grpc::Seen) -> Duration {
+    let value = seen.headers.get("grpc-timeout").expect("grpc-timeout sent");
+    grpc::parse_grpc_timeout(value.as_bytes()).unwrap()
+}
+
+fn with_timeout(timeout: Duration) -> tonic::Request<bytes::Bytes> {
+    let mut request = tonic::Request::new(bytes::Bytes::from_static(b"x"));
+    request.set_timeout(timeout);
+    request
+}
+
+/// gRPC's rule for a method's `timeout`: the caller's own deadline (tonic's
+/// `Request::set_timeout`) applies when it is shorter. It is kept on the wire and ends
+/// the RPC; a longer one is cut to the method's.
+#[tokio::test]
+async fn the_callers_shorter_timeout_beats_the_methods() {
+    let config = grpc::service_config(
+        r#"{"methodConfig": [{"name": [{"service": "test.Raw"}], "timeout": "20s",
+            "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.001s",
+                            "maxBackoff": "0.001s", "backoffMultiplier": 1,
+                            "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#,
+    )
+    .unwrap();
+    let server = GrpcServer::start([Step::Slow(Duration::from_secs(30), Box::new(Step::Ok))]).await;
+    let client = stack(
+        server.channel().await,
+        RetryLayer::from_service_config(&config),
+    );
+    let start = Instant::now();
+    let status = unary_request(
+        client.clone(),
+        UNARY,
+        with_timeout(Duration::from_millis(200)),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(sent_timeout(&server.seen()[0]) <= Duration::from_millis(200));
+
+    let reply = unary_request(client, UNARY, with_timeout(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(&reply.get_ref()[..], b"x");
+    let sent = sent_timeout(&server.seen()[1]);
+    assert!(
+        sent <= Duration::from_secs(20) && sent > Duration::from_secs(19),
+        "{sent:?}"
+    );
+}
+
+/// Without a deadline in the policy, the caller's `grpc-timeout` is the RPC's deadline:
+/// each retry is told the time left, not the whole timeout again.
+#[tokio::test]
+async fn retries_are_told_the_time_left_of_the_callers_timeout() {
+    let server = GrpcServer::start([
+        Step::Fail(Code::Unavailable),
+        Step::Fail(Code::Unavailable),
+        Step::Ok,
+    ])
+    .await;
+    let layer = RetryLayer::grpc().policy(
+        quick().backoff(
+            Backoff::exponential(Duration::from_millis(20), Duration::from_millis(20))
+                .jitter(Jitter::None),
+        ),
+    );
+    let reply = unary_request(
+        stack(server.channel().await, layer),
+        UNARY,
+        with_timeout(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.extensions().get::<RetryInfo>().unwrap().attempts, 3);
+    let sent: Vec<_> = server.seen().iter().map(sent_timeout).collect();
+    assert!(sent[0] <= Duration::from_secs(10), "{sent:?}");
+    // Each retry waited 20 ms first: the time left shrinks by at least that much.
+    assert!(sent[1] + Duration::from_millis(20) <= sent[0], "{sent:?}");
+    assert!(sent[2] + Duration::from_millis(20) <= sent[1], "{sent:?}");
 }

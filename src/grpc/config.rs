@@ -274,7 +274,9 @@ impl MethodConfig {
     ///   stream refused before it left, which no retry configuration turns off);
     /// - its `timeout`, if any, is the policy's [`deadline`](RetryPolicy::deadline): one
     ///   deadline for the RPC across all its attempts and waits, sent to the server as
-    ///   `grpc-timeout` (the time left) on every attempt.
+    ///   `grpc-timeout` (the time left) on every attempt. As with gRPC's own clients, a
+    ///   shorter `grpc-timeout` of the caller's (tonic's `Request::set_timeout`) applies
+    ///   instead.
     ///
     /// Everything else is [`RetryPolicy::default`]'s (no attempt timeout, no budget of its
     /// own). [`RetryLayer::from_service_config`](crate::RetryLayer::from_service_config)
