@@ -437,7 +437,7 @@ impl RetryPolicy {
 
     /// True when requests under this policy are sent once and never retried: one attempt,
     /// and not a gRPC policy (one of those still gets A6's transparent retry of a stream
-    /// refused before it left; see [`RetryPolicy::grpc_codes`]).
+    /// refused before it left; see `RetryPolicy::grpc_codes`, feature `grpc`).
     pub fn is_never(&self) -> bool {
         self.max_attempts <= 1 && !self.transparent_retries()
     }
