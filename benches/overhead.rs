@@ -290,7 +290,37 @@ fn interleaved(kind: &Kind, rounds: usize) {
     }
 }
 
+/// `OVERHEAD_PROFILE=get/ours` (a kind and a case, as in the criterion ids) sends
+/// `OVERHEAD_PROFILE_N` requests (default 20 000) through that one case and nothing else:
+/// a run to count instructions with `valgrind --tool=callgrind`, where the difference from
+/// the same run of `bare` is the case's own cost.
+fn profile(spec: &str) {
+    let (kind_name, case_name) = spec.split_once('/').expect("OVERHEAD_PROFILE=kind/case");
+    let n: u64 = std::env::var("OVERHEAD_PROFILE_N")
+        .ok()
+        .map(|n| n.parse().expect("OVERHEAD_PROFILE_N is a number"))
+        .unwrap_or(20_000);
+    let kind = kinds()
+        .into_iter()
+        .find(|k| k.name == kind_name)
+        .expect("a known kind: get, get_read, post, get_conn");
+    let mut case = cases(&kind, true)
+        .into_iter()
+        .find(|c| c.name == case_name)
+        .expect("a known case of that kind");
+    let mut source = Source::new(&kind.method);
+    let t = median_of_batches(&mut case.send, &mut source, n);
+    println!(
+        "{spec}: {n} requests, {:.1} ns/request",
+        t.as_nanos() as f64 / n as f64
+    );
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("OVERHEAD_PROFILE") {
+        profile(&spec);
+        return;
+    }
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_millis(700))
         .measurement_time(Duration::from_secs(3))

@@ -37,12 +37,24 @@ pub(crate) struct Plan {
     /// retryable.
     pub(crate) key_header: HeaderName,
     pub(crate) attempt_header: Option<HeaderName>,
+    /// Whether outcomes are classified by the default table (no custom classifier, not
+    /// gRPC), under which every 2xx response is final.
+    default_classification: bool,
     /// The gRPC retry throttle for a gRPC policy: its own, else the layer's.
     #[cfg(feature = "grpc")]
     pub(crate) throttle: Option<crate::grpc::Throttle>,
 }
 
 impl Plan {
+    /// Whether `result` is a success that the policy returns without further thought: a
+    /// 2xx under the default classification (which never retries one).
+    pub(crate) fn plain_success<RB, E>(&self, result: &Result<http::Response<RB>, E>) -> bool {
+        self.default_classification
+            && result
+                .as_ref()
+                .is_ok_and(|response| response.status().is_success())
+    }
+
     pub(crate) fn resolve(policy: RetryPolicy, defaults: &Defaults) -> Self {
         let budget = policy.budget.clone().or_else(|| defaults.budget.clone());
         let (key, key_header) = match &policy.key {
@@ -59,7 +71,11 @@ impl Plan {
                 .or_else(|| defaults.throttle.clone()),
             None => None,
         };
+        let default_classification = !policy.has_custom_classifier();
+        #[cfg(feature = "grpc")]
+        let default_classification = default_classification && policy.grpc_codes.is_none();
         Self {
+            default_classification,
             policy,
             budget,
             key,

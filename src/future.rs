@@ -55,7 +55,7 @@ pin_project! {
     #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<F, S, B, R> {
         #[pin]
-        state: State<F>,
+        state: State<F, R>,
         #[pin]
         timer: Option<Sleep>,
         // Whether `timer` means anything in the current state.
@@ -63,17 +63,17 @@ pin_project! {
         limits: Limits,
         info: RetryInfo,
         retrying: Option<Retrying<S, B>>,
-        // The outcome kept while waiting for the transport to let go of the body.
-        held: Option<Result<R, BoxError>>,
         trace: Trace,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<F> {
+    enum State<F, R> {
         Attempt { #[pin] future: F },
-        Releasing,
+        // The outcome is kept while waiting for the transport to let go of the body (in the
+        // state, not beside it: the attempt's future and it are never there together).
+        Releasing { held: Option<Result<R, BoxError>> },
         Waiting,
         Readying,
         Done,
@@ -177,7 +177,6 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
             limits,
             info,
             retrying,
-            held: None,
             trace,
         }
     }
@@ -237,17 +236,17 @@ where
                     };
                     (result, next)
                 }
-                StateProj::Releasing => {
+                StateProj::Releasing { held } => {
                     let retrying = this
                         .retrying
                         .as_mut()
                         .expect("only retries wait for a body");
-                    let responded = matches!(this.held, Some(Ok(_)));
+                    let responded = matches!(held, Some(Ok(_)));
                     let released = retrying.replay.poll_released(cx, responded).is_ready();
                     if !released && !timer_fired(this.timer.as_mut(), *this.armed, cx) {
                         return Poll::Pending;
                     }
-                    let result = this.held.take().expect("an outcome is held");
+                    let result = held.take().expect("an outcome is held");
                     this.state.set(State::Done);
                     let next = if released {
                         // Decided anew: time has passed, and the body's state changed.
@@ -348,8 +347,7 @@ where
                 Next::AwaitRelease => {
                     let end = this.limits.wait_end(Instant::now(), Some(RELEASE_GRACE));
                     arm(this.timer.as_mut(), this.armed, end);
-                    *this.held = Some(result);
-                    this.state.set(State::Releasing);
+                    this.state.set(State::Releasing { held: Some(result) });
                 }
                 Next::Wait(wait) => {
                     if let Some(record) = this.info.retries.last() {
@@ -427,6 +425,10 @@ fn decide<S, B, RB>(
     };
     let plan = &*retrying.plan;
     let policy = &plan.policy;
+    // The common case, a success under the default classification, is settled at once.
+    if plan.plain_success(result) {
+        return stop(info, StopReason::Final);
+    }
     let outcome = match result {
         Ok(response) => Outcome::Response {
             status: response.status(),
@@ -595,7 +597,7 @@ impl<F, S, B, R> std::fmt::Debug for ResponseFuture<F, S, B, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
             State::Attempt { .. } => "attempt",
-            State::Releasing => "releasing",
+            State::Releasing { .. } => "releasing",
             State::Waiting => "waiting",
             State::Readying => "readying",
             State::Done => "done",

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::header::Entry;
-use http::{Method, Request, Response};
+use http::{HeaderName, Method, Request, Response};
 use http_body::Body;
 use tower::BoxError;
 use tower_service::Service;
@@ -186,7 +186,7 @@ where
             info.stop = StopReason::Disabled;
             info.idempotency_key = stamped
                 .flatten()
-                .or_else(|| request.headers().get(&plan.key_header).cloned());
+                .or_else(|| field(request.headers(), &plan.key_header).cloned());
             let future = self.inner.call(request.map(ReplayBody::passthrough));
             return ResponseFuture::new(future, limits, info, None, trace);
         }
@@ -207,6 +207,19 @@ where
         let future = self.inner.call(Request::from_parts(parts, body));
         let retrying = Retrying::new(self.prototype.clone(), head, replay, plan);
         ResponseFuture::new(future, limits, info, Some(retrying), trace)
+    }
+}
+
+/// The first value of the field `name`, as `HeaderMap::get` finds it. A short map is
+/// scanned instead: comparing a few names costs less than hashing one (the layer looks up
+/// its key header on every request, and most requests carry a handful of fields).
+fn field<'a>(headers: &'a http::HeaderMap, name: &HeaderName) -> Option<&'a http::HeaderValue> {
+    if headers.len() <= 8 {
+        headers
+            .iter()
+            .find_map(|(field, value)| (field == name).then_some(value))
+    } else {
+        headers.get(name)
     }
 }
 
