@@ -1,0 +1,637 @@
+//! The layer against a second gRPC implementation: a server written with Python's grpcio
+//! (gRPC's C core underneath), `tests/grpcio/server.py`, started by each test on a free
+//! port of 127.0.0.1 with its own scripted plan.
+//!
+//! The client side is what `tests/grpc.rs` and `tests/grpc_a6.rs` build over tonic's own
+//! server: a tonic `Channel` under `grpc::status_layer()`, the `RetryLayer` and
+//! `grpc::tonic_body_layer()`. So what is checked here is that the layer reads another
+//! implementation's answers the way A6 says: C core's Trailers-Only failures (checked on
+//! the wire first, with the `h2` crate), its pushback, its commitment once headers or a
+//! message went out, and that grpcio sees the retries' metadata (`grpc-previous-rpc-attempts`,
+//! and `grpc-timeout` as the call's deadline).
+//!
+//! grpcio comes from PyPI (`.ci/run` installs it: `python3 -m pip install grpcio==1.85.3`).
+//! The interpreter is `python3`, or the one `PYTHON3` names. Without grpcio the tests fail
+//! under `CI=true`, and elsewhere say loudly that they skipped.
+#![cfg(feature = "grpc")]
+#![allow(clippy::disallowed_types)] // measures real waits with std's clock
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+use tower::ServiceBuilder;
+use tower_http_retry::grpc::{self, IntoStatus, Pushback, TonicBody};
+use tower_http_retry::hints::HintSource;
+use tower_http_retry::{
+    Backoff, Jitter, Retry, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
+};
+
+use common::grpc::{COLLECT, UNARY, collect, frame, unary};
+
+/// The server-streaming method: one reply message, and the only one that can fail after it.
+const REPLY: &str = "/test.Raw/Reply";
+/// The script's record of every call so far (takes no step of the plan).
+const SEEN: &str = "/test.Control/Seen";
+/// The grpcio version `.ci/run` installs, and these tests were written against.
+const GRPCIO: &str = "1.85.3";
+
+/// The Python interpreter with grpcio, or `None` (after saying so) when the test should
+/// skip. Under `CI=true` a missing grpcio fails the test.
+fn python(test: &str) -> Option<&'static str> {
+    static PYTHON: OnceLock<Option<String>> = OnceLock::new();
+    let found = PYTHON.get_or_init(|| {
+        let python = std::env::var("PYTHON3").unwrap_or_else(|_| "python3".to_string());
+        let ok = Command::new(&python)
+            .args(["-c", "import grpc"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(python)
+    });
+    match found {
+        Some(python) => Some(python.as_str()),
+        None if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("grpcio is required under CI=true (python3 -m pip install grpcio=={GRPCIO})")
+        }
+        None => {
+            eprintln!(
+                "\n*** SKIPPED {test}: Python's grpcio not found \
+                 (python3 -m pip install grpcio=={GRPCIO}) ***\n"
+            );
+            None
+        }
+    }
+}
+
+/// A running `tests/grpcio/server.py`; killed (and reaped) when dropped, a panicking test
+/// included. The script also exits when its stdin closes and after its lifetime.
+struct GrpcioServer {
+    child: Child,
+    _stdin: ChildStdin,
+    port: u16,
+}
+
+impl Drop for GrpcioServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl GrpcioServer {
+    /// Starts the script with `plan` (its steps, see the script's docs) and waits, at most
+    /// 20 s, for it to say which port it serves on.
+    fn start(python: &str, plan: &[&str]) -> GrpcioServer {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpcio/server.py");
+        let mut child = Command::new(python)
+            .arg(script)
+            .arg("--plan")
+            .arg(plan.join(","))
+            .args(["--lifetime", "60"])
+            .env("GRPC_VERBOSITY", "ERROR")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start tests/grpcio/server.py");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        // The guard exists before the wait, so a timeout below still kills the child.
+        let mut server = GrpcioServer {
+            child,
+            _stdin: stdin,
+            port: 0,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the grpcio server reports its port within 20 s");
+        server.port = line
+            .strip_prefix("PORT ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("the grpcio server said {line:?}, not PORT <n>"));
+        server
+    }
+
+    fn uri(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    async fn channel(&self) -> Channel {
+        Endpoint::from_shared(self.uri())
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect to the grpcio server")
+    }
+
+    /// Every call of a `test.Raw` method so far, as the server recorded it, asked over a
+    /// channel of its own (no layer).
+    async fn seen(&self) -> Vec<Call> {
+        let reply = unary(self.channel().await, SEEN, b"")
+            .await
+            .expect("the server's record");
+        let calls: Vec<serde_json::Value> =
+            serde_json::from_slice(reply.get_ref()).expect("JSON records");
+        calls.iter().map(Call::from_json).collect()
+    }
+}
+
+/// One call as the grpcio server saw it.
+#[derive(Debug)]
+struct Call {
+    method: String,
+    /// The step of the plan it took.
+    step: String,
+    /// When it arrived, in milliseconds since the server started.
+    arrived_ms: f64,
+    /// Its metadata as grpcio gives it to handlers (no `grpc-timeout`: C core turns that
+    /// into the call's deadline).
+    metadata: Vec<(String, String)>,
+    /// Seconds left before the call's deadline, as grpcio says (`context.time_remaining()`);
+    /// about 9.2e18 without one.
+    time_remaining: f64,
+    /// The request messages.
+    messages: Vec<Vec<u8>>,
+}
+
+impl Call {
+    fn from_json(value: &serde_json::Value) -> Call {
+        let text = |v: &serde_json::Value| v.as_str().expect("a string").to_string();
+        Call {
+            method: text(&value["method"]),
+            step: text(&value["step"]),
+            arrived_ms: value["arrived_ms"].as_f64().expect("arrived_ms"),
+            metadata: value["metadata"]
+                .as_array()
+                .expect("metadata")
+                .iter()
+                .map(|pair| (text(&pair[0]), text(&pair[1])))
+                .collect(),
+            time_remaining: value["time_remaining"].as_f64().expect("time_remaining"),
+            messages: value["messages"]
+                .as_array()
+                .expect("messages")
+                .iter()
+                .map(|m| unhex(m.as_str().expect("hex")))
+                .collect(),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The deadline grpcio derived from `grpc-timeout`, if the call had one.
+    fn deadline(&self) -> Option<Duration> {
+        (self.time_remaining < 1e9).then(|| Duration::from_secs_f64(self.time_remaining))
+    }
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex digits"))
+        .collect()
+}
+
+/// Four attempts, 1 to 4 ms of backoff without jitter, UNAVAILABLE retried.
+fn quick() -> RetryPolicy {
+    RetryPolicy::default()
+        .max_attempts(4)
+        .backoff(
+            Backoff::exponential(Duration::from_millis(1), Duration::from_millis(4))
+                .jitter(Jitter::None),
+        )
+        .grpc_codes([Code::Unavailable])
+}
+
+/// The stack of `tests/grpc_a6.rs`: status layer, retry layer, body layer, channel.
+fn stack(channel: Channel, layer: RetryLayer) -> IntoStatus<Retry<TonicBody<Channel>>> {
+    ServiceBuilder::new()
+        .layer(grpc::status_layer())
+        .layer(layer)
+        .layer(grpc::tonic_body_layer())
+        .service(channel)
+}
+
+/// One answer of the server read at the HTTP/2 level.
+#[derive(Debug)]
+struct Wire {
+    headers: http::HeaderMap,
+    /// END_STREAM was on the response HEADERS frame: Trailers-Only.
+    ended_with_headers: bool,
+    data: Bytes,
+    trailers: Option<http::HeaderMap>,
+}
+
+/// One call of `path` with `message`, straight over the `h2` crate: what grpcio puts in
+/// which frame.
+async fn over_h2(port: u16, path: &str, message: &[u8]) -> Wire {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
+    let connection = tokio::spawn(connection);
+    let mut client = client.ready().await.expect("h2 client ready");
+    let request = http::Request::post(format!("http://127.0.0.1:{port}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut send) = client.send_request(request, false).expect("send headers");
+    send.send_data(frame(message), true)
+        .expect("send the message");
+    let response = response.await.expect("response headers");
+    let headers = response.headers().clone();
+    let mut body = response.into_body();
+    let ended_with_headers = body.is_end_stream();
+    let mut data = BytesMut::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("a DATA frame");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        data.extend_from_slice(&chunk);
+    }
+    let trailers = body.trailers().await.expect("trailers or none");
+    drop(client);
+    connection.abort();
+    Wire {
+        headers,
+        ended_with_headers,
+        data: data.freeze(),
+        trailers,
+    }
+}
+
+fn header<'a>(map: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
+    map.get(name).map(|v| v.to_str().unwrap())
+}
+
+/// What the layer relies on, checked in grpcio's frames: a failure before any output is
+/// Trailers-Only (one HEADERS frame with END_STREAM, `grpc-status` and the trailing
+/// metadata in it, pushback included, sent as the handler set it, `-1` too); once the
+/// handler sent its own initial metadata, or a message, the status comes in trailers after
+/// ordinary headers.
+#[tokio::test]
+async fn grpcio_sends_trailers_only_for_a_failure_before_any_output() {
+    let Some(python) = python("grpcio_sends_trailers_only_for_a_failure_before_any_output") else {
+        return;
+    };
+    let server = GrpcioServer::start(
+        python,
+        &[
+            "fail:UNAVAILABLE",
+            "pushback:UNAVAILABLE:250",
+            "pushback:RESOURCE_EXHAUSTED:-1",
+            "ok",
+            "headers:UNAVAILABLE",
+            "after:UNAVAILABLE",
+            "fail:UNAVAILABLE",
+        ],
+    );
+
+    for (i, (path, pushback)) in [(UNARY, None), (UNARY, Some("250")), (UNARY, Some("-1"))]
+        .into_iter()
+        .enumerate()
+    {
+        let wire = over_h2(server.port, path, b"hello").await;
+        assert!(wire.ended_with_headers, "answer {i}: {wire:?}");
+        assert!(wire.data.is_empty() && wire.trailers.is_none(), "{wire:?}");
+        let code = grpc::trailers_only_code(&wire.headers);
+        let expected = if i == 2 {
+            Code::ResourceExhausted
+        } else {
+            Code::Unavailable
+        };
+        assert_eq!(code, Some(expected), "answer {i}: {wire:?}");
+        assert_eq!(header(&wire.headers, "grpc-retry-pushback-ms"), pushback);
+        let expected = match pushback {
+            None => None,
+            Some("-1") => Some(Pushback::Stop),
+            Some(_) => Some(Pushback::Wait(Duration::from_millis(250))),
+        };
+        assert_eq!(grpc::pushback(&wire.headers), expected, "answer {i}");
+        assert!(
+            header(&wire.headers, "grpc-message").is_some_and(|m| m.starts_with("scripted")),
+            "{wire:?}"
+        );
+    }
+
+    // OK: headers, the echo, `grpc-status: 0` in the trailers.
+    let wire = over_h2(server.port, UNARY, b"hello").await;
+    assert!(!wire.ended_with_headers);
+    assert_eq!(grpc::trailers_only_code(&wire.headers), None, "{wire:?}");
+    assert_eq!(wire.data, frame(b"hello"));
+    assert_eq!(
+        header(wire.trailers.as_ref().unwrap(), "grpc-status"),
+        Some("0")
+    );
+
+    // The handler's own initial metadata, then a failure: headers without grpc-status,
+    // no message, the status in the trailers.
+    let wire = over_h2(server.port, UNARY, b"hello").await;
+    assert!(!wire.ended_with_headers, "{wire:?}");
+    assert_eq!(grpc::trailers_only_code(&wire.headers), None, "{wire:?}");
+    assert_eq!(header(&wire.headers, "x-committed"), Some("yes"));
+    assert!(wire.data.is_empty());
+    assert_eq!(
+        header(wire.trailers.as_ref().unwrap(), "grpc-status"),
+        Some("14")
+    );
+
+    // A reply message, then a failure.
+    let wire = over_h2(server.port, REPLY, b"hello").await;
+    assert!(!wire.ended_with_headers);
+    assert_eq!(grpc::trailers_only_code(&wire.headers), None, "{wire:?}");
+    assert_eq!(wire.data, frame(b"hello"));
+    assert_eq!(
+        header(wire.trailers.as_ref().unwrap(), "grpc-status"),
+        Some("14")
+    );
+
+    // The streaming method fails Trailers-Only as well when nothing went out yet.
+    let wire = over_h2(server.port, REPLY, b"hello").await;
+    assert!(wire.ended_with_headers, "{wire:?}");
+    assert_eq!(
+        grpc::trailers_only_code(&wire.headers),
+        Some(Code::Unavailable)
+    );
+
+    assert_eq!(server.seen().await.len(), 7);
+}
+
+#[tokio::test]
+async fn unavailable_twice_then_ok_with_a6_metadata_seen_by_grpcio() {
+    let Some(python) = python("unavailable_twice_then_ok_with_a6_metadata_seen_by_grpcio") else {
+        return;
+    };
+    let server = GrpcioServer::start(python, &["fail:UNAVAILABLE", "fail:UNAVAILABLE", "ok"]);
+    let layer = RetryLayer::grpc().policy(quick().deadline(Duration::from_secs(20)));
+    let reply = unary(stack(server.channel().await, layer), UNARY, b"hello")
+        .await
+        .expect("the third attempt succeeds");
+    assert_eq!(&reply.get_ref()[..], b"hello");
+    let info = reply.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(info.attempts, 3);
+    assert!(
+        info.retries
+            .iter()
+            .all(|r| r.reason == RetryReason::GrpcStatus(Code::Unavailable)),
+        "{info:?}"
+    );
+
+    let seen = server.seen().await;
+    let steps: Vec<_> = seen.iter().map(|c| c.step.as_str()).collect();
+    assert_eq!(steps, ["fail:UNAVAILABLE", "fail:UNAVAILABLE", "ok"]);
+    let previous: Vec<_> = seen
+        .iter()
+        .map(|c| c.get("grpc-previous-rpc-attempts"))
+        .collect();
+    assert_eq!(previous, [None, Some("1"), Some("2")]);
+    for call in &seen {
+        assert_eq!(call.method, "Unary");
+        assert_eq!(call.messages, [b"hello".to_vec()]);
+        assert_eq!(call.get("idempotency-key"), None);
+        // grpcio took `grpc-timeout` as the call's deadline: the time left of 20 s, on
+        // every attempt (its clock may read a few milliseconds over).
+        let left = call.deadline().expect("grpc-timeout sent on every attempt");
+        assert!(
+            left > Duration::from_secs(19) && left < Duration::from_millis(20_050),
+            "{call:?}"
+        );
+        assert_eq!(call.get("grpc-timeout"), None, "C core consumes it");
+    }
+}
+
+#[tokio::test]
+async fn retries_stop_at_max_attempts_with_grpcios_last_answer() {
+    let Some(python) = python("retries_stop_at_max_attempts_with_grpcios_last_answer") else {
+        return;
+    };
+    let plan = ["fail:UNAVAILABLE"; 5];
+    let server = GrpcioServer::start(python, &plan);
+    let status = unary(
+        stack(server.channel().await, RetryLayer::grpc().policy(quick())),
+        UNARY,
+        b"x",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    let seen = server.seen().await;
+    let previous: Vec<_> = seen
+        .iter()
+        .map(|c| c.get("grpc-previous-rpc-attempts"))
+        .collect();
+    assert_eq!(previous, [None, Some("1"), Some("2"), Some("3")]);
+}
+
+#[tokio::test]
+async fn a_code_the_policy_does_not_list_is_returned_at_once() {
+    let Some(python) = python("a_code_the_policy_does_not_list_is_returned_at_once") else {
+        return;
+    };
+    let server = GrpcioServer::start(python, &["fail:INVALID_ARGUMENT", "ok"]);
+    let status = unary(
+        stack(server.channel().await, RetryLayer::grpc().policy(quick())),
+        UNARY,
+        b"x",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert_eq!(status.message(), "scripted fail:INVALID_ARGUMENT");
+    let seen = server.seen().await;
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    // No deadline, no `grpc-timeout`.
+    assert_eq!(seen[0].deadline(), None, "{seen:?}");
+}
+
+#[tokio::test]
+async fn grpcios_pushback_is_the_exact_wait() {
+    let Some(python) = python("grpcios_pushback_is_the_exact_wait") else {
+        return;
+    };
+    // 300 ms of pushback against 1 ms of backoff: the wait is the pushback's.
+    let server = GrpcioServer::start(python, &["pushback:UNAVAILABLE:300", "ok"]);
+    let client = stack(server.channel().await, RetryLayer::grpc().policy(quick()));
+    let start = Instant::now();
+    let reply = unary(client, UNARY, b"x")
+        .await
+        .expect("the retry succeeds");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    let info = reply.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(info.attempts, 2);
+    assert_eq!(info.retries[0].wait, Duration::from_millis(300));
+    assert_eq!(info.retries[0].hint, Some(HintSource::GrpcPushback));
+    let seen = server.seen().await;
+    assert_eq!(seen.len(), 2);
+    let gap = seen[1].arrived_ms - seen[0].arrived_ms;
+    assert!(
+        gap >= 299.0,
+        "the retry arrived {gap:.1} ms after the first"
+    );
+
+    // 20 ms of pushback against a 5 s backoff: exact, not a floor.
+    let slow = quick().backoff(
+        Backoff::exponential(Duration::from_secs(5), Duration::from_secs(5)).jitter(Jitter::None),
+    );
+    let server = GrpcioServer::start(python, &["pushback:UNAVAILABLE:20", "ok"]);
+    let client = stack(server.channel().await, RetryLayer::grpc().policy(slow));
+    let start = Instant::now();
+    let reply = unary(client, UNARY, b"x")
+        .await
+        .expect("the retry succeeds");
+    assert!(start.elapsed() < Duration::from_secs(4));
+    let info = reply.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(info.retries[0].wait, Duration::from_millis(20));
+    assert_eq!(server.seen().await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_negative_pushback_from_grpcio_stops_retrying() {
+    let Some(python) = python("a_negative_pushback_from_grpcio_stops_retrying") else {
+        return;
+    };
+    let server = GrpcioServer::start(python, &["pushback:UNAVAILABLE:-1", "ok"]);
+    let status = unary(
+        stack(server.channel().await, RetryLayer::grpc().policy(quick())),
+        UNARY,
+        b"x",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(
+        status.metadata().get("grpc-retry-pushback-ms").unwrap(),
+        "-1"
+    );
+    assert_eq!(server.seen().await.len(), 1);
+
+    // Below the status layer the http response is there to read: the record says why.
+    let server = GrpcioServer::start(python, &["pushback:UNAVAILABLE:-1", "ok"]);
+    let client = ServiceBuilder::new()
+        .layer(RetryLayer::grpc().policy(quick()))
+        .layer(grpc::tonic_body_layer())
+        .service(server.channel().await);
+    let request = http::Request::post(format!("{}{UNARY}", server.uri()))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(http_body_util::Full::new(frame(b"x")))
+        .unwrap();
+    let response = tower::ServiceExt::oneshot(client, request).await.unwrap();
+    assert_eq!(
+        grpc::trailers_only_code(response.headers()),
+        Some(Code::Unavailable)
+    );
+    let info = response.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(info.stop, StopReason::ServerPushback, "{info:?}");
+    assert_eq!(info.attempts, 1);
+    assert_eq!(server.seen().await.len(), 1);
+}
+
+/// A6: once the server sent its headers the RPC is committed. grpcio sends them with the
+/// first message, or when the handler sends its own initial metadata.
+#[tokio::test]
+async fn a_failure_after_grpcio_sent_headers_is_committed() {
+    let Some(python) = python("a_failure_after_grpcio_sent_headers_is_committed") else {
+        return;
+    };
+    let server = GrpcioServer::start(python, &["after:UNAVAILABLE", "ok"]);
+    let client = stack(server.channel().await, RetryLayer::grpc().policy(quick()));
+    let status = unary(client, REPLY, b"x").await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(status.message(), "scripted after:UNAVAILABLE");
+    let seen = server.seen().await;
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].method, "Reply");
+
+    let server = GrpcioServer::start(python, &["headers:UNAVAILABLE", "ok"]);
+    let client = stack(server.channel().await, RetryLayer::grpc().policy(quick()));
+    let status = unary(client, UNARY, b"x").await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(status.message(), "scripted headers:UNAVAILABLE");
+    assert_eq!(server.seen().await.len(), 1);
+
+    // The control: the same failure before any output is retried.
+    let server = GrpcioServer::start(python, &["fail:UNAVAILABLE", "ok"]);
+    let client = stack(server.channel().await, RetryLayer::grpc().policy(quick()));
+    let reply = unary(client, REPLY, b"x").await.expect("retried");
+    assert_eq!(&reply.get_ref()[..], b"x");
+    assert_eq!(server.seen().await.len(), 2);
+}
+
+/// The server fails the client stream after reading all of it; the retry sends the same
+/// messages again from the replay buffer, byte for byte, and the reply joins them.
+#[tokio::test]
+async fn a_client_stream_is_replayed_to_grpcio_byte_for_byte() {
+    static BIG: [u8; 20_000] = [0x5a; 20_000];
+    let Some(python) = python("a_client_stream_is_replayed_to_grpcio_byte_for_byte") else {
+        return;
+    };
+    let server = GrpcioServer::start(python, &["fail:UNAVAILABLE", "ok"]);
+    let client = stack(server.channel().await, RetryLayer::grpc().policy(quick()));
+    let messages: [&'static [u8]; 4] = [b"one,", &BIG, b"", b"\x00\xfftwo"];
+    let reply = collect(client, &messages)
+        .await
+        .expect("the retry succeeds");
+    assert_eq!(&reply.get_ref()[..], &messages.concat()[..]);
+    assert_eq!(reply.extensions().get::<RetryInfo>().unwrap().attempts, 2);
+    let seen = server.seen().await;
+    assert_eq!(seen.len(), 2);
+    for call in &seen {
+        assert_eq!(format!("/test.Raw/{}", call.method), COLLECT);
+        let got: Vec<&[u8]> = call.messages.iter().map(Vec::as_slice).collect();
+        assert_eq!(
+            got, messages,
+            "{}: the messages as grpcio read them",
+            call.step
+        );
+    }
+}
+
+/// The server sleeps past the layer's deadline: the caller gets DEADLINE_EXCEEDED at the
+/// deadline, and grpcio was given the deadline as `grpc-timeout`.
+#[tokio::test]
+async fn a_grpcio_server_slower_than_the_deadline_is_deadline_exceeded() {
+    let Some(python) = python("a_grpcio_server_slower_than_the_deadline_is_deadline_exceeded")
+    else {
+        return;
+    };
+    let server = GrpcioServer::start(python, &["sleep:5000:ok", "ok"]);
+    let deadline = Duration::from_millis(300);
+    let client = stack(
+        server.channel().await,
+        RetryLayer::grpc().policy(quick().deadline(deadline)),
+    );
+    let start = Instant::now();
+    let status = unary(client, UNARY, b"x").await.unwrap_err();
+    let took = start.elapsed();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        took >= deadline - Duration::from_millis(5) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    eprintln!("deadline: {status:?} after {took:?}");
+    let seen = server.seen().await;
+    assert_eq!(seen.len(), 1, "no attempt after the deadline: {seen:?}");
+    let left = seen[0].deadline().expect("grpc-timeout sent");
+    assert!(left <= deadline + Duration::from_millis(50), "{left:?}");
+}
