@@ -11,34 +11,17 @@ use std::time::{Duration, Instant};
 use tonic::Code;
 use tonic::transport::Channel;
 use tower::ServiceBuilder;
-use tower_http_retry::grpc::{self, IntoStatus, Throttle, TonicBody};
+use tower_http_retry::grpc::{self, Throttle};
 use tower_http_retry::hints::HintSource;
 use tower_http_retry::{
-    Backoff, Jitter, Retry, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
+    Backoff, Jitter, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
 };
 
 use common::grpc::{
-    COLLECT, ECHO, GrpcServer, OTHER_UNARY, Step, UNARY, collect, unary, unary_request,
+    COLLECT, ECHO, GrpcServer, OTHER_UNARY, Step, UNARY, collect, quick, stack, unary,
+    unary_request,
 };
 use common::transport::{H2Action, Server, h2_server, on_every_runtime, repeat};
-
-fn quick() -> RetryPolicy {
-    RetryPolicy::default()
-        .max_attempts(4)
-        .backoff(
-            Backoff::exponential(Duration::from_millis(1), Duration::from_millis(4))
-                .jitter(Jitter::None),
-        )
-        .grpc_codes([Code::Unavailable])
-}
-
-fn stack(channel: Channel, layer: RetryLayer) -> IntoStatus<Retry<TonicBody<Channel>>> {
-    ServiceBuilder::new()
-        .layer(grpc::status_layer())
-        .layer(layer)
-        .layer(grpc::tonic_body_layer())
-        .service(channel)
-}
 
 #[tokio::test]
 async fn unavailable_then_ok_with_a6_headers_and_no_keys() {

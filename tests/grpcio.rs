@@ -27,13 +27,11 @@ use bytes::{Bytes, BytesMut};
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 use tower::ServiceBuilder;
-use tower_http_retry::grpc::{self, IntoStatus, Pushback, TonicBody};
+use tower_http_retry::grpc::{self, Pushback};
 use tower_http_retry::hints::HintSource;
-use tower_http_retry::{
-    Backoff, Jitter, Retry, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
-};
+use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, RetryReason, StopReason};
 
-use common::grpc::{COLLECT, UNARY, collect, frame, unary};
+use common::grpc::{COLLECT, UNARY, collect, frame, quick, stack, unary};
 
 /// The server-streaming method: one reply message, and the only one that can fail after it.
 const REPLY: &str = "/test.Raw/Reply";
@@ -210,26 +208,6 @@ fn unhex(text: &str) -> Vec<u8> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex digits"))
         .collect()
-}
-
-/// Four attempts, 1 to 4 ms of backoff without jitter, UNAVAILABLE retried.
-fn quick() -> RetryPolicy {
-    RetryPolicy::default()
-        .max_attempts(4)
-        .backoff(
-            Backoff::exponential(Duration::from_millis(1), Duration::from_millis(4))
-                .jitter(Jitter::None),
-        )
-        .grpc_codes([Code::Unavailable])
-}
-
-/// The stack of `tests/grpc_a6.rs`: status layer, retry layer, body layer, channel.
-fn stack(channel: Channel, layer: RetryLayer) -> IntoStatus<Retry<TonicBody<Channel>>> {
-    ServiceBuilder::new()
-        .layer(grpc::status_layer())
-        .layer(layer)
-        .layer(grpc::tonic_body_layer())
-        .service(channel)
 }
 
 /// One answer of the server read at the HTTP/2 level.

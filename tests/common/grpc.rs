@@ -26,7 +26,9 @@ use tonic::metadata::MetadataValue;
 use tonic::server::NamedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
-use tower::Service;
+use tower::{Service, ServiceBuilder};
+use tower_http_retry::grpc::{self, IntoStatus, TonicBody};
+use tower_http_retry::{Backoff, Jitter, Retry, RetryLayer, RetryPolicy};
 
 /// The service's name.
 pub const SERVICE: &str = "test.Raw";
@@ -40,6 +42,26 @@ pub const ECHO: &str = "/test.Raw/Echo";
 pub const OTHER_SERVICE: &str = "test.Other";
 /// The second service's unary method.
 pub const OTHER_UNARY: &str = "/test.Other/Unary";
+
+/// Four attempts, 1 to 4 ms of backoff without jitter, UNAVAILABLE retried.
+pub fn quick() -> RetryPolicy {
+    RetryPolicy::default()
+        .max_attempts(4)
+        .backoff(
+            Backoff::exponential(Duration::from_millis(1), Duration::from_millis(4))
+                .jitter(Jitter::None),
+        )
+        .grpc_codes([Code::Unavailable])
+}
+
+/// The README's client stack: status layer, `layer`, body layer, then the channel.
+pub fn stack(channel: Channel, layer: RetryLayer) -> IntoStatus<Retry<TonicBody<Channel>>> {
+    ServiceBuilder::new()
+        .layer(grpc::status_layer())
+        .layer(layer)
+        .layer(grpc::tonic_body_layer())
+        .service(channel)
+}
 
 /// Messages as plain bytes, both ways.
 #[derive(Debug, Clone, Copy, Default)]
