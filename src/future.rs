@@ -459,6 +459,14 @@ fn decide<S, B, RB>(
     };
     let reason = match transparent.map_or_else(|| decision::judge(&judgement), Ok) {
         Ok(reason) => reason,
+        // An error that is final only because the time is up (a timer below this layer,
+        // such as the one a tonic `Channel` runs for the `grpc-timeout` this layer sent,
+        // fired with the deadline): the deadline ended the request.
+        Err(StopReason::Final)
+            if result.is_err() && limits.deadline().is_some_and(|at| Instant::now() >= at) =>
+        {
+            return stop(info, StopReason::Deadline);
+        }
         Err(reason) => return stop(info, reason),
     };
     #[cfg(feature = "grpc")]

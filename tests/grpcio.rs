@@ -608,6 +608,17 @@ async fn a_grpcio_server_slower_than_the_deadline_is_deadline_exceeded() {
         "{took:?}"
     );
     eprintln!("deadline: {status:?} after {took:?}");
+    // Whichever timer fired first, the layer's or the channel's own, the record says the
+    // deadline ended the call.
+    let retry = std::error::Error::source(&status)
+        .and_then(|e| e.downcast_ref::<tower_http_retry::RetryError>())
+        .expect("the layer's RetryError is the status's source");
+    assert_eq!(
+        retry.info().stop,
+        StopReason::Deadline,
+        "{:?}",
+        retry.info()
+    );
     let seen = server.seen().await;
     assert_eq!(seen.len(), 1, "no attempt after the deadline: {seen:?}");
     let left = seen[0].deadline().expect("grpc-timeout sent");

@@ -299,3 +299,43 @@ async fn dropping_the_future_sends_nothing_more() {
     tokio::task::yield_now().await;
     assert_eq!(mock.calls(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_final_error_at_the_deadline_is_recorded_as_the_deadline() {
+    // The inner service's own timer fires with the layer's deadline (as a tonic `Channel`
+    // does for the `grpc-timeout` the layer sent): its error comes back unchanged, and the
+    // record says the deadline ended the request.
+    let timer_error =
+        || std::io::Error::new(std::io::ErrorKind::InvalidData, "inner timer expired");
+    let mock = Mock::new([Reply::Slow(
+        Duration::from_secs(1),
+        Box::new(Reply::error(timer_error)),
+    )]);
+    let err = layer(policy(100).deadline(Duration::from_secs(1)))
+        .layer(mock.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap_err();
+    let retry = err
+        .downcast_ref::<tower_http_retry::RetryError>()
+        .expect("a RetryError");
+    assert_eq!(retry.info().stop, StopReason::Deadline);
+    assert_eq!(retry.info().attempts, 1);
+    assert_eq!(common::last(&err).to_string(), "inner timer expired");
+    assert_eq!(mock.calls(), 1);
+
+    // The same error before the deadline is final.
+    let mock = Mock::new([Reply::Slow(
+        Duration::from_millis(500),
+        Box::new(Reply::error(timer_error)),
+    )]);
+    let err = layer(policy(100).deadline(Duration::from_secs(1)))
+        .layer(mock)
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap_err();
+    let retry = err
+        .downcast_ref::<tower_http_retry::RetryError>()
+        .expect("a RetryError");
+    assert_eq!(retry.info().stop, StopReason::Final);
+}
