@@ -552,6 +552,16 @@ fn parse_names(
             }
         };
         let (service, method) = (text("service")?, text("method")?);
+        // A path is `/service/method`: a `/` inside either name could match no call (and
+        // a route built from it would match calls it does not name).
+        for (key, value) in [("service", service), ("method", method)] {
+            if value.contains('/') {
+                return Err(InvalidServiceConfig::new(
+                    &format!("{here}.{key}"),
+                    format!("is {value:?}; a gRPC {key} name has no '/'"),
+                ));
+            }
+        }
         let parsed = match (service, method) {
             ("", "") => MethodName::Default,
             ("", _) => {
@@ -1086,6 +1096,21 @@ mod tests {
     #[test]
     fn name_errors() {
         let cases = [
+            (
+                r#"{"methodConfig": [{"name": [{"service": "test.Raw/Unary"}]}]}"#,
+                "methodConfig[0].name[0].service",
+                "a gRPC service name has no '/'",
+            ),
+            (
+                r#"{"methodConfig": [{"name": [{"service": "test.Raw/"}]}]}"#,
+                "methodConfig[0].name[0].service",
+                "a gRPC service name has no '/'",
+            ),
+            (
+                r#"{"methodConfig": [{"name": [{"service": "a.B", "method": "C/D"}]}]}"#,
+                "methodConfig[0].name[0].method",
+                "a gRPC method name has no '/'",
+            ),
             (
                 r#"{"methodConfig": [{"name": [{"method": "Get"}]}]}"#,
                 "methodConfig[0].name[0].method",
