@@ -107,6 +107,10 @@ pub(crate) struct Judgement<'a> {
     pub(crate) attempts: u32,
     pub(crate) max_attempts: u32,
     pub(crate) previous: &'a [RetryRecord],
+    /// The outcome is an error that came at or after the deadline: when it is final, it is
+    /// final because the time is up (a timer below the layer, such as the one a tonic
+    /// `Channel` runs for the `grpc-timeout` the layer sent, fired with the deadline).
+    pub(crate) failed_after_deadline: bool,
 }
 
 /// A6's transparent retry, for a policy that has it (a gRPC policy): an outcome that proves
@@ -151,12 +155,16 @@ pub(crate) fn backoff_number(previous: &[RetryRecord], offset: usize) -> u32 {
 
 /// Whether the outcome is worth a retry, and for which reason; or why not.
 pub(crate) fn judge(j: &Judgement<'_>) -> Result<RetryReason, StopReason> {
+    let last = match j.failed_after_deadline {
+        true => StopReason::Deadline,
+        false => StopReason::Final,
+    };
     let reason = match j.verdict {
-        Classification::Done => return Err(StopReason::Final),
+        Classification::Done => return Err(last),
         Classification::Retry(reason) | Classification::RetryWithHint(reason, _) => reason,
         Classification::RetryOnce(reason) => {
             if j.previous.iter().any(|r| r.reason == reason) {
-                return Err(StopReason::Final);
+                return Err(last);
             }
             reason
         }
@@ -266,6 +274,7 @@ mod tests {
             attempts: 1,
             max_attempts: 3,
             previous: &[],
+            failed_after_deadline: false,
         }
     }
 
@@ -316,6 +325,17 @@ mod tests {
             ..judgement(Classification::Retry(S503))
         };
         assert_eq!(judge(&last), Err(StopReason::MaxAttempts));
+        // A final error at or after the deadline ended because the time was up; a
+        // retryable one is judged as before (the schedule then finds no time left).
+        let late = |verdict| Judgement {
+            failed_after_deadline: true,
+            ..judgement(verdict)
+        };
+        assert_eq!(
+            judge(&late(Classification::Done)),
+            Err(StopReason::Deadline)
+        );
+        assert_eq!(judge(&late(Classification::Retry(S503))), Ok(S503));
     }
 
     fn transparent_record(reason: RetryReason) -> RetryRecord {

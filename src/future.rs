@@ -447,6 +447,10 @@ fn decide<S, B, RB>(
         attempts: info.attempts,
         max_attempts: policy.max_attempts,
         previous: &info.retries,
+        // The clock is read only for an error under a deadline.
+        failed_after_deadline: result.is_err()
+            && limits.deadline().is_some()
+            && limits.past_deadline(Instant::now()),
     };
     // A6: a stream refused before it left is sent again at once, outside the count.
     let transparent = decision::transparent(policy.transparent_retries(), verdict, &info.retries);
@@ -459,14 +463,6 @@ fn decide<S, B, RB>(
     };
     let reason = match transparent.map_or_else(|| decision::judge(&judgement), Ok) {
         Ok(reason) => reason,
-        // An error that is final only because the time is up (a timer below this layer,
-        // such as the one a tonic `Channel` runs for the `grpc-timeout` this layer sent,
-        // fired with the deadline): the deadline ended the request.
-        Err(StopReason::Final)
-            if result.is_err() && limits.deadline().is_some_and(|at| Instant::now() >= at) =>
-        {
-            return stop(info, StopReason::Deadline);
-        }
         Err(reason) => return stop(info, reason),
     };
     #[cfg(feature = "grpc")]
