@@ -322,7 +322,9 @@ fn report(info: &RetryInfo, failed: Option<Code>) {
     for (i, retry) in info.retries.iter().enumerate() {
         let source = match (retry.transparent, retry.hint) {
             (true, _) => "transparent: the stream never reached the server",
-            (false, Some(HintSource::GrpcPushback)) => "the server's pushback, exactly",
+            (false, Some(HintSource::Header("grpc-retry-pushback-ms"))) => {
+                "the server's pushback, exactly"
+            }
             (false, Some(_)) => "a server hint",
             (false, None) => "A6 backoff, full jitter",
         };

@@ -25,6 +25,10 @@ pub enum Jitter {
     Equal,
     /// `min(cap, uniform in [base, 3 * previous])`: each wait depends on the last one.
     Decorrelated,
+    /// The ceiling times a factor uniform in `[0.8, 1.2]`: about the ceiling every time,
+    /// so each wait is about `multiplier` times the last (gRPC's A6 as amended in 2024,
+    /// which grpc-go follows). A wait may exceed the cap by up to a fifth.
+    Proportional,
 }
 
 /// Capped exponential backoff with [`Jitter`].
@@ -39,6 +43,7 @@ pub enum Jitter {
 /// | [`Jitter::Full`] (default) | uniform in `[0, ceiling]` |
 /// | [`Jitter::Equal`] | `ceiling / 2` + uniform in `[0, ceiling / 2]` |
 /// | [`Jitter::Decorrelated`] | `min(c, uniform in [b, 3p])` |
+/// | [`Jitter::Proportional`] | ceiling times uniform in `[0.8, 1.2]` |
 ///
 /// Why jitter at all: clients that fail together and wait the same time retry together, so
 /// every round of retries lands on the server as one spike. Full jitter spreads each round
@@ -65,10 +70,10 @@ pub enum Jitter {
 /// assert_eq!(gentle.ceiling(2), Duration::from_millis(225));
 /// ```
 ///
-/// gRPC's A6 backoff, `initialBackoff * backoffMultiplier^(n-1)` capped at `maxBackoff`,
-/// is this formula with `b = initialBackoff / backoffMultiplier`. The policies built from a
-/// gRPC service config (`grpc::MethodConfig::policy`, feature `grpc`) use it that way, with
-/// the first retry's ceiling exactly `initialBackoff`.
+/// A backoff can also start from its first retry's ceiling ([`Backoff::from_initial`]):
+/// gRPC's A6 backoff, `initialBackoff * backoffMultiplier^(n-1)` capped at `maxBackoff`, is
+/// this formula with `b = initialBackoff / backoffMultiplier`, and the policies built from
+/// a gRPC service config are made that way.
 #[derive(Clone, Copy, Debug)]
 pub struct Backoff {
     base: Duration,
@@ -77,9 +82,18 @@ pub struct Backoff {
     /// Finite and greater than zero.
     multiplier: f64,
     /// The first retry's ceiling before the cap: `base * multiplier`, kept exact (for a
-    /// multiplier of 2, and for A6's `initialBackoff`) so the later ones are computed from
+    /// multiplier of 2, and for a backoff made from it) so the later ones are computed from
     /// it rather than from a rounded base.
     first: Duration,
+    /// Which of `base` and `first` a new multiplier keeps.
+    anchor: Anchor,
+}
+
+/// What a backoff was made from, which a new multiplier keeps as it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Anchor {
+    Base,
+    First,
 }
 
 impl PartialEq for Backoff {
@@ -91,12 +105,14 @@ impl PartialEq for Backoff {
             self.jitter,
             self.multiplier.to_bits(),
             self.first,
+            self.anchor,
         ) == (
             other.base,
             other.cap,
             other.jitter,
             other.multiplier.to_bits(),
             other.first,
+            other.anchor,
         )
     }
 }
@@ -111,6 +127,7 @@ impl std::hash::Hash for Backoff {
             self.jitter,
             self.multiplier.to_bits(),
             self.first,
+            self.anchor,
         )
             .hash(state);
     }
@@ -164,21 +181,36 @@ impl Backoff {
             jitter: Jitter::Full,
             multiplier: 2.0,
             first: Duration::from_nanos(nanos(base).saturating_mul(2)),
+            anchor: Anchor::Base,
         }
     }
 
-    /// A6's backoff (gRPC): retry `n`'s ceiling is `min(max, initial * multiplier^(n-1))`,
-    /// the first one `initial` exactly. `multiplier` has been checked by the caller; an
-    /// `initial` above `max` is allowed (every ceiling is then `max`, as in A6).
-    #[cfg(feature = "grpc")]
-    pub(crate) fn a6(initial: Duration, max: Duration, multiplier: f64) -> Self {
-        let base = Duration::from_nanos(f64_nanos(nanos(initial) as f64 / multiplier));
+    /// Exponential backoff whose first retry's ceiling is `initial` exactly, each later one
+    /// the multiplier (2 unless set) times the last, never above `cap`: retry `n`'s ceiling
+    /// is `min(cap, initial * m^(n-1))`, with [`Jitter::Full`]. This is gRPC's A6 backoff
+    /// (`initialBackoff`, `maxBackoff`, `backoffMultiplier`). A new
+    /// [`multiplier`](Self::multiplier) keeps `initial` as it is; the base is
+    /// `initial / m`. An `initial` above `cap` is allowed: every ceiling is then `cap`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{Backoff, Jitter};
+    ///
+    /// let a6 = Backoff::from_initial(Duration::from_millis(100), Duration::from_secs(1))
+    ///     .multiplier(1.5)
+    ///     .jitter(Jitter::None);
+    /// assert_eq!(a6.ceiling(1), Duration::from_millis(100));
+    /// assert_eq!(a6.ceiling(2), Duration::from_millis(150));
+    /// assert_eq!(a6.ceiling(30), Duration::from_secs(1));
+    /// ```
+    pub fn from_initial(initial: Duration, cap: Duration) -> Self {
         Self {
-            base: base.min(max),
-            cap: max,
+            base: Duration::from_nanos(nanos(initial) / 2).min(cap),
+            cap,
             jitter: Jitter::Full,
-            multiplier,
+            multiplier: 2.0,
             first: initial,
+            anchor: Anchor::First,
         }
     }
 
@@ -220,11 +252,19 @@ impl Backoff {
             ));
         }
         self.multiplier = multiplier;
-        self.first = if multiplier == 2.0 {
-            Duration::from_nanos(nanos(self.base).saturating_mul(2))
-        } else {
-            Duration::from_nanos(f64_nanos(nanos(self.base) as f64 * multiplier))
-        };
+        match self.anchor {
+            Anchor::Base => {
+                self.first = if multiplier == 2.0 {
+                    Duration::from_nanos(nanos(self.base).saturating_mul(2))
+                } else {
+                    Duration::from_nanos(f64_nanos(nanos(self.base) as f64 * multiplier))
+                };
+            }
+            Anchor::First => {
+                let base = Duration::from_nanos(f64_nanos(nanos(self.first) as f64 / multiplier));
+                self.base = base.min(self.cap);
+            }
+        }
         Ok(self)
     }
 
@@ -303,6 +343,10 @@ impl Backoff {
                 let high = nanos(previous).saturating_mul(3).max(base);
                 let drawn = rng.random_range(base..=high);
                 Duration::from_nanos(drawn.min(nanos(self.cap)))
+            }
+            Jitter::Proportional => {
+                let factor = rng.random_range(0.8..=1.2);
+                Duration::from_nanos(f64_nanos(nanos(self.ceiling(n)) as f64 * factor))
             }
         }
     }
@@ -472,10 +516,11 @@ mod tests {
         let _ = Backoff::default().multiplier(f64::NAN);
     }
 
-    #[cfg(feature = "grpc")]
     #[test]
     fn a6_ceilings_start_at_the_initial_backoff_exactly() {
-        let a6 = Backoff::a6(100 * MS, 1000 * MS, 1.5).jitter(Jitter::None);
+        let a6 = Backoff::from_initial(100 * MS, 1000 * MS)
+            .multiplier(1.5)
+            .jitter(Jitter::None);
         let seen: Vec<_> = (1..=7).map(|n| a6.ceiling(n)).collect();
         assert_eq!(
             seen,
@@ -490,9 +535,38 @@ mod tests {
             ]
         );
         // An initial backoff above the maximum: every ceiling is the maximum.
-        let over = Backoff::a6(5000 * MS, 1000 * MS, 2.0);
+        let over = Backoff::from_initial(5000 * MS, 1000 * MS);
         assert_eq!(over.ceiling(1), 1000 * MS);
         assert!(over.base() <= over.cap());
+        // Doubling from the first ceiling, and the base under it.
+        let doubling = Backoff::from_initial(100 * MS, 10_000 * MS).jitter(Jitter::None);
+        assert_eq!(doubling.ceiling(1), 100 * MS);
+        assert_eq!(doubling.ceiling(3), 400 * MS);
+        assert_eq!(doubling.base(), 50 * MS);
+        assert_eq!(doubling.multiplier(4.0).base(), 25 * MS);
+        assert_eq!(doubling.multiplier(4.0).ceiling(1), 100 * MS);
+    }
+
+    #[test]
+    fn proportional_jitter_stays_within_a_fifth_of_the_ceiling() {
+        let b = default_with(Jitter::Proportional);
+        let mut rng = SmallRng::seed_from_u64(7);
+        for n in 1..=8 {
+            let ceiling = b.ceiling(n).as_secs_f64();
+            let waits: Vec<f64> = (0..200)
+                .map(|_| b.delay(n, MS, &mut rng).as_secs_f64())
+                .collect();
+            assert!(
+                waits
+                    .iter()
+                    .all(|w| *w >= ceiling * 0.8 - 1e-9 && *w <= ceiling * 1.2 + 1e-9)
+            );
+            // Spread over the interval, not stuck at one end.
+            assert!(
+                waits.iter().any(|w| *w < ceiling * 0.9)
+                    && waits.iter().any(|w| *w > ceiling * 1.1)
+            );
+        }
     }
 
     #[test]
@@ -602,6 +676,30 @@ mod tests {
             let equal = backoff.jitter(Jitter::Equal).delay(n, base, &mut rng);
             prop_assert!(equal <= ceiling && equal >= ceiling / 2);
             prop_assert_eq!(backoff.jitter(Jitter::None).delay(n, base, &mut rng), ceiling);
+        }
+
+        /// A backoff made from its first ceiling against A6's formula written out as
+        /// grpc-go computes it: `initialBackoff * backoffMultiplier^(n-1)` in floating
+        /// point on nanoseconds, capped at `maxBackoff`, rounded to the nanosecond.
+        #[test]
+        fn from_initial_is_a6s_formula(
+            initial_ms in 1u64..10_000,
+            max_ms in 1u64..100_000,
+            multiplier in 0.01f64..10.0,
+            n in 1u32..64,
+            seed in any::<u64>(),
+        ) {
+            let (initial, max) = (Duration::from_millis(initial_ms), Duration::from_millis(max_ms));
+            let backoff = Backoff::from_initial(initial, max).multiplier(multiplier);
+            let raised = initial.as_nanos() as f64 * multiplier.powi(n as i32 - 1);
+            let a6 = Duration::from_nanos(raised.min(max.as_nanos() as f64).round() as u64);
+            prop_assert_eq!(backoff.ceiling(n), a6);
+            prop_assert!(backoff.base() <= max);
+            let mut rng = SmallRng::seed_from_u64(seed);
+            prop_assert!(backoff.delay(n, initial, &mut rng) <= a6);
+            let near = backoff.jitter(Jitter::Proportional).delay(n, initial, &mut rng);
+            prop_assert!(near.as_nanos() * 10 >= (a6.as_nanos() * 8).saturating_sub(10));
+            prop_assert!(near.as_nanos() * 10 <= a6.as_nanos() * 12 + 10);
         }
     }
 }

@@ -11,6 +11,7 @@
 //! | a timeout: tower's `Elapsed`, `io::ErrorKind::TimedOut`, [`AttemptTimedOut`] | [`Classification::Retry`], [`RetryReason::Timeout`] |
 //! | 408, 429, 502, 503, 504 | [`Classification::Retry`], [`RetryReason::Status`] |
 //! | 500 | [`Classification::RetryOnce`]: at most one retry per logical request |
+//! | any other status below 400 | [`Classification::Success`] |
 //! | any other status, any other error | [`Classification::Done`] |
 //!
 //! Whether a retryable outcome is actually retried also depends on the request: see
@@ -31,17 +32,20 @@
 //! payload of every custom [`std::io::Error`]) and downcasting at each step, never by the
 //! depth at which they sit and never by their text.
 //!
-//! With the `reqwest` feature, a `reqwest::Error` whose `is_connect()` is true counts as a
-//! connect error (a connect timeout too), one whose `is_timeout()` is true as a timeout
-//! (reqwest's own timeout error is a private type), and any other is judged by its source.
+//! Clients and protocols above the core hand their own error types to it already
+//! recognised, as a [`Recognized`] error with its reason: the reqwest client's service
+//! does so for reqwest's errors (a connect error, a timeout), so nothing here needs to know
+//! them.
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::io;
 
 use http::{HeaderMap, StatusCode, request};
+use tower::BoxError;
 
-use crate::error::{AttemptTimedOut, DeadlineExceeded};
+use crate::error::{AttemptTimedOut, DeadlineExceeded, RetryError};
+use crate::hints::Hint;
 
 /// What one attempt produced, as a classifier sees it.
 ///
@@ -62,21 +66,67 @@ pub enum Outcome<'a> {
 }
 
 /// A classifier's verdict on one outcome.
+///
+/// Besides whether the outcome is retried, it tells the layer's gates (the
+/// [`RetryBudget`](crate::RetryBudget), the [`Throttle`](crate::Throttle)) what the outcome
+/// was: a success, a failure of some [`FailureKind`] (every retryable verdict, and
+/// [`Classification::Stop`]), or neither ([`Classification::Done`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Classification {
-    /// Worth another attempt, if the request, the limits and the budget allow it.
+    /// A success: returned as is, and counted as one by the gates that count successes.
+    /// The default classification gives it to every status below 400.
+    Success,
+    /// Final, but not a success: returned as is, and neither a success nor a failure for
+    /// the gates (a 404, an error no rule recognises, gRPC's `INVALID_ARGUMENT`).
+    Done,
+    /// Worth another attempt, if the request, the limits and the gates allow it.
     Retry(RetryReason),
     /// Worth another attempt only if no earlier retry of this logical request had the same
     /// reason (the default for a 500).
     RetryOnce(RetryReason),
-    /// Worth another attempt, after at least this long: the classifier's own delay hint
-    /// (read from a JSON error body the caller parsed, an API's own header). It goes
-    /// through the same rules as the server's hints (DESIGN 1.11) and takes precedence over
-    /// them: the wait is max(backoff, hint), and a hint above `max_retry_after` or past the
-    /// deadline stops retrying at once.
-    RetryWithHint(RetryReason, std::time::Duration),
-    /// Final: returned to the caller as is.
-    Done,
+    /// Worth another attempt, with a wait the classifier read itself (from an API's own
+    /// header, a JSON error body the caller parsed, gRPC's pushback). It takes precedence
+    /// over the server hints the layer reads: a [`Hint::new`](crate::hints::Hint::new) is a
+    /// floor (the wait is the longer of it and the backoff, and a hint above
+    /// `max_retry_after` or past the deadline stops retrying at once); a
+    /// [`Hint::exact`](crate::hints::Hint::exact) is the wait itself, bounded only by the
+    /// deadline, and the backoff starts again after it.
+    RetryWithHint(RetryReason, Hint),
+    /// A failure that would be retried, but the server said not to retry it (gRPC's
+    /// negative pushback): returned at once, with [`StopReason::ServerSaidStop`], and
+    /// counted as a failure by the gates.
+    ///
+    /// [`StopReason::ServerSaidStop`]: crate::StopReason::ServerSaidStop
+    Stop(RetryReason),
+}
+
+impl Classification {
+    /// The reason of a verdict that names one (every one but [`Success`](Self::Success)
+    /// and [`Done`](Self::Done)).
+    pub fn reason(&self) -> Option<RetryReason> {
+        match *self {
+            Classification::Retry(reason)
+            | Classification::RetryOnce(reason)
+            | Classification::RetryWithHint(reason, _)
+            | Classification::Stop(reason) => Some(reason),
+            Classification::Success | Classification::Done => None,
+        }
+    }
+}
+
+/// What kind of failure an outcome is, for the gates that weigh failures differently (a
+/// quota that charges more after a timeout than after a throttling answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The server or the network failed for a moment: a connection failure, a timeout,
+    /// 408, 500, 502, 503, 504, gRPC's `UNAVAILABLE`.
+    Transient,
+    /// The server asked the client to slow down: 429, gRPC's `RESOURCE_EXHAUSTED`.
+    Throttling,
+    /// Anything else a classifier retries.
+    Other,
 }
 
 /// Why an attempt was retried.
@@ -101,12 +151,11 @@ pub enum RetryReason {
     /// A timeout: tower's `Elapsed`, an I/O timeout, or this layer's
     /// [`AttemptTimedOut`].
     Timeout,
+    /// A protocol's own status code, as its classifier names it (gRPC's `UNAVAILABLE`,
+    /// read from `grpc-status`).
+    Code(ProtocolCode),
     /// A reason given by a custom classifier.
     Custom(&'static str),
-    /// A gRPC status the policy lists as retryable (`RetryPolicy::grpc_codes`), read from
-    /// a Trailers-Only response (feature `grpc`).
-    #[cfg(feature = "grpc")]
-    GrpcStatus(tonic::Code),
 }
 
 impl RetryReason {
@@ -115,6 +164,27 @@ impl RetryReason {
     /// request's own stream. Nothing else is proof; a `GOAWAY` in particular is not.
     pub fn request_not_processed(&self) -> bool {
         matches!(self, RetryReason::Connect | RetryReason::RefusedStream)
+    }
+
+    /// What kind of failure it is: 429 and throttling codes are
+    /// [`Throttling`](FailureKind::Throttling); connection failures, timeouts, 408, 500,
+    /// 502, 503 and 504 [`Transient`](FailureKind::Transient); a protocol code what its
+    /// classifier says; anything else [`Other`](FailureKind::Other).
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            RetryReason::Status(status) => match status.as_u16() {
+                429 => FailureKind::Throttling,
+                408 | 500 | 502 | 503 | 504 => FailureKind::Transient,
+                _ => FailureKind::Other,
+            },
+            RetryReason::Connect
+            | RetryReason::RefusedStream
+            | RetryReason::GoAway
+            | RetryReason::ConnectionClosed
+            | RetryReason::Timeout => FailureKind::Transient,
+            RetryReason::Code(code) => code.kind(),
+            RetryReason::Custom(_) => FailureKind::Other,
+        }
     }
 
     /// A short, stable name, for logs and metrics labels.
@@ -134,9 +204,8 @@ impl RetryReason {
             RetryReason::GoAway => "goaway",
             RetryReason::ConnectionClosed => "connection_closed",
             RetryReason::Timeout => "timeout",
+            RetryReason::Code(code) => code.name(),
             RetryReason::Custom(name) => name,
-            #[cfg(feature = "grpc")]
-            RetryReason::GrpcStatus(code) => crate::grpc::code_name(*code),
         }
     }
 }
@@ -150,10 +219,138 @@ impl fmt::Display for RetryReason {
             RetryReason::GoAway => f.write_str("HTTP/2 GOAWAY"),
             RetryReason::ConnectionClosed => f.write_str("connection closed"),
             RetryReason::Timeout => f.write_str("timeout"),
+            RetryReason::Code(code) => write!(f, "{} {}", code.protocol(), code.name()),
             RetryReason::Custom(name) => f.write_str(name),
-            #[cfg(feature = "grpc")]
-            RetryReason::GrpcStatus(code) => write!(f, "gRPC {}", crate::grpc::code_name(*code)),
         }
+    }
+}
+
+/// A status code of a protocol above HTTP, as the protocol's classifier reports it in a
+/// [`RetryReason::Code`]: the protocol, the code's number and name, and its
+/// [`FailureKind`].
+///
+/// ```
+/// use tower_http_retry::classify::{FailureKind, ProtocolCode, RetryReason};
+///
+/// const UNAVAILABLE: ProtocolCode = ProtocolCode::new("gRPC", 14, "UNAVAILABLE", FailureKind::Transient);
+/// let reason = RetryReason::Code(UNAVAILABLE);
+/// assert_eq!(reason.to_string(), "gRPC UNAVAILABLE");
+/// assert_eq!(reason.as_str(), "UNAVAILABLE");
+/// assert_eq!(reason.kind(), FailureKind::Transient);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProtocolCode {
+    protocol: &'static str,
+    value: i32,
+    name: &'static str,
+    kind: FailureKind,
+}
+
+impl ProtocolCode {
+    /// Code `value`, called `name`, of `protocol`, a failure of `kind`.
+    pub const fn new(
+        protocol: &'static str,
+        value: i32,
+        name: &'static str,
+        kind: FailureKind,
+    ) -> Self {
+        Self {
+            protocol,
+            value,
+            name,
+            kind,
+        }
+    }
+
+    /// The protocol's name, such as `"gRPC"`.
+    pub fn protocol(&self) -> &'static str {
+        self.protocol
+    }
+
+    /// The code's number.
+    pub fn value(&self) -> i32 {
+        self.value
+    }
+
+    /// The code's name, such as `"UNAVAILABLE"`.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// What kind of failure the code is.
+    pub fn kind(&self) -> FailureKind {
+        self.kind
+    }
+}
+
+/// An error a client or protocol module recognised before handing it to the layer.
+///
+/// The core's classification knows std's, tower's, hyper's and h2's errors. A module on top
+/// (the reqwest client, a protocol's transport glue) whose own error types it cannot know
+/// returns this instead, with the reason it read from its error (reqwest's `is_connect`,
+/// say): the [`DefaultClassifier`] takes that reason as the verdict, or, with none, judges
+/// the error by its source chain as usual. Nothing is registered anywhere and the user
+/// does nothing: the module's service returns it.
+///
+/// The layer hands the error inside back to the caller, as the module raised it: a
+/// [`RetryError`](crate::RetryError)'s source is never a `Recognized`, and the reason is
+/// kept in the `RetryError`, so a second layer above still recognises it.
+///
+/// ```
+/// use std::io;
+/// use tower_http_retry::classify::{Classification, Recognized, RetryReason, classify_error};
+///
+/// // A client whose own error type says "connect failed" only through a method.
+/// let error = Recognized::new(io::Error::other("no route"), Some(RetryReason::Connect));
+/// assert_eq!(classify_error(&error), Classification::Retry(RetryReason::Connect));
+/// assert!(error.get_ref().is::<io::Error>());
+/// ```
+#[derive(Debug)]
+pub struct Recognized {
+    reason: Option<RetryReason>,
+    error: BoxError,
+}
+
+impl Recognized {
+    /// `error`, recognised as a retryable failure for `reason`, or (with `None`) as
+    /// nothing the module knows: its source chain is judged as usual.
+    pub fn new(error: impl Into<BoxError>, reason: Option<RetryReason>) -> Self {
+        Self {
+            reason,
+            error: error.into(),
+        }
+    }
+
+    /// The reason the module recognised, if any.
+    pub fn reason(&self) -> Option<RetryReason> {
+        self.reason
+    }
+
+    /// The error itself.
+    pub fn get_ref(&self) -> &(dyn StdError + Send + Sync + 'static) {
+        &*self.error
+    }
+
+    /// The error itself, given back.
+    pub fn into_inner(self) -> BoxError {
+        self.error
+    }
+
+    /// The error and the reason, given back.
+    pub(crate) fn into_parts(self) -> (BoxError, Option<RetryReason>) {
+        (self.error, self.reason)
+    }
+}
+
+impl fmt::Display for Recognized {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl StdError for Recognized {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.error)
     }
 }
 
@@ -208,6 +405,14 @@ impl fmt::Display for RetryReason {
 pub trait Classify: Send + Sync + 'static {
     /// Classifies one outcome of the request whose head is `request`.
     fn classify(&self, request: &request::Parts, outcome: Outcome<'_>) -> Classification;
+
+    /// Whether [`classify`](Self::classify) looks at the request's head. True by default.
+    /// A classifier of the outcome alone returns false: it is then given an empty head
+    /// (`GET /`, no fields), and the layer keeps its copy of each request's head in a
+    /// cheaper form than `Parts` (one allocation instead of two).
+    fn needs_request(&self) -> bool {
+        true
+    }
 }
 
 impl<F> Classify for F
@@ -219,6 +424,12 @@ where
     }
 }
 
+/// The head a classifier that does not look at the request is given: `GET /`, no fields.
+pub(crate) fn empty_head() -> &'static request::Parts {
+    static EMPTY: std::sync::OnceLock<request::Parts> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(|| http::Request::new(()).into_parts().0)
+}
+
 /// The default classification of the [module docs](self).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DefaultClassifier;
@@ -226,6 +437,10 @@ pub struct DefaultClassifier;
 impl Classify for DefaultClassifier {
     fn classify(&self, _request: &request::Parts, outcome: Outcome<'_>) -> Classification {
         classify_outcome(outcome)
+    }
+
+    fn needs_request(&self) -> bool {
+        false
     }
 }
 
@@ -237,11 +452,12 @@ pub(crate) fn classify_outcome(outcome: Outcome<'_>) -> Classification {
     }
 }
 
-/// The status part of the default table.
+/// The status part of the default table: [`Classification::Success`] below 400.
 pub fn classify_status(status: StatusCode) -> Classification {
     match status.as_u16() {
         408 | 429 | 502 | 503 | 504 => Classification::Retry(RetryReason::Status(status)),
         500 => Classification::RetryOnce(RetryReason::Status(status)),
+        0..400 => Classification::Success,
         _ => Classification::Done,
     }
 }
@@ -279,9 +495,14 @@ fn classify_link(error: &(dyn StdError + 'static)) -> Option<Classification> {
     if let Some(io) = error.downcast_ref::<io::Error>() {
         return classify_io(io.kind());
     }
-    #[cfg(feature = "reqwest")]
-    if let Some(verdict) = reqwest_errors::classify(error) {
-        return Some(verdict);
+    // A module above the core recognised its own error type: its reason stands, else the
+    // walk goes on into what it wraps. A second layer sees the reason through the first
+    // layer's `RetryError`, which keeps it.
+    if let Some(recognized) = error.downcast_ref::<Recognized>() {
+        return recognized.reason().map(Classification::Retry);
+    }
+    if let Some(error) = error.downcast_ref::<RetryError>() {
+        return error.recognized().map(Classification::Retry);
     }
     #[cfg(feature = "hyper")]
     if let Some(verdict) = hyper_errors::classify(error) {
@@ -354,26 +575,6 @@ mod hyper_errors {
     }
 }
 
-#[cfg(feature = "reqwest")]
-mod reqwest_errors {
-    use super::{Classification, RetryReason, StdError, retry};
-
-    pub(super) fn classify(error: &(dyn StdError + 'static)) -> Option<Classification> {
-        let e = error.downcast_ref::<reqwest::Error>()?;
-        // A connect timeout is both: the connection never existed, which is the stronger
-        // claim.
-        if e.is_connect() {
-            return retry(RetryReason::Connect);
-        }
-        // reqwest's own timeout error is a private type: only `is_timeout` can tell.
-        if e.is_timeout() {
-            return retry(RetryReason::Timeout);
-        }
-        // Anything else is judged by its source (a reset, a closed connection, ...).
-        None
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,9 +615,11 @@ mod tests {
             classify_status(StatusCode::INTERNAL_SERVER_ERROR),
             Classification::RetryOnce(RetryReason::Status(StatusCode::INTERNAL_SERVER_ERROR))
         );
-        for code in [
-            200, 201, 204, 301, 304, 400, 401, 403, 404, 409, 422, 501, 505,
-        ] {
+        for code in [100, 200, 201, 204, 301, 304, 399] {
+            let s = StatusCode::from_u16(code).unwrap();
+            assert_eq!(classify_status(s), Classification::Success, "{code}");
+        }
+        for code in [400, 401, 403, 404, 409, 422, 501, 505, 599] {
             let s = StatusCode::from_u16(code).unwrap();
             assert_eq!(classify_status(s), Classification::Done, "{code}");
         }

@@ -1,34 +1,71 @@
-//! The layer's configuration as the services use it: every policy resolved once, when a
-//! service is made, against what the layer adds to it (the budget, the key).
+// The layer's configuration, and the same as the services use it: every policy resolved
+// once, when a service is made, against what the layer adds to it (the gates, the key, the
+// attempt header).
 
+use std::fmt;
 use std::sync::Arc;
 
 use http::{HeaderName, Request};
 
-use crate::budget::RetryBudget;
-use crate::idempotency::IdempotencyKey;
+use crate::gate::{Gates, RetryBudget, Throttle};
+use crate::hook::{AttemptHeader, Hooks};
+use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey};
 use crate::policy::{PolicyKey, RetryPolicy};
 use crate::route::RouteMatch;
 
-/// What the layer sets beside its policies.
+/// Default cap on the bytes of a request body kept for replays: 64 KiB.
+pub const DEFAULT_MAX_REPLAY_BYTES: usize = 64 * 1024;
+
+/// Everything a [`RetryLayer`](crate::RetryLayer) is configured with.
 #[derive(Clone)]
-pub(crate) struct Defaults {
+pub(crate) struct Config {
+    pub(crate) policy: RetryPolicy,
+    pub(crate) routes: Vec<(RouteMatch, RetryPolicy)>,
     pub(crate) budget: Option<RetryBudget>,
+    pub(crate) throttle: Option<Throttle>,
     pub(crate) key: Option<IdempotencyKey>,
     /// The header whose presence makes a non-idempotent request retryable.
     pub(crate) key_header: HeaderName,
     pub(crate) max_replay_bytes: usize,
     pub(crate) attempt_header: Option<HeaderName>,
-    #[cfg(feature = "grpc")]
-    pub(crate) throttle: Option<crate::grpc::Throttle>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            policy: RetryPolicy::default(),
+            routes: Vec::new(),
+            budget: Some(RetryBudget::default()),
+            throttle: None,
+            key: Some(IdempotencyKey::default()),
+            key_header: IDEMPOTENCY_KEY,
+            max_replay_bytes: DEFAULT_MAX_REPLAY_BYTES,
+            attempt_header: None,
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryLayer")
+            .field("policy", &self.policy)
+            .field("routes", &self.routes)
+            .field("budget", &self.budget)
+            .field("throttle", &self.throttle)
+            .field("idempotency_key", &self.key)
+            .field("max_replay_bytes", &self.max_replay_bytes)
+            .field("attempt_header", &self.attempt_header)
+            .finish()
+    }
 }
 
 /// One policy with the layer's additions resolved: all a request needs from the
 /// configuration once its policy is chosen.
 pub(crate) struct Plan {
     pub(crate) policy: RetryPolicy,
-    /// The budget that pays for this policy's retries: its own, else the layer's.
-    pub(crate) budget: Option<RetryBudget>,
+    /// The gates this policy's retries pass: its own budget and throttle, else the
+    /// layer's.
+    pub(crate) gates: Gates,
     /// How keys are stamped: the policy's own configuration, else the layer's. A policy
     /// that declares its requests repeatable needs no key for that, so it gets none from
     /// the layer.
@@ -36,53 +73,47 @@ pub(crate) struct Plan {
     /// The header whose presence makes a non-idempotent request under this policy
     /// retryable.
     pub(crate) key_header: HeaderName,
-    pub(crate) attempt_header: Option<HeaderName>,
-    /// Whether outcomes are classified by the default table (no custom classifier, not
-    /// gRPC), under which every 2xx response is final.
-    default_classification: bool,
-    /// The gRPC retry throttle for a gRPC policy: its own, else the layer's.
-    #[cfg(feature = "grpc")]
-    pub(crate) throttle: Option<crate::grpc::Throttle>,
+    /// The layer's attempt header, then the policy's own hooks.
+    pub(crate) hooks: Hooks,
+    /// Whether outcomes are classified by the default table (no custom classifier), under
+    /// which every 2xx response is a success, and no gate needs telling of one.
+    plain_successes: bool,
 }
 
 impl Plan {
     /// Whether `result` is a success that the policy returns without further thought: a
-    /// 2xx under the default classification (which never retries one).
+    /// 2xx under the default classification (which never retries one), with no gate to
+    /// tell.
     pub(crate) fn plain_success<RB, E>(&self, result: &Result<http::Response<RB>, E>) -> bool {
-        self.default_classification
+        self.plain_successes
             && result
                 .as_ref()
                 .is_ok_and(|response| response.status().is_success())
     }
 
-    pub(crate) fn resolve(policy: RetryPolicy, defaults: &Defaults) -> Self {
-        let budget = policy.budget.clone().or_else(|| defaults.budget.clone());
+    pub(crate) fn resolve(policy: RetryPolicy, config: &Config) -> Self {
+        let gates = Gates {
+            budget: policy.budget.clone().or_else(|| config.budget.clone()),
+            throttle: policy.throttle.clone().or_else(|| config.throttle.clone()),
+        };
         let (key, key_header) = match &policy.key {
             PolicyKey::Own(key) => (Some(key.clone()), key.header().clone()),
-            PolicyKey::Off => (None, defaults.key_header.clone()),
-            PolicyKey::Layer if policy.assume_idempotent => (None, defaults.key_header.clone()),
-            PolicyKey::Layer => (defaults.key.clone(), defaults.key_header.clone()),
+            PolicyKey::Off => (None, config.key_header.clone()),
+            PolicyKey::Layer if policy.assume_idempotent => (None, config.key_header.clone()),
+            PolicyKey::Layer => (config.key.clone(), config.key_header.clone()),
         };
-        #[cfg(feature = "grpc")]
-        let throttle = match policy.grpc_codes {
-            Some(_) => policy
-                .throttle
-                .clone()
-                .or_else(|| defaults.throttle.clone()),
-            None => None,
-        };
-        let default_classification = !policy.has_custom_classifier();
-        #[cfg(feature = "grpc")]
-        let default_classification = default_classification && policy.grpc_codes.is_none();
+        let mut hooks = Hooks::default();
+        if let Some(name) = &config.attempt_header {
+            hooks.add(AttemptHeader(name.clone()));
+        }
+        let hooks = hooks.then(&policy.hooks);
         Self {
-            default_classification,
+            plain_successes: !policy.has_custom_classifier() && !gates.hears_successes(),
             policy,
-            budget,
+            gates,
             key,
             key_header,
-            attempt_header: defaults.attempt_header.clone(),
-            #[cfg(feature = "grpc")]
-            throttle,
+            hooks,
         }
     }
 }
@@ -91,27 +122,24 @@ impl Plan {
 pub(crate) struct Plans {
     default: Arc<Plan>,
     routes: Vec<(RouteMatch, Arc<Plan>)>,
-    defaults: Defaults,
+    config: Arc<Config>,
 }
 
 impl Plans {
-    pub(crate) fn new(
-        policy: &RetryPolicy,
-        routes: &[(RouteMatch, RetryPolicy)],
-        defaults: &Defaults,
-    ) -> Self {
+    pub(crate) fn new(config: Arc<Config>) -> Self {
         Self {
-            default: Arc::new(Plan::resolve(policy.clone(), defaults)),
-            routes: routes
+            default: Arc::new(Plan::resolve(config.policy.clone(), &config)),
+            routes: config
+                .routes
                 .iter()
                 .map(|(route, policy)| {
                     (
                         route.clone(),
-                        Arc::new(Plan::resolve(policy.clone(), defaults)),
+                        Arc::new(Plan::resolve(policy.clone(), &config)),
                     )
                 })
                 .collect(),
-            defaults: defaults.clone(),
+            config,
         }
     }
 
@@ -119,7 +147,7 @@ impl Plans {
     /// route, else the default. Allocates only for a request that carries a policy.
     pub(crate) fn select<B>(&self, request: &Request<B>) -> Arc<Plan> {
         if let Some(policy) = request.extensions().get::<RetryPolicy>() {
-            return Arc::new(Plan::resolve(policy.clone(), &self.defaults));
+            return Arc::new(Plan::resolve(policy.clone(), &self.config));
         }
         let (method, uri, headers) = (request.method(), request.uri(), request.headers());
         let plan = self
@@ -131,24 +159,12 @@ impl Plans {
     }
 
     pub(crate) fn max_replay_bytes(&self) -> usize {
-        self.defaults.max_replay_bytes
+        self.config.max_replay_bytes
     }
 }
 
-impl std::fmt::Debug for Plans {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Plans")
-            .field("default", &self.default.policy)
-            .field(
-                "routes",
-                &self
-                    .routes
-                    .iter()
-                    .map(|(route, plan)| (route, &plan.policy))
-                    .collect::<Vec<_>>(),
-            )
-            .field("budget", &self.defaults.budget)
-            .field("max_replay_bytes", &self.defaults.max_replay_bytes)
-            .finish()
+impl fmt::Debug for Plans {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.config.fmt(f)
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tower::BoxError;
 
+use crate::classify::{Recognized, RetryReason};
 use crate::info::RetryInfo;
 
 /// The error a [`Retry`](crate::Retry) service returns: the last attempt's error, with the
@@ -48,11 +49,28 @@ use crate::info::RetryInfo;
 pub struct RetryError {
     info: RetryInfo,
     source: BoxError,
+    /// The reason a module above the core recognised in the source, which the source
+    /// itself no longer carries (see [`Recognized`](crate::classify::Recognized)).
+    recognized: Option<RetryReason>,
 }
 
 impl RetryError {
+    /// The record and the last error; a [`Recognized`] error is unwrapped, its reason kept.
     pub(crate) fn new(info: RetryInfo, source: BoxError) -> Self {
-        Self { info, source }
+        let (source, recognized) = match source.downcast::<Recognized>() {
+            Ok(recognized) => recognized.into_parts(),
+            Err(source) => (source, None),
+        };
+        Self {
+            info,
+            source,
+            recognized,
+        }
+    }
+
+    /// The reason recognised in the source by the module that raised it, if any.
+    pub(crate) fn recognized(&self) -> Option<RetryReason> {
+        self.recognized
     }
 
     /// What happened: attempts, waits, why retrying stopped.
@@ -225,10 +243,92 @@ impl fmt::Display for AttemptTimedOut {
 
 impl std::error::Error for AttemptTimedOut {}
 
+/// A retry was decided, but the inner service did not become ready for it within the
+/// attempt timeout, so it was never sent.
+///
+/// Waiting for the retry's service to become ready (`poll_ready` on a clone of it) is
+/// bounded by the deadline, else by the attempt timeout; when the deadline passes first the
+/// caller gets [`DeadlineExceeded`] instead. The record
+/// ([`RetryError::info`]) keeps the retry that was decided, with what asked for it (the
+/// 503, say), and says [`StopReason::ServiceNotReady`](crate::StopReason::ServiceNotReady).
+///
+/// ```
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use http::{Request, Response, StatusCode};
+/// use http_body_util::Full;
+/// use tower::{Layer, ServiceExt};
+/// use tower_http_retry::{RetryError, RetryLayer, RetryPolicy, ServiceNotReady, StopReason};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // Answers 503, then is never ready again (a pool whose every connection is busy).
+/// # #[derive(Clone)]
+/// # struct Busy(std::sync::Arc<std::sync::atomic::AtomicBool>);
+/// # impl tower::Service<Request<tower_http_retry::ReplayBody<Full<Bytes>>>> for Busy {
+/// #     type Response = Response<()>;
+/// #     type Error = std::convert::Infallible;
+/// #     type Future = std::future::Ready<Result<Response<()>, std::convert::Infallible>>;
+/// #     fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+/// #         if self.0.load(std::sync::atomic::Ordering::SeqCst) { std::task::Poll::Pending } else { std::task::Poll::Ready(Ok(())) }
+/// #     }
+/// #     fn call(&mut self, _: Request<tower_http_retry::ReplayBody<Full<Bytes>>>) -> Self::Future {
+/// #         self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+/// #         std::future::ready(Ok(Response::builder().status(StatusCode::SERVICE_UNAVAILABLE).body(()).unwrap()))
+/// #     }
+/// # }
+/// # let inner = Busy(Default::default());
+/// let client = RetryLayer::new()
+///     .policy(RetryPolicy::default().attempt_timeout(Duration::from_secs(1)))
+///     .layer(inner);
+/// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
+/// let error = client.oneshot(request).await.unwrap_err();
+/// let error = error.downcast_ref::<RetryError>().unwrap();
+/// assert!(error.get_ref().is::<ServiceNotReady>());
+/// assert_eq!(error.info().stop, StopReason::ServiceNotReady);
+/// assert_eq!(error.info().attempts, 1);
+/// assert_eq!(error.info().retries.len(), 1); // the retry the 503 asked for
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ServiceNotReady {
+    timeout: Duration,
+    attempt: u32,
+}
+
+impl ServiceNotReady {
+    pub(crate) fn new(timeout: Duration, attempt: u32) -> Self {
+        Self { timeout, attempt }
+    }
+
+    /// How long the layer waited for the service to become ready.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The attempt that was to be sent (2 for the first retry).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
+
+impl fmt::Display for ServiceNotReady {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the inner service was not ready for attempt {} within {:?}",
+            self.attempt, self.timeout
+        )
+    }
+}
+
+impl std::error::Error for ServiceNotReady {}
+
 /// A configuration value was refused at construction: the one error type of every `try_`
 /// constructor ([`RetryPolicy::try_max_attempts`](crate::RetryPolicy::try_max_attempts),
 /// [`Backoff::try_exponential`](crate::Backoff::try_exponential),
-/// [`RetryBudget::try_new`](crate::RetryBudget::try_new), the header-name setters).
+/// [`RetryBudget::try_new`](crate::RetryBudget::try_new),
+/// [`Throttle::try_new`](crate::Throttle::try_new), the header-name setters).
 ///
 /// The plain constructors panic with the same message. Its `Display` names the value at
 /// fault; the predicates tell the kinds apart:
@@ -254,9 +354,10 @@ pub(crate) enum ConfigKind {
     Backoff,
     HeaderName,
     Budget,
-    /// gRPC settings: a retry throttle, a service config.
-    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
-    Grpc,
+    Throttle,
+    /// The settings of a protocol module above the core (a gRPC service config).
+    #[allow(dead_code)] // only the protocol modules make these, and they are optional
+    Protocol,
 }
 
 impl InvalidConfig {
@@ -287,9 +388,14 @@ impl InvalidConfig {
         self.kind == ConfigKind::Budget
     }
 
-    /// gRPC settings (a retry throttle, a service config) were refused.
-    pub fn is_grpc(&self) -> bool {
-        self.kind == ConfigKind::Grpc
+    /// A retry throttle's settings were refused.
+    pub fn is_throttle(&self) -> bool {
+        self.kind == ConfigKind::Throttle
+    }
+
+    /// A protocol module's settings (a gRPC service config) were refused.
+    pub fn is_protocol(&self) -> bool {
+        self.kind == ConfigKind::Protocol
     }
 }
 

@@ -1,47 +1,46 @@
-//! [`ResponseFuture`]: drives attempts, timers and readiness; the decisions are made in
-//! plain code elsewhere in the crate.
-//!
-//! A request that may be retried goes through these states; one that is sent once only
-//! through the first:
-//!
-//! ```text
-//!   call ──► Attempt ──outcome──► retry? ──no──► finished
-//!               ▲                  │    ▲
-//!               │             yes  │    │ released (decided anew)
-//!               │                  ▼    │
-//!               │   body still held by the transport ──► Releasing
-//!               │                  │
-//!           Readying ◄── timer ── Waiting
-//! ```
-//!
-//! One timer serves every state: during an attempt it fires at the attempt timeout or the
-//! deadline, whichever is first; while the transport still holds the last attempt's body
-//! and while the retry's service gets ready, at the deadline, else the attempt timeout;
-//! while waiting, at the end of the backoff. Every outcome leaves through one place, which
-//! finishes the record and the trace. Nothing is boxed on the way to a first-attempt
-//! success, and no task is spawned: dropping the future drops the attempt in flight and
-//! sends nothing more.
+//! [`ResponseFuture`], the response future of [`Retry`](crate::Retry).
+
+// The driver: it polls attempts, timers and readiness, and carries out what `decision`
+// answers. A request that may be retried goes through these states; one that is sent once
+// only through `Once`:
+//
+//   call ──► Attempt ──outcome──► decide ──return──► finish
+//               ▲                  │  ▲
+//               │            wait  │  │ released (decided anew)
+//               │                  │  │
+//               │                  │  Releasing ◄── body still held by the transport
+//               │                  ▼
+//           Readying ◄── timer ── Waiting
+//
+// Each state holds its own data: the retry context (`Retrying`) while the request may
+// still be retried, and, from its first retry on, the boxed `Later` (the retry's service
+// and the decisions' course). One timer serves every state (hedging, with several attempts
+// in flight, will need more): during an attempt it fires at the attempt timeout or the
+// deadline, whichever is first; while the transport still holds the last attempt's body
+// and while the retry's service gets ready, at the deadline, else the attempt timeout;
+// while waiting, at the end of the wait. Every outcome leaves through `finish`. Nothing is
+// boxed on the way to a first-attempt success, and no task is spawned: dropping the future
+// drops the attempt in flight and sends nothing more.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use http::{HeaderValue, Request, Response};
+use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep, sleep_until};
 use tower::BoxError;
 use tower_service::Service;
 
-use crate::backoff::JitterRng;
-use crate::classify::{Classification, Outcome};
+use crate::classify::Outcome as Seen;
 use crate::config::Plan;
-use crate::decision::{self, Judgement, Limits, RELEASE_GRACE, Schedule};
-use crate::error::{DeadlineExceeded, RetryError};
+use crate::decision::{self, Answer, Course, Expired, Facts, Limits, Outcome, RELEASE_GRACE};
+use crate::error::RetryError;
 use crate::head::Head;
-use crate::hints::{Hint, HintSource};
-use crate::info::{Attempt, RetryInfo, StopReason};
+use crate::hints::Hint;
+use crate::info::{Attempt, RetryInfo};
 use crate::replay::{NotReplayable, Replay, ReplayBody};
 use crate::trace::Trace;
 
@@ -55,27 +54,32 @@ pin_project! {
     #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<F, S, B, R> {
         #[pin]
-        state: State<F, R>,
+        state: State<F, S, B, R>,
+        // The end of the current state, if it has one.
         #[pin]
         timer: Option<Sleep>,
-        // Whether `timer` means anything in the current state.
-        armed: bool,
         limits: Limits,
         info: RetryInfo,
-        retrying: Option<Retrying<S, B>>,
         trace: Trace,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, R> {
-        Attempt { #[pin] future: F },
-        // The outcome is kept while waiting for the transport to let go of the body (in the
-        // state, not beside it: the attempt's future and it are never there together).
-        Releasing { held: Option<Result<R, BoxError>> },
-        Waiting,
-        Readying,
+    #[project_replace = StateOwn]
+    enum State<F, S, B, R> {
+        // The one attempt of a request that is never retried.
+        Once { #[pin] future: F },
+        // An attempt of a request that may be retried.
+        Attempt { #[pin] future: F, retry: Retrying<S, B>, later: Option<Box<Later<S>>> },
+        // The outcome is kept while waiting for the transport to let go of the body.
+        Releasing {
+            held: Result<R, BoxError>,
+            retry: Retrying<S, B>,
+            later: Option<Box<Later<S>>>,
+        },
+        Waiting { retry: Retrying<S, B>, later: Box<Later<S>> },
+        Readying { retry: Retrying<S, B>, later: Box<Later<S>> },
         Done,
     }
 }
@@ -112,99 +116,99 @@ pub(crate) struct Retrying<S, B> {
     pub(crate) replay: Replay<B>,
     /// The request's policy, resolved once when it was called.
     pub(crate) plan: Arc<Plan>,
-    /// What only retries use, boxed when the first retry goes ahead: most requests succeed
-    /// at once, and a clone of a client (hundreds of bytes for hyper-util's) would make
-    /// every response future that much larger.
-    later: Option<Box<Later<S>>>,
 }
 
-impl<S, B> Retrying<S, B> {
-    pub(crate) fn new(
-        prototype: Prototype<S>,
-        head: Head,
-        replay: Replay<B>,
-        plan: Arc<Plan>,
-    ) -> Self {
-        Self {
-            prototype,
-            head,
-            replay,
-            plan,
-            later: None,
-        }
-    }
-}
-
-/// The retry-only part of [`Retrying`].
+/// What only retries use, boxed when the first retry goes ahead: most requests succeed at
+/// once, and a clone of a client (hundreds of bytes for hyper-util's) would make every
+/// response future that much larger.
 struct Later<S> {
-    /// The inner service for retries, cloned from the prototype before the first retry.
-    service: Option<S>,
-    rng: JitterRng,
-    /// The previous wait actually slept, for decorrelated jitter.
-    previous: Duration,
-    /// Retries before the last gRPC pushback: the backoff counts from there.
-    offset: usize,
-}
-
-/// What the driver does after an outcome.
-enum Next {
-    Finish,
-    Wait(Duration),
-    /// Worth a retry, but the transport still holds the last attempt's body: wait for it
-    /// to be dropped, then decide again.
-    AwaitRelease,
+    /// The inner service for retries, cloned from the prototype for the first retry and
+    /// driven to readiness before every retry.
+    service: S,
+    course: Course,
 }
 
 impl<F, S, B, R> ResponseFuture<F, S, B, R> {
-    /// Starts the future on the first attempt. `retrying` is `None` for a request that is
-    /// sent once.
-    pub(crate) fn new(
-        future: F,
-        limits: Limits,
-        info: RetryInfo,
-        retrying: Option<Retrying<S, B>>,
-        trace: Trace,
-    ) -> Self {
-        // Most requests have no time limit: no clock read for them.
-        let end = match limits.bounds_attempts() {
-            true => limits.attempt_end(Instant::now()),
-            false => None,
-        };
+    /// A request sent once.
+    pub(crate) fn once(future: F, limits: Limits, info: RetryInfo, trace: Trace) -> Self {
         Self {
-            state: State::Attempt { future },
-            timer: end.map(sleep_until),
-            armed: end.is_some(),
+            timer: first_timer(&limits),
+            state: State::Once { future },
             limits,
             info,
-            retrying,
+            trace,
+        }
+    }
+
+    /// The first attempt of a request that may be retried.
+    // Built in one place, so that the large state is written once, where it stays.
+    #[inline]
+    pub(crate) fn first(
+        future: F,
+        retry: Retrying<S, B>,
+        limits: Limits,
+        info: RetryInfo,
+        trace: Trace,
+    ) -> Self {
+        Self {
+            timer: first_timer(&limits),
+            state: State::Attempt {
+                future,
+                retry,
+                later: None,
+            },
+            limits,
+            info,
             trace,
         }
     }
 }
 
-/// Points the timer at `at`, reusing the one already there.
-fn arm(mut timer: Pin<&mut Option<Sleep>>, armed: &mut bool, at: Option<Instant>) {
-    *armed = at.is_some();
-    if let Some(at) = at {
-        match timer.as_mut().as_pin_mut() {
-            Some(sleep) => sleep.reset(at),
-            None => timer.set(Some(sleep_until(at))),
-        }
+/// The first attempt's timer: the clock is read only for a request with a time limit.
+#[inline]
+fn first_timer(limits: &Limits) -> Option<Sleep> {
+    match limits.bounds_attempts() {
+        true => limits.attempt_end(Instant::now()).map(sleep_until),
+        false => None,
     }
 }
 
-fn timer_fired(timer: Pin<&mut Option<Sleep>>, armed: bool, cx: &mut Context<'_>) -> bool {
-    armed
-        && timer
-            .as_pin_mut()
-            .is_some_and(|sleep| sleep.poll(cx).is_ready())
+/// Sets `timer` to fire at `end`, or not at all.
+fn arm(mut timer: Pin<&mut Option<Sleep>>, end: Option<Instant>) {
+    match (timer.as_mut().as_pin_mut(), end) {
+        (Some(sleep), Some(at)) => sleep.reset(at),
+        (None, Some(at)) => timer.set(Some(sleep_until(at))),
+        (Some(_), None) => timer.set(None),
+        (None, None) => {}
+    }
+}
+
+/// Whether `timer` is set and has fired.
+fn fired(timer: Pin<&mut Option<Sleep>>, cx: &mut Context<'_>) -> bool {
+    timer
+        .as_pin_mut()
+        .is_some_and(|sleep| sleep.poll(cx).is_ready())
+}
+
+/// What the current state came to.
+enum Step<R> {
+    /// An attempt's outcome: the response or the error.
+    Outcome(Result<R, BoxError>),
+    /// The deadline passed during an attempt: the request ends with its error.
+    Deadline(Result<R, BoxError>),
+    /// The transport released the body, or its wait ran out.
+    Released(bool),
+    /// The wait before a retry is over.
+    Waited,
+    /// The retry's service is ready, failed, or did not get ready in time (`None`).
+    Ready(Option<Result<(), BoxError>>),
 }
 
 impl<F, S, B, RB, E> Future for ResponseFuture<F, S, B, Response<RB>>
 where
     F: Future<Output = Result<Response<RB>, E>>,
     E: Into<BoxError>,
-    S: Service<Request<ReplayBody<B>>, Response = Response<RB>, Error = E, Future = F> + Clone,
+    S: Service<Request<ReplayBody<B>>, Future = F, Response = Response<RB>, Error = E> + Clone,
     B: http_body::Body + Unpin,
 {
     type Output = Result<Response<RB>, BoxError>;
@@ -213,177 +217,297 @@ where
         let mut this = self.project();
         let _entered = this.trace.enter();
         loop {
-            let (result, next) = match this.state.as_mut().project() {
-                StateProj::Attempt { future } => {
-                    let result = match future.poll(cx) {
-                        Poll::Ready(result) => result.map_err(Into::into),
-                        Poll::Pending => {
-                            if !timer_fired(this.timer.as_mut(), *this.armed, cx) {
-                                return Poll::Pending;
-                            }
-                            Err(this.limits.expired(Instant::now(), this.info.attempts))
-                        }
+            let step = match this.state.as_mut().project() {
+                StateProj::Once { future } => {
+                    let step = ready!(poll_attempt(
+                        future,
+                        this.timer.as_mut(),
+                        this.limits,
+                        this.info,
+                        cx
+                    ));
+                    // A request sent once: its outcome is the answer.
+                    let result = match step {
+                        Step::Outcome(result) | Step::Deadline(result) => result,
+                        _ => unreachable_state(),
                     };
-                    // Drop the attempt (and the body it may hold) before judging it.
                     this.state.set(State::Done);
-                    let next = match this.retrying.as_mut() {
-                        Some(_) if is_deadline(&result) => {
-                            decision::record_stop(this.info, StopReason::Deadline);
-                            Next::Finish
-                        }
-                        Some(retrying) => decide(retrying, this.limits, this.info, &result, true),
-                        None => Next::Finish,
-                    };
-                    (result, next)
+                    return Poll::Ready(finish(this.info, this.trace, result));
                 }
-                StateProj::Releasing { held } => {
-                    let retrying = this
-                        .retrying
-                        .as_mut()
-                        .expect("only retries wait for a body");
-                    let responded = matches!(held, Some(Ok(_)));
-                    let released = retrying.replay.poll_released(cx, responded).is_ready();
-                    if !released && !timer_fired(this.timer.as_mut(), *this.armed, cx) {
-                        return Poll::Pending;
-                    }
-                    let result = held.take().expect("an outcome is held");
-                    this.state.set(State::Done);
-                    let next = if released {
-                        // Decided anew: time has passed, and the body's state changed.
-                        decide(retrying, this.limits, this.info, &result, false)
-                    } else {
-                        let stop = if this.limits.past_deadline(Instant::now()) {
-                            StopReason::Deadline
-                        } else {
-                            StopReason::BodyNotReplayable
-                        };
-                        decision::record_stop(this.info, stop);
-                        Next::Finish
-                    };
-                    (result, next)
-                }
-                StateProj::Waiting => {
-                    if *this.armed {
-                        if let Some(sleep) = this.timer.as_mut().as_pin_mut() {
-                            ready!(sleep.poll(cx));
+                StateProj::Attempt { future, retry, .. } => {
+                    match ready!(poll_attempt(
+                        future,
+                        this.timer.as_mut(),
+                        this.limits,
+                        this.info,
+                        cx
+                    )) {
+                        Step::Outcome(result) if retry.plan.plain_success(&result) => {
+                            // The common case, settled without moving anything out.
+                            decision::succeeded(this.info);
+                            this.state.set(State::Done);
+                            return Poll::Ready(finish(this.info, this.trace, result));
                         }
-                    }
-                    let end = this.limits.wait_end(Instant::now(), None);
-                    arm(this.timer.as_mut(), this.armed, end);
-                    this.state.set(State::Readying);
-                    continue;
-                }
-                StateProj::Readying => {
-                    let retrying = this.retrying.as_mut().expect("only retries get ready");
-                    let prototype = &retrying.prototype;
-                    let later = retrying.later.as_mut().expect("a retry was decided");
-                    let service = later.service.get_or_insert_with(|| prototype.make());
-                    let ready = match service.poll_ready(cx) {
-                        Poll::Ready(ready) => ready.map_err(Into::into),
-                        Poll::Pending => {
-                            if !timer_fired(this.timer.as_mut(), *this.armed, cx) {
-                                return Poll::Pending;
-                            }
-                            Err(this.limits.expired(Instant::now(), this.info.attempts))
-                        }
-                    };
-                    let now = Instant::now();
-                    match ready {
-                        // Readiness took the time that was left: send nothing.
-                        Ok(()) if this.limits.past_deadline(now) => {
-                            decision::record_stop(this.info, StopReason::Deadline);
-                            (
-                                Err(this.limits.expired(now, this.info.attempts)),
-                                Next::Finish,
-                            )
-                        }
-                        Ok(()) => {
-                            this.info.attempts += 1;
-                            let attempt = this.info.attempts;
-                            let mut head = retrying.head.to_parts();
-                            if let Some(name) = &retrying.plan.attempt_header {
-                                head.headers
-                                    .insert(name.clone(), HeaderValue::from(attempt));
-                            }
-                            head.extensions.insert(Attempt::new(attempt));
-                            #[cfg(feature = "grpc")]
-                            if retrying.plan.policy.grpc_codes.is_some() {
-                                // A6: transparent retries are not attempts here.
-                                let counted =
-                                    decision::counted_attempts(attempt, &this.info.retries);
-                                crate::grpc::set_previous_rpc_attempts(
-                                    &mut head.headers,
-                                    counted - 1,
-                                );
-                                if let Some(deadline) = this.limits.deadline() {
-                                    crate::grpc::set_grpc_timeout(
-                                        &mut head.headers,
-                                        deadline.saturating_duration_since(now),
-                                    );
-                                }
-                            }
-                            let request = Request::from_parts(head, retrying.replay.body());
-                            let future = service.call(request);
-                            arm(
-                                this.timer.as_mut(),
-                                this.armed,
-                                this.limits.attempt_end(now),
-                            );
-                            this.state.set(State::Attempt { future });
-                            continue;
-                        }
-                        Err(error) => {
-                            if this.limits.past_deadline(now) {
-                                decision::record_stop(this.info, StopReason::Deadline);
-                            }
-                            (Err(error), Next::Finish)
-                        }
+                        step => step,
                     }
                 }
+                StateProj::Releasing { held, retry, .. } => {
+                    let attempt = this.info.attempts as usize - 1;
+                    let responded = held.is_ok();
+                    match retry.replay.poll_released(cx, attempt, responded) {
+                        Poll::Ready(_) => Step::Released(true),
+                        Poll::Pending if fired(this.timer.as_mut(), cx) => Step::Released(false),
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+                StateProj::Waiting { .. } => {
+                    if let Some(sleep) = this.timer.as_mut().as_pin_mut() {
+                        ready!(sleep.poll(cx));
+                    }
+                    Step::Waited
+                }
+                StateProj::Readying { later, .. } => match later.service.poll_ready(cx) {
+                    Poll::Ready(ready) => Step::Ready(Some(ready.map_err(Into::into))),
+                    Poll::Pending if fired(this.timer.as_mut(), cx) => Step::Ready(None),
+                    Poll::Pending => return Poll::Pending,
+                },
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             };
-            match next {
-                Next::Finish => return Poll::Ready(finish(this.info, this.trace, result)),
-                Next::AwaitRelease => {
-                    let end = this.limits.wait_end(Instant::now(), Some(RELEASE_GRACE));
-                    arm(this.timer.as_mut(), this.armed, end);
-                    this.state.set(State::Releasing { held: Some(result) });
-                }
-                Next::Wait(wait) => {
-                    if let Some(record) = this.info.retries.last() {
-                        let error = result.as_ref().err().map(|e| &**e);
-                        this.trace.retry(this.info.attempts, record, error);
-                    }
-                    drop(result);
-                    let now = Instant::now();
-                    if wait.is_zero() {
-                        // No wait: straight to readiness, without a timer tick in between.
-                        arm(
-                            this.timer.as_mut(),
-                            this.armed,
-                            this.limits.wait_end(now, None),
-                        );
-                        this.state.set(State::Readying);
-                    } else {
-                        arm(
-                            this.timer.as_mut(),
-                            this.armed,
-                            Some(decision::after(now, wait)),
-                        );
-                        this.state.set(State::Waiting);
-                    }
-                }
+            let mut ctx = Driver {
+                state: this.state.as_mut(),
+                timer: this.timer.as_mut(),
+                limits: this.limits,
+                info: this.info,
+                trace: this.trace,
+            };
+            if let Some(result) = ctx.advance(step) {
+                return Poll::Ready(finish(this.info, this.trace, result));
             }
         }
     }
 }
 
-/// True for this layer's own deadline error.
-fn is_deadline<R>(result: &Result<R, BoxError>) -> bool {
-    result
-        .as_ref()
-        .err()
-        .is_some_and(|e| e.is::<DeadlineExceeded>())
+/// Polls an attempt, bounded by `timer`: its outcome, or the deadline's error.
+fn poll_attempt<F, R, E>(
+    future: Pin<&mut F>,
+    timer: Pin<&mut Option<Sleep>>,
+    limits: &Limits,
+    info: &RetryInfo,
+    cx: &mut Context<'_>,
+) -> Poll<Step<R>>
+where
+    F: Future<Output = Result<R, E>>,
+    E: Into<BoxError>,
+{
+    match future.poll(cx) {
+        Poll::Ready(result) => Poll::Ready(Step::Outcome(result.map_err(Into::into))),
+        Poll::Pending if fired(timer, cx) => {
+            match decision::attempt_expired(limits, Instant::now(), info.attempts) {
+                Expired::Deadline(error) => Poll::Ready(Step::Deadline(Err(error))),
+                Expired::Attempt(error) => Poll::Ready(Step::Outcome(Err(error))),
+            }
+        }
+        Poll::Pending => Poll::Pending,
+    }
+}
+
+/// The driver's view of a future between two polls of its state.
+struct Driver<'a, F, S, B, R> {
+    state: Pin<&'a mut State<F, S, B, R>>,
+    timer: Pin<&'a mut Option<Sleep>>,
+    limits: &'a Limits,
+    info: &'a mut RetryInfo,
+    trace: &'a Trace,
+}
+
+impl<F, S, B, RB, E> Driver<'_, F, S, B, Response<RB>>
+where
+    S: Service<Request<ReplayBody<B>>, Future = F, Response = Response<RB>, Error = E> + Clone,
+    E: Into<BoxError>,
+{
+    /// Carries out what `step` calls for; the result to return, when the request is over.
+    fn advance(&mut self, step: Step<Response<RB>>) -> Option<Result<Response<RB>, BoxError>> {
+        match step {
+            Step::Outcome(result) => match self.state.as_mut().project_replace(State::Done) {
+                StateOwn::Attempt { retry, later, .. } => self.decide(result, retry, later, false),
+                _ => unreachable_state(),
+            },
+            Step::Deadline(result) => {
+                self.state.set(State::Done);
+                decision::deadline_passed(self.info);
+                Some(result)
+            }
+            Step::Released(released) => match self.state.as_mut().project_replace(State::Done) {
+                StateOwn::Releasing { held, retry, later } if released => {
+                    // Decided anew: time has passed, and the body's state changed.
+                    self.decide(held, retry, later, true)
+                }
+                StateOwn::Releasing { held, .. } => {
+                    decision::release_timed_out(self.limits, Instant::now(), self.info);
+                    Some(held)
+                }
+                _ => unreachable_state(),
+            },
+            Step::Waited => match self.state.as_mut().project_replace(State::Done) {
+                StateOwn::Waiting { retry, later } => {
+                    self.ready_in(retry, later);
+                    None
+                }
+                _ => unreachable_state(),
+            },
+            Step::Ready(ready) => match self.state.as_mut().project_replace(State::Done) {
+                StateOwn::Readying { retry, later } => self.send(ready, retry, later),
+                _ => unreachable_state(),
+            },
+        }
+    }
+
+    /// Has an outcome decided, and carries out the answer.
+    fn decide(
+        &mut self,
+        result: Result<Response<RB>, BoxError>,
+        retry: Retrying<S, B>,
+        mut later: Option<Box<Later<S>>>,
+        released: bool,
+    ) -> Option<Result<Response<RB>, BoxError>> {
+        let plan = &*retry.plan;
+        let seen = match &result {
+            Ok(response) => Seen::Response {
+                status: response.status(),
+                headers: response.headers(),
+            },
+            Err(_) if retry.replay.body_failed() => {
+                decision::caller_body_failed(self.info);
+                return Some(result);
+            }
+            Err(error) => Seen::Error(&**error),
+        };
+        let outcome = Outcome {
+            verdict: plan.policy.classify(&retry.head, seen),
+            responded: result.is_ok(),
+            may_repeat: retry.head.method().is_idempotent()
+                || self.info.idempotency_key.is_some()
+                || plan.policy.assume_idempotent,
+            released,
+        };
+        let mut facts = Lookup {
+            result: &result,
+            replay: &retry.replay,
+            attempt: self.info.attempts as usize - 1,
+            now: None,
+        };
+        let course = later.as_deref_mut().map(|later| &mut later.course);
+        match decision::decide(plan, self.limits, &outcome, &mut facts, course, self.info) {
+            Answer::Return => Some(result),
+            Answer::AwaitRelease => {
+                let end = self.limits.wait_end(Instant::now(), Some(RELEASE_GRACE));
+                arm(self.timer.as_mut(), end);
+                self.state.set(State::Releasing {
+                    held: result,
+                    retry,
+                    later,
+                });
+                None
+            }
+            Answer::Retry { wait, start } => {
+                if let Some(record) = self.info.retries.last() {
+                    let error = result.as_ref().err().map(|e| &**e);
+                    self.trace.retry(self.info.attempts, record, error);
+                }
+                // The outcome is dropped before the wait: holding a response across it
+                // would keep its connection busy.
+                drop(result);
+                let later = later.unwrap_or_else(|| {
+                    Box::new(Later {
+                        service: retry.prototype.make(),
+                        course: start.unwrap_or_else(|| Course::new(&retry.plan.policy)),
+                    })
+                });
+                if wait.is_zero() {
+                    // No wait: straight to readiness, without a timer tick in between.
+                    self.ready_in(retry, later);
+                } else {
+                    arm(
+                        self.timer.as_mut(),
+                        Some(decision::after(Instant::now(), wait)),
+                    );
+                    self.state.set(State::Waiting { retry, later });
+                }
+                None
+            }
+        }
+    }
+
+    /// Goes on to get the retry's service ready, bounded by the deadline, else the attempt
+    /// timeout.
+    fn ready_in(&mut self, retry: Retrying<S, B>, later: Box<Later<S>>) {
+        let end = self.limits.wait_end(Instant::now(), None);
+        arm(self.timer.as_mut(), end);
+        self.state.set(State::Readying { retry, later });
+    }
+
+    /// Sends the next attempt once its service is ready, or ends the request.
+    fn send(
+        &mut self,
+        ready: Option<Result<(), BoxError>>,
+        retry: Retrying<S, B>,
+        mut later: Box<Later<S>>,
+    ) -> Option<Result<Response<RB>, BoxError>> {
+        let now = Instant::now();
+        let attempt = match ready {
+            Some(Ok(())) => match decision::ready(self.limits, now, self.info) {
+                Ok(attempt) => attempt,
+                Err(error) => return Some(Err(error)),
+            },
+            Some(Err(error)) => {
+                decision::ready_failed(self.limits, || now, self.info);
+                return Some(Err(error));
+            }
+            None => return Some(Err(decision::not_ready(self.limits, now, self.info))),
+        };
+        let mut head = retry.head.to_parts();
+        head.extensions.insert(Attempt::new(attempt.number));
+        retry.plan.hooks.before_attempt(&attempt, &mut head.headers);
+        let body = retry.replay.body(attempt.number - 1);
+        let future = later.service.call(Request::from_parts(head, body));
+        arm(self.timer.as_mut(), self.limits.attempt_end(now));
+        self.state.set(State::Attempt {
+            future,
+            retry,
+            later: Some(later),
+        });
+        None
+    }
+}
+
+/// Reached only if a state was entered without the data its step needs, which `advance`
+/// never does.
+fn unreachable_state<T>() -> T {
+    unreachable!("the response future's state changed under its own step")
+}
+
+/// The facts of an outcome that `decision` asks for.
+struct Lookup<'a, R, B> {
+    result: &'a Result<R, BoxError>,
+    replay: &'a Replay<B>,
+    /// The attempt that produced the outcome (0 for the first).
+    attempt: usize,
+    now: Option<Instant>,
+}
+
+impl<RB, B> Facts for Lookup<'_, Response<RB>, B> {
+    fn now(&mut self) -> Instant {
+        *self.now.get_or_insert_with(Instant::now)
+    }
+
+    fn replay(&mut self) -> Result<(), NotReplayable> {
+        self.replay.check(self.attempt, self.result.is_ok())
+    }
+
+    fn server_hint(&mut self) -> Option<Hint> {
+        let response = self.result.as_ref().ok()?;
+        crate::hints::server_hint(response.headers(), SystemTime::now())
+    }
 }
 
 /// The one way out: the record goes into the response's extensions, or into the error.
@@ -400,7 +524,7 @@ fn finish<RB>(
             Ok(response)
         }
         Err(error) => {
-            if error.is::<DeadlineExceeded>() {
+            if error.is::<crate::DeadlineExceeded>() {
                 trace.deadline(&*error);
             }
             trace.finish(&info, Some(&*error));
@@ -409,201 +533,13 @@ fn finish<RB>(
     }
 }
 
-/// Gathers the facts of one outcome, has the decision made, and books it. `may_wait` is
-/// false when the decision is taken again after waiting for the body's release: a body
-/// still held then is not replayable.
-fn decide<S, B, RB>(
-    retrying: &mut Retrying<S, B>,
-    limits: &Limits,
-    info: &mut RetryInfo,
-    result: &Result<Response<RB>, BoxError>,
-    may_wait: bool,
-) -> Next {
-    let stop = |info: &mut RetryInfo, reason| {
-        decision::record_stop(info, reason);
-        Next::Finish
-    };
-    let plan = &*retrying.plan;
-    let policy = &plan.policy;
-    // The common case, a success under the default classification, is settled at once.
-    if plan.plain_success(result) {
-        return stop(info, StopReason::Final);
-    }
-    let outcome = match result {
-        Ok(response) => Outcome::Response {
-            status: response.status(),
-            headers: response.headers(),
-        },
-        // The caller's own body failed: theirs to handle.
-        Err(_) if retrying.replay.body_failed() => return stop(info, StopReason::Final),
-        Err(error) => Outcome::Error(&**error),
-    };
-    let verdict = policy.classify(&retrying.head, outcome);
-    let judgement = Judgement {
-        verdict,
-        may_repeat: retrying.head.method().is_idempotent()
-            || info.idempotency_key.is_some()
-            || policy.assume_idempotent,
-        attempts: info.attempts,
-        max_attempts: policy.max_attempts,
-        previous: &info.retries,
-        // The clock is read only for an error under a deadline.
-        failed_after_deadline: result.is_err()
-            && limits.deadline().is_some()
-            && limits.past_deadline(Instant::now()),
-    };
-    // A6: a stream refused before it left is sent again at once, outside the count.
-    let transparent = decision::transparent(policy.transparent_retries(), verdict, &info.retries);
-    // The server's application never saw a transparently retried stream: nothing for the
-    // throttle. The throttle hears of an outcome once, not again after the body's release.
-    #[cfg(feature = "grpc")]
-    let grpc = match transparent {
-        Some(_) => Ok(None),
-        None => grpc_gate(plan, result, verdict, may_wait),
-    };
-    let reason = match transparent.map_or_else(|| decision::judge(&judgement), Ok) {
-        Ok(reason) => reason,
-        Err(reason) => return stop(info, reason),
-    };
-    #[cfg(feature = "grpc")]
-    let pushback = match grpc {
-        Ok(pushback) => pushback,
-        Err(reason) => return stop(info, reason),
-    };
-    #[cfg(not(feature = "grpc"))]
-    let pushback: Option<Duration> = None;
-    match retrying.replay.check(result.is_ok()) {
-        Ok(()) => {}
-        // The transport has not dropped the last attempt's body yet (hyper does that in its
-        // connection task or body pipe, after failing the response future).
-        Err(NotReplayable::InFlight) if may_wait => return Next::AwaitRelease,
-        Err(_) => return stop(info, StopReason::BodyNotReplayable),
-    }
-
-    let offset = retrying.later.as_ref().map_or(0, |later| later.offset);
-    let n = decision::backoff_number(&info.retries, offset);
-    // The generator of a first retry is boxed only if the retry goes ahead.
-    let mut fresh = None;
-    let backoff = match retrying.later.as_deref_mut() {
-        _ if transparent.is_some() => Duration::ZERO,
-        Some(later) => later.rng.draw(&policy.backoff, n, later.previous),
-        None => fresh
-            .insert(policy.jitter_rng())
-            .draw(&policy.backoff, n, policy.backoff.base()),
-    };
-    // The classifier's own hint first; else the server's (Retry-After, then the longest
-    // of the RateLimit fields and X-RateLimit-Reset).
-    let hint = match (verdict, result) {
-        _ if pushback.is_some() => pushback.map(|wait| Hint::new(wait, HintSource::GrpcPushback)),
-        (Classification::RetryWithHint(_, wait), _) => {
-            Some(Hint::new(wait, HintSource::Classifier))
-        }
-        (_, Ok(response)) => crate::hints::server_hint(response.headers(), SystemTime::now()),
-        (_, Err(_)) => None,
-    };
-    let schedule = Schedule {
-        reason,
-        backoff,
-        hint,
-        max_hint: policy.max_retry_after,
-        exact: pushback.is_some(),
-        now: Instant::now(),
-        deadline: limits.deadline(),
-        transparent: transparent.is_some(),
-    };
-    let withdraw = || plan.budget.as_ref().is_none_or(|budget| budget.withdraw());
-    let record = match decision::schedule(&schedule, withdraw) {
-        Ok(record) => record,
-        Err(reason) => {
-            if reason == StopReason::BudgetExhausted {
-                crate::trace::budget_refused(info.attempts, &schedule.reason);
-            }
-            return stop(info, reason);
-        }
-    };
-    // After a pushback the backoff starts again from the first retry's.
-    let offset = if pushback.is_some() {
-        info.retries.len() + 1
-    } else {
-        offset
-    };
-    // A transparent retry's zero wait is no backoff: decorrelated jitter goes on from the
-    // wait before it (the base before any).
-    match retrying.later.as_deref_mut() {
-        Some(later) => {
-            if !record.transparent {
-                later.previous = record.wait;
-            }
-            later.offset = offset;
-        }
-        None => {
-            retrying.later = Some(Box::new(Later {
-                service: None,
-                // The one drawn from above, if any: `later` was empty then too.
-                rng: fresh.unwrap_or_else(|| policy.jitter_rng()),
-                previous: match record.transparent {
-                    true => policy.backoff.base(),
-                    false => record.wait,
-                },
-                offset,
-            }));
-        }
-    }
-    crate::trace::retried(&record);
-    decision::record_retry(info, record);
-    Next::Wait(record.wait)
-}
-
-/// gRPC's throttle and pushback for one outcome of a gRPC policy (A6): a success (an OK or
-/// committed response) refills the throttle; a retryable failure drains it, and a retry is
-/// refused once it is at half or below; `grpc-retry-pushback-ms` gives the exact wait, or
-/// says stop. `Ok(None)` when neither applies. `first` is false when the outcome is
-/// decided again after the body's release: the throttle has counted it already, and its
-/// verdict then stands.
-#[cfg(feature = "grpc")]
-fn grpc_gate<RB>(
-    plan: &Plan,
-    result: &Result<Response<RB>, BoxError>,
-    verdict: Classification,
-    first: bool,
-) -> Result<Option<Duration>, StopReason> {
-    use crate::grpc::Pushback;
-    if plan.policy.grpc_codes.is_none() {
-        return Ok(None);
-    }
-    let headers = result.as_ref().ok().map(Response::headers);
-    if let Some(headers) = headers {
-        let code = crate::grpc::trailers_only_code(headers);
-        if matches!(code, None | Some(tonic::Code::Ok)) {
-            if let Some(throttle) = &plan.throttle {
-                throttle.record_success();
-            }
-            return Ok(None);
-        }
-    }
-    let retryable = !matches!(verdict, Classification::Done);
-    if !retryable {
-        return Ok(None);
-    }
-    if let Some(throttle) = plan.throttle.as_ref().filter(|_| first) {
-        if !throttle.record_failure() {
-            return Err(StopReason::Throttled);
-        }
-    }
-    match headers.and_then(crate::grpc::pushback) {
-        Some(Pushback::Stop) => Err(StopReason::ServerPushback),
-        Some(Pushback::Wait(wait)) => Ok(Some(wait)),
-        None => Ok(None),
-    }
-}
-
 impl<F, S, B, R> std::fmt::Debug for ResponseFuture<F, S, B, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
-            State::Attempt { .. } => "attempt",
+            State::Once { .. } | State::Attempt { .. } => "attempt",
             State::Releasing { .. } => "releasing",
-            State::Waiting => "waiting",
-            State::Readying => "readying",
+            State::Waiting { .. } => "waiting",
+            State::Readying { .. } => "readying",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")

@@ -9,16 +9,16 @@
 //!   frame that ends the stream and carries `grpc-status`, so the code is in the response
 //!   headers, where [`trailers_only_code`] reads it. Ordinary response headers (no
 //!   `grpc-status`) commit the RPC: A6 never retries it after that.
-//! - **Which codes to retry is the method's policy** ([`RetryParams`]), from a service
-//!   config ([`service_config`]); `UNAVAILABLE` is the usual one.
-//!   [`RetryLayer::from_service_config`](crate::RetryLayer::from_service_config) turns a
-//!   whole config into the layer, [`MethodConfig::policy`] one entry into a policy.
+//! - **Which codes to retry is the method's policy** ([`RetryPolicy::grpc_codes`]), from a
+//!   service config ([`service_config`]); `UNAVAILABLE` is the usual one.
+//!   [`RetryLayer::from_service_config`] turns a whole config into the layer,
+//!   [`MethodConfig::policy`] one entry into a policy.
 //! - **Server pushback** ([`pushback`]): `grpc-retry-pushback-ms` is the exact wait of the
 //!   next retry, or, negative or malformed, says not to retry.
 //! - **Throttling** ([`Throttle`]): A6's token count per server, which turns retries off
 //!   while failures outnumber successes.
-//! - **Backoff** ([`backoff_ceiling`], [`backoff_delay`]): `initialBackoff *
-//!   backoffMultiplier^(n-1)`, capped at `maxBackoff`, with jitter.
+//! - **Backoff** ([`RetryParams::backoff`]): `initialBackoff * backoffMultiplier^(n-1)`,
+//!   capped at `maxBackoff`, with jitter: the crate's [`Backoff::from_initial`].
 //! - **Metadata on the wire**: `grpc-previous-rpc-attempts` on retries
 //!   ([`set_previous_rpc_attempts`]) and `grpc-timeout` set to the time left
 //!   ([`set_grpc_timeout`], [`format_grpc_timeout`]).
@@ -26,39 +26,34 @@
 //!   [`status_layer`] and [`into_status`] turn the layer's errors into the `Status` a
 //!   tonic caller should see.
 //!
-//! # What the retry loop does with them, per A6
+//! # How the layer applies them, per A6
 //!
-//! For each attempt of an RPC whose method has a [`RetryParams`]:
+//! A gRPC policy is the crate's [`RetryPolicy`] with three of the core's seams filled in by
+//! this module: a classifier, a per-attempt hook, and the transparent retry.
 //!
-//! 1. Before sending: [`set_previous_rpc_attempts`] with the number of earlier attempts
-//!    (transparent retries not counted), and, with a deadline, [`set_grpc_timeout`] with
-//!    the time left.
-//! 2. On a response: if [`trailers_only_code`] is `None`, the RPC is committed: return it.
-//!    If it is `OK`, return it and call [`Throttle::record_success`]. Otherwise read
-//!    [`pushback`]: [`Pushback::Stop`] means call [`Throttle::record_failure`] and return
-//!    the response. Else, if [`RetryParams::retries`] the code, call
-//!    [`Throttle::record_failure`]; when it returns `false`, or no attempts are left, return
-//!    the response; else wait the pushback's exact time (and restart the backoff count),
-//!    or [`RetryParams::backoff`] for the next retry since the last pushback. A code that is
-//!    not retryable is returned at once and counts neither way.
+//! 1. Before every attempt the hook sets `grpc-previous-rpc-attempts` to the number of
+//!    earlier attempts (transparent retries not counted; absent on the first), and, with a
+//!    deadline, `grpc-timeout` to the time left. A `grpc-timeout` the caller set is read as
+//!    the RPC's deadline too (the shorter of it and the policy's applies).
+//! 2. On a response the classifier reads [`trailers_only_code`]: none (ordinary headers:
+//!    the RPC is committed) or `OK` is a success, which refills the [`Throttle`]; a code the
+//!    policy retries is a failure, which takes a token (no retry once half or less are
+//!    left), retried after the backoff, or after exactly the [`pushback`]'s wait (the backoff
+//!    then starts again), or not at all when the pushback says stop; any other code is
+//!    returned at once and counts neither way.
 //! 3. On a transport error before any response: a stream refused before it left
 //!    (`REFUSED_STREAM`, a connect error) is retried once at once, counted neither as an
-//!    attempt nor for throttling (the layer marks it [`RetryRecord::transparent`]); a
-//!    second refusal, and other errors, are outcomes like any other.
+//!    attempt nor for throttling ([`RetryRecord::transparent`]); a second refusal, and other
+//!    errors, are judged as for HTTP.
 //! 4. On the response it returns: tonic's client moves the http response's extensions
 //!    (`RetryInfo`) into the `tonic::Response` of a successful call, but turns a
 //!    Trailers-Only failure into a `Status` made from the response headers alone, which
-//!    become its metadata. What a failed call's caller should learn must therefore be a
-//!    header: [`set_previous_rpc_attempts`] on the response headers, say (A6 lets the
-//!    client see its attempt count).
+//!    become its metadata.
 //!
 //! Errors, as opposed to responses, reach a tonic client through `Status::from_error`,
 //! which does not know this crate's errors (a passed deadline would be `UNKNOWN`):
 //! [`status_layer`] on top of the stack maps them first ([`into_status`]), keeping the
 //! error as the status's source.
-//!
-//! Transparent retries and the loop itself belong to the retry layer; this module holds
-//! only pure pieces and tonic glue.
 //!
 //! # Stacking with a tonic `Channel`
 //!
@@ -91,47 +86,395 @@
 //! ```
 //!
 //! [`RetryRecord::transparent`]: crate::RetryRecord::transparent
+//! [`RetryPolicy::grpc_codes`]: crate::RetryPolicy::grpc_codes
+//! [`RetryLayer::from_service_config`]: crate::RetryLayer::from_service_config
+//! [`RetryPolicy`]: crate::RetryPolicy
+//! [`Backoff::from_initial`]: crate::Backoff::from_initial
 #![cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 
 mod adapter;
-mod backoff;
 mod config;
 mod headers;
-mod throttle;
 
-pub use adapter::{
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, request};
+use tonic::Code;
+
+pub use self::adapter::{
     IntoStatus, IntoStatusFuture, StatusLayer, TonicBody, TonicBodyLayer, into_status,
     status_from_error, status_layer, tonic_body_layer,
 };
-pub use backoff::{A6Jitter, backoff_ceiling, backoff_delay, full_jitter, proportional_jitter};
-pub use config::{
+pub use self::config::{
     InvalidServiceConfig, MAX_ATTEMPTS_CAP, MethodConfig, MethodName, RetryParams, ServiceConfig,
     code_name, service_config,
 };
-pub use headers::{
+pub use self::headers::{
     GRPC_MESSAGE, GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_RETRY_PUSHBACK_MS, GRPC_STATUS, GRPC_TIMEOUT,
     Pushback, format_grpc_timeout, grpc_message, parse_grpc_timeout, parse_pushback,
     previous_rpc_attempts, pushback, set_grpc_timeout, set_previous_rpc_attempts,
     trailers_only_code,
 };
-pub use throttle::Throttle;
+/// gRPC's retry throttling (A6 `retryThrottling`) is the crate's [`Throttle`](crate::Throttle).
+pub use crate::gate::Throttle;
 
-/// The classification of a gRPC policy ([`RetryPolicy::grpc_codes`](crate::RetryPolicy::grpc_codes)):
-/// a Trailers-Only response whose `grpc-status` is one of `codes` is retried; any other
-/// response is final (committed once its ordinary headers arrived); a transport failure
-/// is judged as for HTTP.
-pub(crate) fn classify(
-    codes: &[tonic::Code],
-    outcome: crate::classify::Outcome<'_>,
-) -> crate::classify::Classification {
-    use crate::classify::{Classification, Outcome, RetryReason};
-    match outcome {
-        Outcome::Response { headers, .. } => match trailers_only_code(headers) {
-            Some(code) if codes.contains(&code) => {
-                Classification::Retry(RetryReason::GrpcStatus(code))
+use crate::classify::{
+    Classification, Classify, FailureKind, Outcome, ProtocolCode, RetryReason, classify_error,
+};
+use crate::hints::{Hint, HintSource};
+use crate::hook::{AttemptContext, AttemptHook};
+use crate::{RetryLayer, RetryPolicy};
+
+/// The [`RetryReason`] the layer records for a retried gRPC status code: a
+/// [`RetryReason::Code`] of protocol `"gRPC"`, with the code's number and its name.
+///
+/// ```
+/// use tonic::Code;
+/// use tower_http_retry::{RetryReason, grpc};
+///
+/// let reason = grpc::reason(Code::Unavailable);
+/// assert_eq!(reason.to_string(), "gRPC UNAVAILABLE");
+/// assert!(matches!(reason, RetryReason::Code(code) if code.value() == 14));
+/// ```
+pub fn reason(code: Code) -> RetryReason {
+    let kind = match code {
+        Code::ResourceExhausted => FailureKind::Throttling,
+        Code::Unavailable | Code::DeadlineExceeded | Code::Aborted => FailureKind::Transient,
+        _ => FailureKind::Other,
+    };
+    RetryReason::Code(ProtocolCode::new(
+        "gRPC",
+        code as i32,
+        code_name(code),
+        kind,
+    ))
+}
+
+/// Where the layer records a pushback's wait as coming from.
+const PUSHBACK: HintSource = HintSource::Header("grpc-retry-pushback-ms");
+
+/// The classification of a gRPC policy ([`RetryPolicy::grpc_codes`]): a Trailers-Only
+/// response whose `grpc-status` is one of the policy's codes is retried, after its
+/// pushback, or not at all when the pushback says stop; `OK` and a committed response
+/// (ordinary headers, no `grpc-status`) are successes; any other code is final; a transport
+/// failure is judged as for HTTP.
+struct GrpcStatus {
+    codes: Arc<[Code]>,
+}
+
+impl Classify for GrpcStatus {
+    fn classify(&self, _request: &request::Parts, outcome: Outcome<'_>) -> Classification {
+        match outcome {
+            Outcome::Response { headers, .. } => match trailers_only_code(headers) {
+                None | Some(Code::Ok) => Classification::Success,
+                Some(code) if self.codes.contains(&code) => match pushback(headers) {
+                    None => Classification::Retry(reason(code)),
+                    Some(Pushback::Wait(wait)) => {
+                        Classification::RetryWithHint(reason(code), Hint::exact(wait, PUSHBACK))
+                    }
+                    Some(Pushback::Stop) => Classification::Stop(reason(code)),
+                },
+                Some(_) => Classification::Done,
+            },
+            Outcome::Error(error) => classify_error(error),
+        }
+    }
+
+    fn needs_request(&self) -> bool {
+        false
+    }
+}
+
+/// A6's metadata on every attempt: `grpc-previous-rpc-attempts` (removed from the first,
+/// so a caller's stray value never reaches the server) and `grpc-timeout`, the time left
+/// before the deadline when that is shorter than what the request says. The caller's own
+/// `grpc-timeout` is the RPC's time limit.
+struct GrpcMetadata;
+
+impl AttemptHook for GrpcMetadata {
+    fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap) {
+        set_previous_rpc_attempts(headers, attempt.counted_before);
+        if let Some(left) = attempt.time_left {
+            if self.time_limit(headers).is_none_or(|said| said > left) {
+                set_grpc_timeout(headers, left);
             }
-            _ => Classification::Done,
-        },
-        Outcome::Error(error) => crate::classify::classify_error(error),
+        }
+    }
+
+    fn time_limit(&self, headers: &HeaderMap) -> Option<Duration> {
+        headers
+            .get(GRPC_TIMEOUT)
+            .and_then(|value| parse_grpc_timeout(value.as_bytes()))
+    }
+}
+
+impl RetryPolicy {
+    /// Makes this a gRPC policy (feature `grpc`, gRPC's A6 rules): the status codes that are
+    /// retried, read from `grpc-status` in the headers of a Trailers-Only response (an RPC
+    /// whose ordinary headers arrived is committed and returned as is); transport failures
+    /// before any headers are classified as for HTTP. Listing codes is A6's declaration that
+    /// the method may be repeated, so the policy's requests are treated as repeatable
+    /// ([`RetryPolicy::assume_idempotent`]) and get no idempotency key.
+    ///
+    /// It also sends A6's metadata on every attempt (`grpc-previous-rpc-attempts`,
+    /// `grpc-timeout`: the time left when the policy has a deadline; a `grpc-timeout` the
+    /// caller set is the RPC's deadline too), honours `grpc-retry-pushback-ms` (the exact
+    /// wait; a negative or malformed value stops), and gets A6's transparent retry
+    /// ([`RetryPolicy::transparent_retry`]): a stream refused before it left is sent again
+    /// at once, once per RPC, without counting against [`max_attempts`], in
+    /// `grpc-previous-rpc-attempts`, or for the throttle. So even with `max_attempts(1)`
+    /// the body is kept for that one replay ([`RetryPolicy::is_never`] is false);
+    /// [`RetryPolicy::never`], which is not a gRPC policy, sends once and keeps nothing.
+    ///
+    /// [`max_attempts`]: RetryPolicy::max_attempts
+    ///
+    /// ```
+    /// use tonic::Code;
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::default().grpc_codes([Code::Unavailable, Code::ResourceExhausted]);
+    /// assert!(policy.is_assumed_idempotent());
+    /// assert!(policy.has_transparent_retry());
+    /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn grpc_codes(self, codes: impl IntoIterator<Item = Code>) -> Self {
+        self.custom_classifier(GrpcStatus {
+            codes: codes.into_iter().collect(),
+        })
+        .on_attempt(GrpcMetadata)
+        .transparent_retry()
+        .assume_idempotent()
+        .no_idempotency_key()
+    }
+}
+
+impl RetryLayer {
+    /// A layer that speaks gRPC's retry rules (feature `grpc`, gRPC's A6): no idempotency
+    /// keys, and a default policy that retries `UNAVAILABLE` ([`RetryPolicy::grpc_codes`]).
+    /// Everything else is as [`RetryLayer::new`]: the backoff, the budget, the replay cap.
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
+    /// use tower_http_retry::grpc::Throttle;
+    ///
+    /// let layer = RetryLayer::grpc()
+    ///     .throttle(Throttle::new(10.0, 0.1))
+    ///     .route(
+    ///         RouteMatch::post().path_prefix("/shop.Orders/Get"),
+    ///         RetryPolicy::default()
+    ///             .max_attempts(4)
+    ///             .grpc_codes([tonic::Code::Unavailable, tonic::Code::ResourceExhausted]),
+    ///     );
+    /// # let _ = layer;
+    /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn grpc() -> Self {
+        Self::new()
+            .no_idempotency_key()
+            .policy(RetryPolicy::default().grpc_codes([Code::Unavailable]))
+    }
+
+    /// The layer a gRPC service config describes (feature `grpc`, gRPC's A6 "Integration
+    /// with Service Config"): one call from [`service_config`]'s reading to the whole retry
+    /// configuration of a tonic client.
+    ///
+    /// - Every `methodConfig` name becomes a route ([`ServiceConfig::routes`]): `POST` to
+    ///   `/service/method`, to `/service/...`, or, for the empty name, every `POST`; the
+    ///   most specific match wins, as in gRPC.
+    /// - Each route's policy is its entry's [`MethodConfig::policy`]: the
+    ///   `retryableStatusCodes`, `maxAttempts` (at most 5), A6's full-jitter backoff from
+    ///   `initialBackoff` times `backoffMultiplier` up to `maxBackoff`, and the `timeout` as
+    ///   the deadline of the RPC across all its attempts (sent as `grpc-timeout`, the time
+    ///   left, on every attempt; a shorter deadline of the caller's own, tonic's
+    ///   `Request::set_timeout`, applies instead, as in gRPC's clients). An entry without a
+    ///   `retryPolicy` retries nothing but keeps gRPC's classification and A6's transparent
+    ///   retry.
+    /// - A method no entry names gets the same: one attempt, gRPC's rules, no deadline.
+    /// - `retryThrottling` becomes the layer's [`throttle`](RetryLayer::throttle), shared by
+    ///   every route (A6 throttles per server) and by every layer made from the same
+    ///   [`ServiceConfig`] (its throttle is one shared handle).
+    ///
+    /// The rest is [`RetryLayer::grpc`]'s: no idempotency keys, the default
+    /// [`RetryBudget`](crate::RetryBudget) (gRPC has none;
+    /// [`no_budget`](RetryLayer::no_budget) removes it), the 64 KiB replay cap. It is a
+    /// layer like any other, so those can be changed afterwards; a route added later is
+    /// tried after the config's routes.
+    ///
+    /// ```
+    /// use tower_http_retry::grpc::service_config;
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// let config = service_config(r#"{
+    ///   "methodConfig": [{
+    ///     "name": [{"service": "shop.Cart"}],
+    ///     "timeout": "2s",
+    ///     "retryPolicy": {
+    ///       "maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s",
+    ///       "backoffMultiplier": 1.5, "retryableStatusCodes": ["UNAVAILABLE"]
+    ///     }
+    ///   }],
+    ///   "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
+    /// }"#)?;
+    /// let layer = RetryLayer::from_service_config(&config);
+    /// // tower::ServiceBuilder::new()
+    /// //     .layer(grpc::status_layer())
+    /// //     .layer(layer)
+    /// //     .layer(grpc::tonic_body_layer())
+    /// //     .service(channel)
+    /// # let _ = layer;
+    /// # Ok::<_, tower_http_retry::grpc::InvalidServiceConfig>(())
+    /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn from_service_config(config: &ServiceConfig) -> Self {
+        let unnamed = RetryPolicy::default().max_attempts(1).grpc_codes([]);
+        let mut layer = Self::grpc().policy(unnamed);
+        for (route, method) in config.routes() {
+            layer = layer.route(route, method.policy());
+        }
+        match config.throttle() {
+            Some(throttle) => layer.throttle(throttle.clone()),
+            None => layer,
+        }
+    }
+}
+
+/// The codes a policy's classifier retries, found by asking it about each one.
+#[cfg(test)]
+fn retried_codes(policy: &RetryPolicy) -> Vec<Code> {
+    let classifier = policy
+        .classifier
+        .as_ref()
+        .expect("a gRPC policy has a classifier");
+    (0..=16)
+        .map(Code::from_i32)
+        .filter(|&code| {
+            let mut headers = HeaderMap::new();
+            headers.insert(GRPC_STATUS, http::HeaderValue::from(code as i32));
+            let outcome = Outcome::Response {
+                status: http::StatusCode::OK,
+                headers: &headers,
+            };
+            let verdict = classifier.classify(crate::classify::empty_head(), outcome);
+            matches!(verdict, Classification::Retry(_))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trailers_only(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(*name, http::HeaderValue::from_static(value));
+        }
+        headers
+    }
+
+    fn classify(headers: &HeaderMap) -> Classification {
+        let classifier = GrpcStatus {
+            codes: Arc::from([Code::Unavailable]),
+        };
+        let outcome = Outcome::Response {
+            status: http::StatusCode::OK,
+            headers,
+        };
+        classifier.classify(crate::classify::empty_head(), outcome)
+    }
+
+    #[test]
+    fn trailers_only_codes_are_classified_with_their_pushback() {
+        let unavailable = reason(Code::Unavailable);
+        assert_eq!(
+            classify(&trailers_only(&[("grpc-status", "14")])),
+            Classification::Retry(unavailable)
+        );
+        assert_eq!(
+            classify(&trailers_only(&[
+                ("grpc-status", "14"),
+                ("grpc-retry-pushback-ms", "250")
+            ])),
+            Classification::RetryWithHint(
+                unavailable,
+                Hint::exact(Duration::from_millis(250), PUSHBACK)
+            )
+        );
+        assert_eq!(
+            classify(&trailers_only(&[
+                ("grpc-status", "14"),
+                ("grpc-retry-pushback-ms", "-1")
+            ])),
+            Classification::Stop(unavailable)
+        );
+        // Not a listed code: final, whatever the pushback.
+        assert_eq!(
+            classify(&trailers_only(&[
+                ("grpc-status", "3"),
+                ("grpc-retry-pushback-ms", "-1")
+            ])),
+            Classification::Done
+        );
+        // OK, and a committed response: successes.
+        assert_eq!(
+            classify(&trailers_only(&[("grpc-status", "0")])),
+            Classification::Success
+        );
+        assert_eq!(classify(&HeaderMap::new()), Classification::Success);
+    }
+
+    #[test]
+    fn reasons_name_the_code_and_its_kind() {
+        assert_eq!(
+            reason(Code::ResourceExhausted).kind(),
+            FailureKind::Throttling
+        );
+        assert_eq!(reason(Code::Unavailable).kind(), FailureKind::Transient);
+        assert_eq!(reason(Code::Internal).kind(), FailureKind::Other);
+        assert_eq!(reason(Code::Unavailable).as_str(), "UNAVAILABLE");
+        assert_eq!(reason(Code::Unavailable), reason(Code::Unavailable));
+        assert_ne!(reason(Code::Unavailable), reason(Code::Internal));
+    }
+
+    #[test]
+    fn the_metadata_hook_numbers_attempts_and_sends_the_time_left() {
+        use crate::hook::AttemptKind;
+        let hook = GrpcMetadata;
+        let mut headers = trailers_only(&[("grpc-previous-rpc-attempts", "7")]);
+        let first = AttemptContext {
+            number: 1,
+            counted_before: 0,
+            time_left: None,
+            kind: AttemptKind::First,
+        };
+        hook.before_attempt(&first, &mut headers);
+        assert!(
+            headers.get(GRPC_PREVIOUS_RPC_ATTEMPTS).is_none(),
+            "a stray value is removed"
+        );
+        assert!(
+            headers.get(GRPC_TIMEOUT).is_none(),
+            "no deadline, no grpc-timeout"
+        );
+        // The caller's shorter timeout stays; a longer one becomes the time left.
+        headers.insert(GRPC_TIMEOUT, http::HeaderValue::from_static("2S"));
+        let retry = AttemptContext {
+            number: 3,
+            counted_before: 1,
+            time_left: Some(Duration::from_secs(5)),
+            kind: AttemptKind::Retry,
+        };
+        hook.before_attempt(&retry, &mut headers);
+        assert_eq!(headers[GRPC_PREVIOUS_RPC_ATTEMPTS], "1");
+        assert_eq!(headers[GRPC_TIMEOUT], "2S");
+        let later = AttemptContext {
+            time_left: Some(Duration::from_millis(1500)),
+            ..retry
+        };
+        hook.before_attempt(&later, &mut headers);
+        assert_eq!(headers[GRPC_TIMEOUT], "1500000u");
+        assert_eq!(hook.time_limit(&headers), Some(Duration::from_millis(1500)));
+        assert_eq!(hook.time_limit(&HeaderMap::new()), None);
     }
 }

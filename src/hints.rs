@@ -125,6 +125,10 @@ const X_RATELIMIT_RESET: &str = "x-ratelimit-reset";
 const UNIX_TIME_ABOVE: u64 = 1_000_000_000;
 
 /// A wait the server asked for, and where it was read.
+///
+/// A hint is a floor by default ([`Hint::new`]): the retry waits the longer of it and the
+/// backoff, and a hint above `max_retry_after` stops retrying. An exact hint
+/// ([`Hint::exact`], gRPC's pushback) is the wait itself, bounded only by the deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct Hint {
@@ -132,12 +136,27 @@ pub struct Hint {
     pub wait: Duration,
     /// Which header (or which part of the stack) asked for it.
     pub source: HintSource,
+    /// The wait is exact, not a floor.
+    pub exact: bool,
 }
 
 impl Hint {
-    /// A hint of `wait`, from `source`.
+    /// A hint of at least `wait`, from `source`.
     pub const fn new(wait: Duration, source: HintSource) -> Self {
-        Self { wait, source }
+        Self {
+            wait,
+            source,
+            exact: false,
+        }
+    }
+
+    /// A hint of exactly `wait`, from `source`.
+    pub const fn exact(wait: Duration, source: HintSource) -> Self {
+        Self {
+            wait,
+            source,
+            exact: true,
+        }
     }
 }
 
@@ -156,20 +175,21 @@ pub enum HintSource {
     XRateLimitReset,
     /// A custom classifier gave the wait along with its verdict.
     Classifier,
-    /// gRPC's `grpc-retry-pushback-ms` (feature `grpc`): the exact wait of the next
-    /// retry, not a floor.
-    GrpcPushback,
+    /// A protocol's classifier read the wait from this response header (gRPC's
+    /// `grpc-retry-pushback-ms`).
+    Header(&'static str),
 }
 
 impl HintSource {
-    /// A short, stable name, for logs and metrics labels.
+    /// A short, stable name, for logs and metrics labels (a header's name for
+    /// [`HintSource::Header`]).
     pub fn as_str(&self) -> &'static str {
         match self {
             HintSource::RetryAfter => "retry_after",
             HintSource::RateLimit => "ratelimit",
             HintSource::XRateLimitReset => "x_ratelimit_reset",
             HintSource::Classifier => "classifier",
-            HintSource::GrpcPushback => "grpc_pushback",
+            HintSource::Header(name) => name,
         }
     }
 }
@@ -181,7 +201,7 @@ impl fmt::Display for HintSource {
             HintSource::RateLimit => "RateLimit",
             HintSource::XRateLimitReset => "X-RateLimit-Reset",
             HintSource::Classifier => "classifier",
-            HintSource::GrpcPushback => "grpc-retry-pushback-ms",
+            HintSource::Header(name) => name,
         })
     }
 }

@@ -23,7 +23,7 @@ use crate::classify::RetryReason;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryInfo {
-    /// Attempts made, the first one included: every time the request was sent, a gRPC
+    /// Attempts made, the first one included: every time the request was sent, a
     /// transparent retry ([`RetryRecord::transparent`]) included. The attempts that count
     /// against `max_attempts` are these less the transparent retries.
     pub attempts: u32,
@@ -53,11 +53,12 @@ pub struct RetryRecord {
     /// classifier's own), or `None` when the backoff did (no hint, or one shorter than the
     /// backoff).
     pub hint: Option<crate::hints::HintSource>,
-    /// gRPC's transparent retry (A6; gRPC policies only): the attempt before it failed in a
-    /// way that proves the server's application never saw it (`reason` is
-    /// [`RetryReason::Connect`] or [`RetryReason::RefusedStream`]), so it was sent again at
-    /// once (`wait` is zero), once per logical request, without counting against
-    /// `max_attempts`, in `grpc-previous-rpc-attempts`, or for the retry throttle.
+    /// A transparent retry ([`RetryPolicy::transparent_retry`](crate::RetryPolicy::transparent_retry),
+    /// which gRPC policies have): the attempt before it failed in a way that proves the
+    /// server never saw it (`reason` is [`RetryReason::Connect`] or
+    /// [`RetryReason::RefusedStream`]), so it was sent again at once (`wait` is zero), once
+    /// per logical request, without counting against `max_attempts` or for the retry
+    /// throttle.
     pub transparent: bool,
 }
 
@@ -119,17 +120,21 @@ pub enum StopReason {
     BodyNotReplayable,
     /// The retry budget refused the retry.
     BudgetExhausted,
-    /// The next wait would have ended after the deadline.
+    /// The deadline passed, or the next wait would have ended after it.
     Deadline,
     /// A delay hint (the server's `Retry-After`, RateLimit fields or `X-RateLimit-Reset`,
     /// or a classifier's own) asked for longer than `max_retry_after`, or for longer than
     /// the deadline leaves.
-    RetryAfterTooLong,
-    /// The server's gRPC pushback said not to retry (a negative or malformed
-    /// `grpc-retry-pushback-ms`).
-    ServerPushback,
-    /// gRPC's retry throttle (A6 `retryThrottling`) refused the retry.
+    HintTooLong,
+    /// The server said not to retry ([`Classification::Stop`](crate::classify::Classification::Stop):
+    /// gRPC's negative or malformed `grpc-retry-pushback-ms`).
+    ServerSaidStop,
+    /// The retry [`Throttle`](crate::Throttle) refused the retry: too many recent failures.
     Throttled,
+    /// The retry was decided, but the inner service did not become ready for it in time
+    /// (within the attempt timeout); nothing more was sent, and the caller got
+    /// [`ServiceNotReady`](crate::ServiceNotReady).
+    ServiceNotReady,
 }
 
 impl StopReason {
@@ -143,9 +148,10 @@ impl StopReason {
             StopReason::BodyNotReplayable => "body_not_replayable",
             StopReason::BudgetExhausted => "budget_exhausted",
             StopReason::Deadline => "deadline",
-            StopReason::RetryAfterTooLong => "retry_after_too_long",
-            StopReason::ServerPushback => "server_pushback",
+            StopReason::HintTooLong => "hint_too_long",
+            StopReason::ServerSaidStop => "server_said_stop",
             StopReason::Throttled => "throttled",
+            StopReason::ServiceNotReady => "service_not_ready",
         }
     }
 }
@@ -160,9 +166,10 @@ impl fmt::Display for StopReason {
             StopReason::BodyNotReplayable => "body cannot be replayed",
             StopReason::BudgetExhausted => "retry budget exhausted",
             StopReason::Deadline => "deadline would pass",
-            StopReason::RetryAfterTooLong => "server's delay hint too long",
-            StopReason::ServerPushback => "server pushback said stop",
-            StopReason::Throttled => "gRPC retry throttle engaged",
+            StopReason::HintTooLong => "server's delay hint too long",
+            StopReason::ServerSaidStop => "server said not to retry",
+            StopReason::Throttled => "retry throttle engaged",
+            StopReason::ServiceNotReady => "service not ready for the retry in time",
         };
         f.write_str(text)
     }

@@ -1,4 +1,4 @@
-//! [`RetryLayer`]: the configuration and the builder.
+// `RetryLayer`: the builder of the configuration.
 
 use std::fmt;
 use std::sync::Arc;
@@ -6,16 +6,13 @@ use std::sync::Arc;
 use http::HeaderName;
 use tower_layer::Layer;
 
-use crate::budget::RetryBudget;
-use crate::config::{Defaults, Plans};
+use crate::config::{Config, Plans};
 use crate::error::InvalidConfig;
-use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey};
+use crate::gate::{RetryBudget, Throttle};
+use crate::idempotency::IdempotencyKey;
 use crate::policy::RetryPolicy;
 use crate::route::RouteMatch;
 use crate::service::Retry;
-
-/// Default cap on the bytes of a request body kept for replays: 64 KiB.
-pub const DEFAULT_MAX_REPLAY_BYTES: usize = 64 * 1024;
 
 /// Applies [`Retry`] to a service. See the [crate docs](crate) for what it does.
 ///
@@ -55,20 +52,6 @@ pub struct RetryLayer {
     config: Arc<Config>,
 }
 
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) policy: RetryPolicy,
-    pub(crate) routes: Vec<(RouteMatch, RetryPolicy)>,
-    pub(crate) budget: Option<RetryBudget>,
-    pub(crate) key: Option<IdempotencyKey>,
-    /// The header whose presence makes a non-idempotent request retryable.
-    pub(crate) key_header: HeaderName,
-    pub(crate) max_replay_bytes: usize,
-    pub(crate) attempt_header: Option<HeaderName>,
-    #[cfg(feature = "grpc")]
-    pub(crate) throttle: Option<crate::grpc::Throttle>,
-}
-
 impl Default for RetryLayer {
     fn default() -> Self {
         Self::new()
@@ -78,127 +61,26 @@ impl Default for RetryLayer {
 impl RetryLayer {
     /// A layer with every default: [`RetryPolicy::default`], its own
     /// [`RetryBudget::default`], [`IdempotencyKey::default`], a 64 KiB replay cap, no
-    /// attempt header, no routes.
+    /// throttle, no attempt header, no routes.
     pub fn new() -> Self {
         Self {
-            config: Arc::new(Config {
-                policy: RetryPolicy::default(),
-                routes: Vec::new(),
-                budget: Some(RetryBudget::default()),
-                key: Some(IdempotencyKey::default()),
-                key_header: IDEMPOTENCY_KEY,
-                max_replay_bytes: DEFAULT_MAX_REPLAY_BYTES,
-                attempt_header: None,
-                #[cfg(feature = "grpc")]
-                throttle: None,
-            }),
+            config: Arc::new(Config::default()),
         }
     }
 
-    /// A layer that speaks gRPC's retry rules (feature `grpc`, gRPC's A6): no idempotency
-    /// keys, and a default policy that retries `UNAVAILABLE` read from a Trailers-Only
-    /// response ([`RetryPolicy::grpc_codes`]), honours `grpc-retry-pushback-ms` (the exact
-    /// wait; a negative or malformed value stops), sends `grpc-previous-rpc-attempts` on
-    /// retries, and rewrites `grpc-timeout` to the time left when the policy has a deadline.
-    /// A `grpc-timeout` the caller set (tonic's `Request::set_timeout`) is the RPC's
-    /// deadline too, across all its attempts: the shorter of it and the policy's applies.
-    /// Everything else is as [`RetryLayer::new`]: the backoff, the budget, the replay cap.
+    /// A retry [`Throttle`] for every policy of the layer that has none of its own
+    /// ([`RetryPolicy::throttle`]): retries stop while failures outnumber successes by the
+    /// throttle's measure, whatever the budget still allows. Every service made by this
+    /// layer, and every clone of them, share it.
     ///
     /// ```
-    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
-    /// use tower_http_retry::grpc::Throttle;
+    /// use tower_http_retry::{RetryLayer, Throttle};
     ///
-    /// let layer = RetryLayer::grpc()
-    ///     .throttle(Throttle::new(10.0, 0.1))
-    ///     .route(
-    ///         RouteMatch::post().path_prefix("/shop.Orders/Get"),
-    ///         RetryPolicy::default()
-    ///             .max_attempts(4)
-    ///             .grpc_codes([tonic::Code::Unavailable, tonic::Code::ResourceExhausted]),
-    ///     );
+    /// // gRPC's A6 example: 10 tokens, a tenth of one back per success.
+    /// let layer = RetryLayer::new().throttle(Throttle::new(10.0, 0.1));
     /// # let _ = layer;
     /// ```
-    #[cfg(feature = "grpc")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-    pub fn grpc() -> Self {
-        Self::new()
-            .no_idempotency_key()
-            .policy(RetryPolicy::default().grpc_codes([tonic::Code::Unavailable]))
-    }
-
-    /// The layer a gRPC service config describes (feature `grpc`, gRPC's A6 "Integration
-    /// with Service Config"): one call from [`grpc::service_config`]'s reading to the whole
-    /// retry configuration of a tonic client.
-    ///
-    /// - Every `methodConfig` name becomes a route ([`ServiceConfig::routes`]): `POST` to
-    ///   `/service/method`, to `/service/...`, or, for the empty name, every `POST`; the
-    ///   most specific match wins, as in gRPC.
-    /// - Each route's policy is its entry's [`MethodConfig::policy`]: the
-    ///   `retryableStatusCodes`, `maxAttempts` (at most 5), A6's full-jitter backoff from
-    ///   `initialBackoff` times `backoffMultiplier` up to `maxBackoff`, and the `timeout` as
-    ///   the deadline of the RPC across all its attempts (sent as `grpc-timeout`, the time
-    ///   left, on every attempt; a shorter deadline of the caller's own, tonic's
-    ///   `Request::set_timeout`, applies instead, as in gRPC's clients). An entry without a
-    ///   `retryPolicy` retries nothing but
-    ///   keeps gRPC's classification and A6's transparent retry.
-    /// - A method no entry names gets the same: one attempt, gRPC's rules, no deadline.
-    /// - `retryThrottling` becomes the layer's [`throttle`](Self::throttle), shared by every
-    ///   route (A6 throttles per server) and by every layer made from the same
-    ///   [`ServiceConfig`] (its throttle is one shared handle).
-    ///
-    /// The rest is [`RetryLayer::grpc`]'s: no idempotency keys, the default
-    /// [`RetryBudget`] (gRPC has none; [`no_budget`](Self::no_budget) removes it), the 64 KiB
-    /// replay cap. It is a layer like any other, so those can be changed afterwards; a route
-    /// added later is tried after the config's routes.
-    ///
-    /// ```
-    /// use tower_http_retry::grpc::service_config;
-    /// use tower_http_retry::RetryLayer;
-    ///
-    /// let config = service_config(r#"{
-    ///   "methodConfig": [{
-    ///     "name": [{"service": "shop.Cart"}],
-    ///     "timeout": "2s",
-    ///     "retryPolicy": {
-    ///       "maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s",
-    ///       "backoffMultiplier": 1.5, "retryableStatusCodes": ["UNAVAILABLE"]
-    ///     }
-    ///   }],
-    ///   "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
-    /// }"#)?;
-    /// let layer = RetryLayer::from_service_config(&config);
-    /// // tower::ServiceBuilder::new()
-    /// //     .layer(grpc::status_layer())
-    /// //     .layer(layer)
-    /// //     .layer(grpc::tonic_body_layer())
-    /// //     .service(channel)
-    /// # let _ = layer;
-    /// # Ok::<_, tower_http_retry::grpc::InvalidServiceConfig>(())
-    /// ```
-    ///
-    /// [`grpc::service_config`]: crate::grpc::service_config
-    /// [`ServiceConfig`]: crate::grpc::ServiceConfig
-    /// [`ServiceConfig::routes`]: crate::grpc::ServiceConfig::routes
-    /// [`MethodConfig::policy`]: crate::grpc::MethodConfig::policy
-    #[cfg(feature = "grpc")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-    pub fn from_service_config(config: &crate::grpc::ServiceConfig) -> Self {
-        let unnamed = RetryPolicy::default().max_attempts(1).grpc_codes([]);
-        let mut layer = Self::grpc().policy(unnamed);
-        for (route, method) in config.routes() {
-            layer = layer.route(route, method.policy());
-        }
-        match config.throttle() {
-            Some(throttle) => layer.throttle(throttle.clone()),
-            None => layer,
-        }
-    }
-
-    /// gRPC's retry throttle (A6 `retryThrottling`, feature `grpc`), shared by the layer's
-    /// gRPC policies that have none of their own ([`RetryPolicy::throttle`]).
-    #[cfg(feature = "grpc")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-    pub fn throttle(self, throttle: crate::grpc::Throttle) -> Self {
+    pub fn throttle(self, throttle: Throttle) -> Self {
         self.edit(|c| c.throttle = Some(throttle))
     }
 
@@ -313,37 +195,13 @@ impl<S: Clone> Layer<S> for RetryLayer {
     type Service = Retry<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let c = &*self.config;
-        let defaults = Defaults {
-            budget: c.budget.clone(),
-            key: c.key.clone(),
-            key_header: c.key_header.clone(),
-            max_replay_bytes: c.max_replay_bytes,
-            attempt_header: c.attempt_header.clone(),
-            #[cfg(feature = "grpc")]
-            throttle: c.throttle.clone(),
-        };
-        let plans = Plans::new(&c.policy, &c.routes, &defaults);
-        Retry::from_plans(inner, Arc::new(plans))
+        Retry::from_plans(inner, Arc::new(Plans::new(Arc::clone(&self.config))))
     }
 }
 
 impl fmt::Debug for RetryLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.config.fmt(f)
-    }
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RetryLayer")
-            .field("policy", &self.policy)
-            .field("routes", &self.routes)
-            .field("budget", &self.budget)
-            .field("idempotency_key", &self.key)
-            .field("max_replay_bytes", &self.max_replay_bytes)
-            .field("attempt_header", &self.attempt_header)
-            .finish()
     }
 }
 

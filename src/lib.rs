@@ -101,16 +101,17 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
-mod budget;
 pub mod classify;
 mod config;
 mod decision;
 mod error;
 pub mod future;
+mod gate;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 mod head;
 pub mod hints;
+mod hook;
 mod idempotency;
 mod info;
 mod layer;
@@ -130,12 +131,16 @@ mod trace;
 struct ReadmeDoctests;
 
 pub use crate::backoff::{Backoff, Jitter};
-pub use crate::budget::RetryBudget;
 pub use crate::classify::RetryReason;
-pub use crate::error::{AttemptTimedOut, DeadlineExceeded, InvalidConfig, RetryError};
+pub use crate::config::DEFAULT_MAX_REPLAY_BYTES;
+pub use crate::error::{
+    AttemptTimedOut, DeadlineExceeded, InvalidConfig, RetryError, ServiceNotReady,
+};
+pub use crate::gate::{RetryBudget, Throttle};
+pub use crate::hook::{AttemptContext, AttemptHook, AttemptKind};
 pub use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey, MakeIdempotencyKey, UuidV4};
 pub use crate::info::{Attempt, RetryInfo, RetryRecord, StopReason};
-pub use crate::layer::{DEFAULT_MAX_REPLAY_BYTES, RetryLayer};
+pub use crate::layer::RetryLayer;
 pub use crate::policy::RetryPolicy;
 pub use crate::replay::ReplayBody;
 pub use crate::route::RouteMatch;

@@ -7,10 +7,11 @@ use std::time::Duration;
 use http::request;
 
 use crate::backoff::{Backoff, JitterRng, SeedSequence};
-use crate::budget::RetryBudget;
 use crate::classify::{Classification, Classify, Outcome};
 use crate::error::InvalidConfig;
+use crate::gate::{RetryBudget, Throttle};
 use crate::head::Head;
+use crate::hook::{AttemptHook, Hooks};
 use crate::idempotency::IdempotencyKey;
 
 /// The retry rules for a class of requests.
@@ -58,11 +59,9 @@ pub struct RetryPolicy {
     pub(crate) seed: Option<Arc<SeedSequence>>,
     pub(crate) assume_idempotent: bool,
     pub(crate) key: PolicyKey,
-    /// gRPC's rules (feature `grpc`): the retryable status codes; `None` for plain HTTP.
-    #[cfg(feature = "grpc")]
-    pub(crate) grpc_codes: Option<Arc<[tonic::Code]>>,
-    #[cfg(feature = "grpc")]
-    pub(crate) throttle: Option<crate::grpc::Throttle>,
+    pub(crate) throttle: Option<Throttle>,
+    pub(crate) hooks: Hooks,
+    pub(crate) transparent: bool,
 }
 
 /// A policy's own idempotency-key configuration.
@@ -88,10 +87,9 @@ impl Default for RetryPolicy {
             seed: None,
             assume_idempotent: false,
             key: PolicyKey::Layer,
-            #[cfg(feature = "grpc")]
-            grpc_codes: None,
-            #[cfg(feature = "grpc")]
             throttle: None,
+            hooks: Hooks::default(),
+            transparent: false,
         }
     }
 }
@@ -288,55 +286,48 @@ impl RetryPolicy {
         self
     }
 
-    /// Makes this a gRPC policy (feature `grpc`, gRPC's A6 rules): the status codes that are
-    /// retried, read from `grpc-status` in the headers of a Trailers-Only response (an RPC
-    /// whose ordinary headers arrived is committed and returned as is); transport failures
-    /// before any headers are classified as for HTTP. Listing codes is A6's declaration that
-    /// the method may be repeated, so the policy's requests are treated as repeatable
-    /// ([`RetryPolicy::assume_idempotent`]) and get no idempotency key.
+    /// Sends a request again at once when its attempt failed in a way that proves the
+    /// server never saw it (a connect error, or `RST_STREAM(REFUSED_STREAM)` on the
+    /// request's own stream): once per logical request, without counting against
+    /// [`max_attempts`](Self::max_attempts), without a wait, and outside the throttle; the
+    /// deadline and the budget still apply, and a second such failure is judged by the
+    /// normal rules. The retry is in the record
+    /// ([`RetryRecord::transparent`](crate::RetryRecord::transparent)). gRPC's A6 calls it
+    /// a transparent retry, and gRPC policies have it.
     ///
-    /// A gRPC policy also gets A6's transparent retry: a stream refused before it left (a
-    /// connect error, or `RST_STREAM(REFUSED_STREAM)` on the request's own stream) is sent
-    /// again at once, once per RPC, without counting against [`max_attempts`], in
-    /// `grpc-previous-rpc-attempts`, or for the throttle; the deadline and the budget still
-    /// apply, and a second refusal is judged by the normal rules. So even with
-    /// `max_attempts(1)` the body is kept for that one replay ([`RetryPolicy::is_never`] is
-    /// false); [`RetryPolicy::never`], which is not a gRPC policy, sends once and keeps
-    /// nothing. The retry is in the record ([`RetryRecord::transparent`]).
-    ///
-    /// [`max_attempts`]: RetryPolicy::max_attempts
-    /// [`RetryRecord::transparent`]: crate::RetryRecord::transparent
+    /// Even with `max_attempts(1)` the body is then kept for that one replay
+    /// ([`RetryPolicy::is_never`] is false).
     ///
     /// ```
-    /// use tonic::Code;
     /// use tower_http_retry::RetryPolicy;
     ///
-    /// let policy = RetryPolicy::default().grpc_codes([Code::Unavailable, Code::ResourceExhausted]);
-    /// assert!(policy.is_assumed_idempotent());
+    /// let policy = RetryPolicy::default().max_attempts(1).transparent_retry();
+    /// assert!(policy.has_transparent_retry());
+    /// assert!(!policy.is_never());
     /// ```
-    #[cfg(feature = "grpc")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-    pub fn grpc_codes(mut self, codes: impl IntoIterator<Item = tonic::Code>) -> Self {
-        self.grpc_codes = Some(codes.into_iter().collect());
-        self.assume_idempotent = true;
-        self.key = PolicyKey::Off;
+    pub fn transparent_retry(mut self) -> Self {
+        self.transparent = true;
         self
     }
 
-    /// The gRPC status codes this policy retries, when it is a gRPC policy
-    /// ([`RetryPolicy::grpc_codes`]; feature `grpc`); `None` for a plain HTTP policy.
-    #[cfg(feature = "grpc")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-    pub fn get_grpc_codes(&self) -> Option<&[tonic::Code]> {
-        self.grpc_codes.as_deref()
+    /// True when [`RetryPolicy::transparent_retry`] was set.
+    pub fn has_transparent_retry(&self) -> bool {
+        self.transparent
     }
 
-    /// This policy's own gRPC retry throttle (feature `grpc`), instead of the layer's
+    /// Stops this policy's retries while its server fails more than it succeeds: a
+    /// [`Throttle`] of its own, instead of the layer's
     /// ([`RetryLayer::throttle`](crate::RetryLayer::throttle)).
-    #[cfg(feature = "grpc")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-    pub fn throttle(mut self, throttle: crate::grpc::Throttle) -> Self {
+    pub fn throttle(mut self, throttle: Throttle) -> Self {
         self.throttle = Some(throttle);
+        self
+    }
+
+    /// Runs `hook` on every attempt's request before it is sent (see [`AttemptHook`]). A
+    /// policy has at most one hook of each type: a second one of the same type replaces
+    /// the first.
+    pub fn on_attempt<H: AttemptHook>(mut self, hook: H) -> Self {
+        self.hooks.add(hook);
         self
     }
 
@@ -436,19 +427,9 @@ impl RetryPolicy {
     }
 
     /// True when requests under this policy are sent once and never retried: one attempt,
-    /// and not a gRPC policy (one of those still gets A6's transparent retry of a stream
-    /// refused before it left; see `RetryPolicy::grpc_codes`, feature `grpc`).
+    /// and no [`transparent_retry`](Self::transparent_retry) (gRPC policies have one).
     pub fn is_never(&self) -> bool {
-        self.max_attempts <= 1 && !self.transparent_retries()
-    }
-
-    /// Whether A6's transparent retry applies: gRPC policies only (DESIGN 1.12). Plain
-    /// HTTP policies retry a refused stream or a connect error by their normal rules.
-    pub(crate) fn transparent_retries(&self) -> bool {
-        #[cfg(feature = "grpc")]
-        return self.grpc_codes.is_some();
-        #[cfg(not(feature = "grpc"))]
-        return false;
+        self.max_attempts <= 1 && !self.transparent
     }
 
     /// True when a classifier other than the default was set.
@@ -456,19 +437,22 @@ impl RetryPolicy {
         self.classifier.is_some()
     }
 
+    /// Whether the classifier looks at the request's head, which is then kept as `Parts`.
+    pub(crate) fn classifier_needs_request(&self) -> bool {
+        self.classifier
+            .as_ref()
+            .is_some_and(|classifier| classifier.needs_request())
+    }
+
     /// Classifies one outcome of the request whose head is `head`.
     pub(crate) fn classify(&self, head: &Head, outcome: Outcome<'_>) -> Classification {
         match &self.classifier {
-            #[cfg(feature = "grpc")]
-            None if self.grpc_codes.is_some() => {
-                crate::grpc::classify(self.grpc_codes.as_deref().unwrap_or_default(), outcome)
-            }
             // The default looks at the outcome alone.
             None => crate::classify::classify_outcome(outcome),
             Some(classifier) => match head.as_parts() {
                 Some(parts) => classifier.classify(parts, outcome),
-                // Not reached: a head is kept as `Parts` when the policy has a classifier.
-                None => classifier.classify(&head.to_parts(), outcome),
+                // A classifier of the outcome alone: the head was kept compact.
+                None => classifier.classify(crate::classify::empty_head(), outcome),
             },
         }
     }
@@ -494,6 +478,9 @@ impl fmt::Debug for RetryPolicy {
             .field("seeded", &self.seed.is_some())
             .field("assume_idempotent", &self.assume_idempotent)
             .field("idempotency_key", &self.key)
+            .field("throttle", &self.throttle)
+            .field("hooks", &self.hooks)
+            .field("transparent_retry", &self.transparent)
             .finish()
     }
 }
@@ -514,15 +501,12 @@ mod tests {
         assert!(!p.is_never());
     }
 
-    #[cfg(feature = "grpc")]
     #[test]
-    fn a_grpc_policy_of_one_attempt_still_has_its_transparent_retry() {
-        let one = RetryPolicy::default()
-            .max_attempts(1)
-            .grpc_codes([tonic::Code::Unavailable]);
+    fn one_attempt_with_a_transparent_retry_is_not_never() {
+        let one = RetryPolicy::default().max_attempts(1).transparent_retry();
         assert!(!one.is_never());
-        assert!(one.transparent_retries());
-        assert!(!RetryPolicy::default().transparent_retries());
+        assert!(one.has_transparent_retry());
+        assert!(!RetryPolicy::default().has_transparent_retry());
         assert!(RetryPolicy::never().is_never());
     }
 

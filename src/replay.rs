@@ -1,29 +1,31 @@
-//! Request bodies that can be sent again.
-//!
-//! [`ReplayBody`] passes the caller's body through frame by frame and keeps a cheap
-//! [`Bytes`] handle of every data frame it sent (a reference count, not a copy, for
-//! `Bytes`-backed data), and the trailers, up to a cap. A retry first replays those frames
-//! and then, if the original body was not finished, goes on reading it where the previous
-//! attempt stopped. So a retry sends exactly the bytes the first attempt sent, and the
-//! first attempt always sends the whole original body, whatever the cap.
-//!
-//! A body is not replayed when:
-//! - its `size_hint` lower bound is above the cap (it is never buffered), or it grew past
-//!   the cap while streaming (the buffer is freed at once);
-//! - the caller's body returned an error;
-//! - a response arrived before the body was completely sent (the server may have acted on
-//!   a part of it).
-//!
-//! A body counts as completely sent when its end was reached: the end of the stream, a
-//! trailers frame (nothing follows one), an exact size hint met, or the request's own
-//! `Content-Length` met (hyper stops reading there without a last poll).
-//!
-//! Transports let go of a body asynchronously: hyper's HTTP/1 connection task and its
-//! HTTP/2 body pipe may still hold the previous attempt's body when that attempt's response
-//! future has already failed. The retry loop then waits for the body to be dropped (the drop
-//! wakes it) before it replays, within a bound (see the crate docs).
-//!
-//! An empty body needs no buffer at all.
+// Request bodies that can be sent again.
+//
+// [`ReplayBody`] passes the caller's body through frame by frame and keeps a cheap
+// [`Bytes`] handle of every data frame it sent (a reference count, not a copy, for
+// `Bytes`-backed data), and the trailers, up to a cap. A retry first replays those frames
+// and then, if the original body was not finished, goes on reading it where the previous
+// attempt stopped. So a retry sends exactly the bytes the first attempt sent, and the
+// first attempt always sends the whole original body, whatever the cap.
+//
+// A body is not replayed when:
+// - its `size_hint` lower bound is above the cap (it is never buffered), or it grew past
+//   the cap while streaming (the buffer is freed at once);
+// - the caller's body returned an error;
+// - a response arrived before the attempt that got it had sent the whole body (the server
+//   may have acted on a part of it). This is judged per attempt: an earlier attempt that
+//   sent it all proves nothing about a later one that a transport cut short.
+//
+// An attempt's body counts as completely sent when its end was reached: the end of the
+// stream, a trailers frame (nothing follows one), `is_end_stream` saying so, an exact size
+// hint met, or the request's own `Content-Length` met (hyper stops reading there without a
+// last poll).
+//
+// Transports let go of a body asynchronously: hyper's HTTP/1 connection task and its
+// HTTP/2 body pipe may still hold the previous attempt's body when that attempt's response
+// future has already failed. The retry loop then waits for the body to be dropped (the drop
+// wakes it) before it replays, within a bound (see the crate docs).
+//
+// An empty body needs no buffer at all.
 
 use std::fmt;
 use std::pin::Pin;
@@ -70,6 +72,9 @@ enum Inner<B> {
 /// One attempt's view of the shared recording.
 struct Cursor<B> {
     shared: Arc<Mutex<Recording<B>>>,
+    /// The attempt this body belongs to (0 for the first), or `None` for a body made by
+    /// [`ReplayBody::try_replay`], which belongs to no attempt of the layer's.
+    attempt: Option<u32>,
     /// The original body, once this attempt has taken it over.
     rest: Option<B>,
     /// Next recorded chunk to replay.
@@ -97,11 +102,8 @@ pub(crate) struct Recording<B> {
     overflowed: bool,
     /// The caller's body failed.
     errored: bool,
-    /// Every byte of the known length (an exact size hint, else the request's
-    /// `Content-Length`) was sent, though the body did not say it ended: over HTTP/1 hyper
-    /// stops reading at the length and drops the body without a last poll. A response
-    /// after that did not come early.
-    data_sent: bool,
+    /// The attempts whose body was sent whole: a response to any other came early.
+    whole: Attempts,
     /// Attempt bodies not yet dropped; one of them may be holding `rest`.
     alive: usize,
     /// The original's size hint before anything was read.
@@ -117,6 +119,39 @@ impl<B> Recording<B> {
     fn notify(&mut self) {
         if let Some(waker) = self.waker.take() {
             waker.wake();
+        }
+    }
+}
+
+/// A set of attempt numbers (0 for the first), without allocation below 64.
+#[derive(Default)]
+struct Attempts {
+    low: u64,
+    high: Vec<u64>,
+}
+
+impl Attempts {
+    #[inline]
+    fn insert(&mut self, attempt: usize) {
+        match attempt.checked_sub(64) {
+            None => self.low |= 1 << attempt,
+            Some(above) => {
+                let (word, bit) = (above / 64, above % 64);
+                if self.high.len() <= word {
+                    self.high.resize(word + 1, 0);
+                }
+                self.high[word] |= 1 << bit;
+            }
+        }
+    }
+
+    fn contains(&self, attempt: usize) -> bool {
+        match attempt.checked_sub(64) {
+            None => self.low & (1 << attempt) != 0,
+            Some(above) => self
+                .high
+                .get(above / 64)
+                .is_some_and(|word| word & (1 << (above % 64)) != 0),
         }
     }
 }
@@ -209,14 +244,14 @@ impl<B: Body> ReplayBody<B> {
             complete: false,
             overflowed: false,
             errored: false,
-            data_sent: false,
+            whole: Attempts::default(),
             // The first attempt's body, made below without taking the lock.
             alive: 1,
             hint,
             expected: hint.exact().or(declared_len),
             waker: None,
         }));
-        let mut cursor = Cursor::new(Arc::clone(&shared), hint);
+        let mut cursor = Cursor::new(Arc::clone(&shared), Some(0), hint);
         cursor.rest = Some(body);
         (
             Self {
@@ -248,7 +283,7 @@ impl<B: Body> ReplayBody<B> {
                 let ok = state.complete && !state.overflowed && !state.errored;
                 drop(state);
                 ok.then(|| Self {
-                    inner: Inner::Shared(Cursor::attach(&cursor.shared)),
+                    inner: Inner::Shared(Cursor::attach(&cursor.shared, None)),
                 })
             }
         }
@@ -262,13 +297,14 @@ impl<B: Body> ReplayBody<B> {
 }
 
 impl<B> Replay<B> {
-    /// Checks that the next attempt can send the body again. `responded` says whether the
-    /// last attempt produced a response (as opposed to an error).
-    pub(crate) fn check(&self, responded: bool) -> Result<(), NotReplayable> {
+    /// Checks that the next attempt can send the body again, after attempt `attempt` (0
+    /// for the first) ended. `responded` says whether that attempt produced a response (as
+    /// opposed to an error).
+    pub(crate) fn check(&self, attempt: usize, responded: bool) -> Result<(), NotReplayable> {
         match self {
             Replay::Never => Err(NotReplayable::TooLarge),
             Replay::Empty => Ok(()),
-            Replay::Shared(shared) => lock(shared).check(responded),
+            Replay::Shared(shared) => lock(shared).check(attempt, responded),
         }
     }
 
@@ -278,12 +314,13 @@ impl<B> Replay<B> {
     pub(crate) fn poll_released(
         &self,
         cx: &mut Context<'_>,
+        attempt: usize,
         responded: bool,
     ) -> Poll<Result<(), NotReplayable>> {
         match self {
             Replay::Shared(shared) => {
                 let mut state = lock(shared);
-                match state.check(responded) {
+                match state.check(attempt, responded) {
                     Err(NotReplayable::InFlight) => {
                         // Registered under the lock the releasing body takes: no lost wake.
                         match &mut state.waker {
@@ -295,7 +332,7 @@ impl<B> Replay<B> {
                     other => Poll::Ready(other),
                 }
             }
-            _ => Poll::Ready(self.check(responded)),
+            _ => Poll::Ready(self.check(attempt, responded)),
         }
     }
 
@@ -307,29 +344,29 @@ impl<B> Replay<B> {
         }
     }
 
-    /// A body for the next attempt. Call [`Replay::check`] first.
-    pub(crate) fn body(&self) -> ReplayBody<B> {
+    /// The body of attempt `attempt` (1 for the first retry). Call [`Replay::check`] first.
+    pub(crate) fn body(&self, attempt: u32) -> ReplayBody<B> {
         match self {
             Replay::Never | Replay::Empty => ReplayBody {
                 inner: Inner::Empty,
             },
             Replay::Shared(shared) => ReplayBody {
-                inner: Inner::Shared(Cursor::attach(shared)),
+                inner: Inner::Shared(Cursor::attach(shared, Some(attempt))),
             },
         }
     }
 }
 
 impl<B> Recording<B> {
-    fn check(&self, responded: bool) -> Result<(), NotReplayable> {
+    fn check(&self, attempt: usize, responded: bool) -> Result<(), NotReplayable> {
         if self.errored {
             Err(NotReplayable::BodyError)
         } else if self.overflowed {
             Err(NotReplayable::TooLarge)
+        } else if responded && !self.whole.contains(attempt) {
+            Err(NotReplayable::EarlyResponse)
         } else if self.complete {
             Ok(())
-        } else if responded && !self.data_sent {
-            Err(NotReplayable::EarlyResponse)
         } else if self.alive > 0 {
             Err(NotReplayable::InFlight)
         } else {
@@ -340,19 +377,20 @@ impl<B> Recording<B> {
 
 impl<B> Cursor<B> {
     /// Another attempt's view of the recording.
-    fn attach(shared: &Arc<Mutex<Recording<B>>>) -> Self {
+    fn attach(shared: &Arc<Mutex<Recording<B>>>, attempt: Option<u32>) -> Self {
         let hint = {
             let mut state = lock(shared);
             state.alive += 1;
             state.hint
         };
-        Self::new(Arc::clone(shared), hint)
+        Self::new(Arc::clone(shared), attempt, hint)
     }
 
     /// A view already counted in `alive`.
-    fn new(shared: Arc<Mutex<Recording<B>>>, hint: SizeHint) -> Self {
+    fn new(shared: Arc<Mutex<Recording<B>>>, attempt: Option<u32>, hint: SizeHint) -> Self {
         Self {
             shared,
+            attempt,
             rest: None,
             pos: 0,
             trailers_sent: false,
@@ -391,9 +429,14 @@ where
                 let chunk = chunk.clone();
                 self.pos += 1;
                 self.sent += chunk.len() as u64;
+                if state.expected == Some(self.sent) {
+                    self.sent_whole(&mut state);
+                }
                 return Poll::Ready(Some(Ok(Frame::data(chunk))));
             }
             if state.complete {
+                // The end, or the trailers that end it.
+                self.sent_whole(&mut state);
                 if !self.trailers_sent {
                     self.trailers_sent = true;
                     if let Some(trailers) = &state.trailers {
@@ -421,6 +464,7 @@ where
             None => {
                 let mut state = lock(&self.shared);
                 state.complete = true;
+                self.sent_whole(&mut state);
                 state.notify();
                 drop(state);
                 self.rest = None;
@@ -441,8 +485,11 @@ where
         let mut state = lock(&self.shared);
         if let Some(data) = frame.data_ref() {
             self.sent += data.len() as u64;
-            if state.expected == Some(self.sent) {
-                state.data_sent = true;
+            if state.expected == Some(self.sent) && !end {
+                // Every byte of the known length (an exact size hint, else the request's
+                // `Content-Length`): over HTTP/1 hyper stops reading at the length and
+                // drops the body without a last poll.
+                self.sent_whole(&mut state);
             }
             if !state.overflowed {
                 if state.len + data.len() > state.cap {
@@ -464,6 +511,7 @@ where
         }
         if end {
             state.complete = true;
+            self.sent_whole(&mut state);
             state.notify();
             drop(state);
             self.rest = None;
@@ -473,27 +521,42 @@ where
         Poll::Ready(Some(Ok(frame)))
     }
 
+    /// Marks this attempt's body as sent whole (a transport that stops here has all of it).
+    #[inline]
+    fn sent_whole(&self, state: &mut Recording<B>) {
+        if let Some(attempt) = self.attempt {
+            state.whole.insert(attempt as usize);
+        }
+    }
+
     fn is_end_stream(&self) -> bool {
         if self.ended {
             return true;
         }
+        // A transport told the body has ended stops polling it: it was sent whole.
         if let Some(rest) = &self.rest {
             // Holding the original means every recorded chunk was sent already (the
             // recording is this body's own, and not complete): what is left is the
             // original's.
-            return rest.is_end_stream();
+            if !rest.is_end_stream() {
+                return false;
+            }
+            self.sent_whole(&mut lock(&self.shared));
+            return true;
         }
-        let state = lock(&self.shared);
+        let mut state = lock(&self.shared);
         if !state.overflowed && self.pos < state.chunks.len() {
             return false;
         }
-        if state.complete {
-            return self.trailers_sent || state.trailers.is_none();
+        let end = if state.complete {
+            self.trailers_sent || state.trailers.is_none()
+        } else {
+            state.rest.as_ref().is_some_and(|rest| rest.is_end_stream())
+        };
+        if end {
+            self.sent_whole(&mut state);
         }
-        match &self.rest {
-            Some(rest) => rest.is_end_stream(),
-            None => state.rest.as_ref().is_some_and(|rest| rest.is_end_stream()),
-        }
+        end
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -598,8 +661,8 @@ mod tests {
         );
         let first = body.collect().await.unwrap().to_bytes();
         assert_eq!(&first[..], b"0123456789");
-        assert_eq!(replay.check(true), Ok(()));
-        let mut again = replay.body();
+        assert_eq!(replay.check(0, true), Ok(()));
+        let mut again = replay.body(1);
         let a = again.frame().await.unwrap().unwrap().into_data().unwrap();
         // The replayed chunk points into the caller's own buffer: no copy was made.
         assert_eq!(a.as_ptr(), source.as_ptr());
@@ -623,7 +686,7 @@ mod tests {
         );
         let first = body.collect().await.unwrap();
         assert_eq!(first.trailers(), Some(&trailers));
-        let again = replay.body().collect().await.unwrap();
+        let again = replay.body(1).collect().await.unwrap();
         assert_eq!(again.trailers(), Some(&trailers));
         assert_eq!(again.to_bytes(), Bytes::from_static(b"body"));
     }
@@ -633,7 +696,7 @@ mod tests {
         let (body, replay) = ReplayBody::with_handle(chunks(&[b"aaaa", b"bbbb", b"cccc"]), 6, None);
         let sent = body.collect().await.unwrap().to_bytes();
         assert_eq!(&sent[..], b"aaaabbbbcccc");
-        assert_eq!(replay.check(false), Err(NotReplayable::TooLarge));
+        assert_eq!(replay.check(0, false), Err(NotReplayable::TooLarge));
         if let Replay::Shared(shared) = &replay {
             let state = lock(shared);
             assert!(state.chunks.len() == 0 && state.chunks.rest.capacity() == 0);
@@ -657,7 +720,7 @@ mod tests {
             ReplayBody::with_handle(http_body_util::Empty::<Bytes>::new(), 10, None);
         assert!(matches!(replay, Replay::Empty));
         assert!(body.is_end_stream());
-        let again = replay.body();
+        let again = replay.body(1);
         assert!(again.is_end_stream());
         assert_eq!(again.size_hint().exact(), Some(0));
     }
@@ -666,8 +729,8 @@ mod tests {
     async fn an_unread_dropped_body_is_resumed_from_the_original() {
         let (body, replay) = ReplayBody::with_handle(chunks(&[b"ab", b"cd"]), 1024, None);
         drop(body); // e.g. the connection was refused before anything was written
-        assert_eq!(replay.check(false), Ok(()));
-        let again = replay.body().collect().await.unwrap().to_bytes();
+        assert_eq!(replay.check(0, false), Ok(()));
+        let again = replay.body(1).collect().await.unwrap().to_bytes();
         assert_eq!(&again[..], b"abcd");
     }
 
@@ -678,16 +741,16 @@ mod tests {
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(&first[..], b"ab");
         // Still held by the transport: cannot replay yet.
-        assert_eq!(replay.check(false), Err(NotReplayable::InFlight));
+        assert_eq!(replay.check(0, false), Err(NotReplayable::InFlight));
         // A response before the body was fully sent is never replayed.
-        assert_eq!(replay.check(true), Err(NotReplayable::EarlyResponse));
+        assert_eq!(replay.check(0, true), Err(NotReplayable::EarlyResponse));
         drop(body);
-        assert_eq!(replay.check(false), Ok(()));
-        let again = replay.body().collect().await.unwrap().to_bytes();
+        assert_eq!(replay.check(0, false), Ok(()));
+        let again = replay.body(1).collect().await.unwrap().to_bytes();
         assert_eq!(&again[..], b"abcdef");
         // And a third attempt sees the whole recording.
-        assert_eq!(replay.check(true), Ok(()));
-        let third = replay.body().collect().await.unwrap().to_bytes();
+        assert_eq!(replay.check(1, true), Ok(()));
+        let third = replay.body(2).collect().await.unwrap().to_bytes();
         assert_eq!(&third[..], b"abcdef");
     }
 
@@ -705,7 +768,7 @@ mod tests {
         let err = body.collect().await.unwrap_err();
         assert_eq!(err.to_string(), "disk gone");
         assert!(replay.body_failed());
-        assert_eq!(replay.check(false), Err(NotReplayable::BodyError));
+        assert_eq!(replay.check(0, false), Err(NotReplayable::BodyError));
     }
 
     /// A body of known length that never says it ended: the transport stops at the length
@@ -740,12 +803,12 @@ mod tests {
         let (mut first, replay) = ReplayBody::with_handle(body, 1024, None);
         first.frame().await.unwrap().unwrap();
         // Half of it: a response now would be early.
-        assert_eq!(replay.check(true), Err(NotReplayable::EarlyResponse));
+        assert_eq!(replay.check(0, true), Err(NotReplayable::EarlyResponse));
         first.frame().await.unwrap().unwrap();
         assert!(!first.is_end_stream(), "the original never says it ended");
         drop(first);
-        assert_eq!(replay.check(true), Ok(()));
-        let again = replay.body().collect().await.unwrap().to_bytes();
+        assert_eq!(replay.check(0, true), Ok(()));
+        let again = replay.body(1).collect().await.unwrap().to_bytes();
         assert_eq!(&again[..], b"abcd");
     }
 
@@ -755,10 +818,94 @@ mod tests {
             ReplayBody::with_handle(Full::new(Bytes::from_static(b"hello")), 64, None);
         assert_eq!(body.size_hint().exact(), Some(5));
         let _ = body.collect().await.unwrap();
-        let again = replay.body();
+        let again = replay.body(1);
         assert_eq!(again.size_hint().exact(), Some(5));
         assert!(!again.is_end_stream());
         let bytes = again.collect().await.unwrap().to_bytes();
         assert_eq!(&bytes[..], b"hello");
+    }
+
+    /// A transport that reads at most `limit` bytes of an attempt's body, then answers and
+    /// drops the body; the rest of the body never leaves.
+    async fn read_at_most<B: Body<Data = Bytes> + Unpin>(body: &mut B, limit: usize) -> Vec<u8>
+    where
+        B::Error: std::fmt::Debug,
+    {
+        let mut sent = Vec::new();
+        while sent.len() < limit {
+            match body.frame().await {
+                Some(frame) => {
+                    if let Ok(data) = frame.unwrap().into_data() {
+                        sent.extend_from_slice(&data);
+                    }
+                }
+                None => break,
+            }
+        }
+        sent
+    }
+
+    #[tokio::test]
+    async fn an_early_response_is_judged_for_the_attempt_that_got_it() {
+        // "abc" then "def", with and without the request's `Content-Length`.
+        for declared in [Some(6), None] {
+            let (mut first, replay) =
+                ReplayBody::with_handle(chunks(&[b"abc", b"def"]), 1024, declared);
+            // Attempt 1 is read whole: a response to it was not early.
+            assert_eq!(read_at_most(&mut first, usize::MAX).await, b"abcdef");
+            drop(first);
+            assert_eq!(replay.check(0, true), Ok(()));
+            // Attempt 2 is cut short after 3 bytes, answered, and dropped: early.
+            let mut second = replay.body(1);
+            assert_eq!(read_at_most(&mut second, 3).await, b"abc");
+            drop(second);
+            assert_eq!(
+                replay.check(1, true),
+                Err(NotReplayable::EarlyResponse),
+                "{declared:?}"
+            );
+            // An error instead of a response proves nothing either way: it may be sent again.
+            assert_eq!(replay.check(1, false), Ok(()));
+            // Attempt 3, read whole, gets its response in time.
+            let mut third = replay.body(2);
+            assert_eq!(read_at_most(&mut third, usize::MAX).await, b"abcdef");
+            assert_eq!(replay.check(2, true), Ok(()));
+            // A body made by `try_replay` is nobody's attempt: reading it whole vouches for
+            // no attempt of the layer's.
+            let extra = third.try_replay().unwrap();
+            assert_eq!(&extra.collect().await.unwrap().to_bytes()[..], b"abcdef");
+            assert_eq!(replay.check(3, true), Err(NotReplayable::EarlyResponse));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replay_stopped_at_its_length_or_told_it_ended_was_sent_whole() {
+        // With the length known, a transport that stops at the last byte without polling
+        // again has sent it all.
+        let (first, replay) = ReplayBody::with_handle(chunks(&[b"ab", b"cd"]), 1024, Some(4));
+        drop(first.collect().await.unwrap());
+        let mut second = replay.body(1);
+        assert_eq!(read_at_most(&mut second, 4).await, b"abcd");
+        drop(second);
+        assert_eq!(replay.check(1, true), Ok(()));
+        // Without a length, `is_end_stream` saying so is what a transport stops at.
+        let (first, replay) = ReplayBody::with_handle(chunks(&[b"ab"]), 1024, None);
+        drop(first.collect().await.unwrap());
+        let mut second = replay.body(1);
+        assert_eq!(read_at_most(&mut second, 2).await, b"ab");
+        assert!(second.is_end_stream());
+        drop(second);
+        assert_eq!(replay.check(1, true), Ok(()));
+    }
+
+    #[test]
+    fn attempt_sets_hold_any_number() {
+        let mut set = Attempts::default();
+        for attempt in [0, 5, 63, 64, 130, 1_000] {
+            assert!(!set.contains(attempt));
+            set.insert(attempt);
+            assert!(set.contains(attempt));
+        }
+        assert!(!set.contains(1) && !set.contains(65) && !set.contains(999));
     }
 }

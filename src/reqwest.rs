@@ -10,11 +10,12 @@
 //! RetryLayer  ->  ReqwestService  ->  reqwest::Client (pool, DNS, TLS, redirects)
 //! ```
 //!
-//! reqwest's own errors are recognised by the default classifier like hyper's: a connect
-//! error (`is_connect`, also a connect timeout) proves the server never saw the request; a
-//! timeout (`is_timeout`: reqwest's own, whose type is private, or one underneath) is a
-//! retryable timeout; anything else is judged by what it wraps, so a reset or a closed
-//! connection underneath is found too. See [`classify`](crate::classify).
+//! reqwest's own errors reach the layer already recognised ([`recognize`], handed over as
+//! a [`Recognized`](crate::classify::Recognized) error): a connect error (`is_connect`,
+//! also a connect timeout) proves the server never saw the request; a timeout
+//! (`is_timeout`: reqwest's own, whose type is private, or one underneath) is a retryable
+//! timeout; anything else is judged by what it wraps, so a reset or a closed connection
+//! underneath is found too. The caller still gets reqwest's own error back.
 //!
 //! With the `reqwest-middleware` feature, `RetryMiddleware` runs the same retry loop as a
 //! reqwest-middleware `Middleware`, for applications built on `ClientWithMiddleware`.
@@ -56,6 +57,7 @@ use tower::BoxError;
 use tower_service::Service;
 
 use crate::ReplayBody;
+use crate::classify::{Recognized, RetryReason};
 
 #[cfg(feature = "reqwest-middleware")]
 mod middleware;
@@ -67,9 +69,10 @@ pub use self::middleware::RetryMiddleware;
 /// for [`RetryLayer`](crate::RetryLayer) to wrap.
 ///
 /// It returns `http::Response<reqwest::Body>`, and fails with reqwest's own
-/// [`reqwest::Error`]: also when the request cannot be converted
-/// (`is_builder()`, for example for a URI without a scheme and host), in which case
-/// nothing is sent.
+/// [`reqwest::Error`] inside a [`Recognized`] (what [`recognize`] makes of it, for the
+/// layer; the layer's caller gets the `reqwest::Error` itself back): also when the request
+/// cannot be converted (`is_builder()`, for example for a URI without a scheme and host),
+/// in which case nothing is sent.
 ///
 /// `B` is the caller's request body type (the layer hands down `ReplayBody<B>`), inferred
 /// from the requests sent. Any body works: a `Full<Bytes>`, a `String`, a stream, a
@@ -193,11 +196,11 @@ where
     B::Error: Into<BoxError>,
 {
     type Response = http::Response<::reqwest::Body>;
-    type Error = ::reqwest::Error;
+    type Error = Recognized;
     type Future = ResponseFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Service::<::reqwest::Request>::poll_ready(&mut self.client, cx)
+        Service::<::reqwest::Request>::poll_ready(&mut self.client, cx).map_err(recognized)
     }
 
     fn call(&mut self, request: http::Request<ReplayBody<B>>) -> Self::Future {
@@ -231,19 +234,54 @@ pin_project! {
 }
 
 impl Future for ResponseFuture {
-    type Output = Result<http::Response<::reqwest::Body>, ::reqwest::Error>;
+    type Output = Result<http::Response<::reqwest::Body>, Recognized>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             StateProj::Sending { future } => {
-                let response = ready!(future.poll(cx))?;
+                let response = ready!(future.poll(cx)).map_err(recognized)?;
                 Poll::Ready(Ok(into_http(response)))
             }
-            StateProj::Failed { error } => Poll::Ready(Err(error
-                .take()
-                .expect("ResponseFuture polled after completion"))),
+            StateProj::Failed { error } => Poll::Ready(Err(recognized(
+                error
+                    .take()
+                    .expect("ResponseFuture polled after completion"),
+            ))),
         }
     }
+}
+
+/// What a `reqwest::Error` is, as a failure: a connect error (a connect timeout too: the
+/// connection never existed, which is the stronger claim) is
+/// [`RetryReason::Connect`], a timeout [`RetryReason::Timeout`] (reqwest's own timeout
+/// error is a private type: only `is_timeout` can tell), and anything else `None`: judged
+/// by what it wraps (a reset, a closed connection, ...).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use tower_http_retry::RetryReason;
+///
+/// // Port 9 on 127.0.0.1: nothing listens there.
+/// let client = reqwest::Client::builder().no_proxy().build().unwrap();
+/// let error = client.get("http://127.0.0.1:9/").send().await.unwrap_err();
+/// assert_eq!(tower_http_retry::reqwest::recognize(&error), Some(RetryReason::Connect));
+/// # }
+/// ```
+pub fn recognize(error: &::reqwest::Error) -> Option<RetryReason> {
+    if error.is_connect() {
+        Some(RetryReason::Connect)
+    } else if error.is_timeout() {
+        Some(RetryReason::Timeout)
+    } else {
+        None
+    }
+}
+
+/// reqwest's error, handed to the layer already recognised.
+pub(crate) fn recognized(error: ::reqwest::Error) -> Recognized {
+    let reason = recognize(&error);
+    Recognized::new(error, reason)
 }
 
 impl fmt::Debug for ResponseFuture {

@@ -1,4 +1,5 @@
-//! [`Retry`]: readiness, policy choice, the idempotency key, body wrapping, the deposit.
+// `Retry`: readiness, policy choice, the idempotency key, the first attempt's hooks, body
+// wrapping, and telling the gates of the request.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use tower::BoxError;
 use tower_service::Service;
 
 use crate::config::Plans;
-use crate::decision::Limits;
+use crate::decision::{self, Limits};
 use crate::future::{Prototype, ResponseFuture, Retrying};
 use crate::head::Head;
 use crate::info::{RetryInfo, StopReason};
@@ -125,27 +126,21 @@ where
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
         let plan = self.plans.select(&request);
         let policy = &plan.policy;
-        // gRPC: a `grpc-timeout` the caller set (tonic's `Request::set_timeout`) is the
-        // RPC's deadline too, across all attempts; the shorter of it and the policy's applies.
-        #[cfg(feature = "grpc")]
-        let caller_timeout = policy
-            .grpc_codes
-            .as_ref()
-            .and_then(|_| request.headers().get(crate::grpc::GRPC_TIMEOUT))
-            .and_then(|value| crate::grpc::parse_grpc_timeout(value.as_bytes()));
-        #[cfg(not(feature = "grpc"))]
-        let caller_timeout = None;
-        let limits = Limits::start(policy, caller_timeout);
+        // A time limit the caller's request sets itself (gRPC's `grpc-timeout`) bounds the
+        // deadline too, across all attempts; the shorter applies.
+        let bound = match plan.hooks.is_empty() {
+            true => None,
+            false => plan.hooks.time_limit(request.headers()),
+        };
+        let limits = Limits::start(policy, bound);
         let trace = Trace::new(&request);
         let mut info = RetryInfo {
             attempts: 1,
             ..RetryInfo::default()
         };
 
-        // Every logical request is the client's traffic, retried or not (DESIGN 1.7).
-        if let Some(budget) = &plan.budget {
-            budget.deposit();
-        }
+        // Every logical request is the client's traffic, retried or not.
+        plan.gates.on_request();
         // Whether a key is stamped depends on the key configuration alone, never on
         // whether retries are on. Where keys are stamped, the one lookup that finds or
         // inserts it; elsewhere it is looked for in the head's copy below.
@@ -167,19 +162,9 @@ where
             }
             _ => None,
         };
-        if let Some(name) = &plan.attempt_header {
-            request
-                .headers_mut()
-                .insert(name.clone(), http::HeaderValue::from_static("1"));
-        }
-
-        // gRPC: the server learns the time left from `grpc-timeout` (rewritten on retries);
-        // a shorter one of the caller's stays.
-        #[cfg(feature = "grpc")]
-        if let (Some(_), Some(deadline)) = (&policy.grpc_codes, policy.deadline) {
-            if caller_timeout.is_none_or(|caller| caller > deadline) {
-                crate::grpc::set_grpc_timeout(request.headers_mut(), deadline);
-            }
+        if !plan.hooks.is_empty() {
+            let first = decision::first_attempt(&limits);
+            plan.hooks.before_attempt(&first, request.headers_mut());
         }
 
         if policy.is_never() || request.method() == Method::CONNECT {
@@ -188,7 +173,7 @@ where
                 .flatten()
                 .or_else(|| field(request.headers(), &plan.key_header).cloned());
             let future = self.inner.call(request.map(ReplayBody::passthrough));
-            return ResponseFuture::new(future, limits, info, None, trace);
+            return ResponseFuture::once(future, limits, info, trace);
         }
 
         let (parts, body) = request.into_parts();
@@ -200,13 +185,18 @@ where
         };
         let (body, replay) =
             ReplayBody::with_handle(body, self.plans.max_replay_bytes(), declared_len);
-        let head = Head::copy(&parts, policy.has_custom_classifier());
+        let head = Head::copy(&parts, policy.classifier_needs_request());
         info.idempotency_key = stamped.unwrap_or_else(|| head.get(&plan.key_header).cloned());
         // The service that `poll_ready` readied takes the first attempt; retries clone
         // from the prototype, and only if they happen.
         let future = self.inner.call(Request::from_parts(parts, body));
-        let retrying = Retrying::new(self.prototype.clone(), head, replay, plan);
-        ResponseFuture::new(future, limits, info, Some(retrying), trace)
+        let retry = Retrying {
+            prototype: self.prototype.clone(),
+            head,
+            replay,
+            plan,
+        };
+        ResponseFuture::first(future, retry, limits, info, trace)
     }
 }
 

@@ -583,7 +583,7 @@ async fn chaos(h2: bool) {
                         reasons.push(StopReason::BodyNotReplayable);
                     }
                     if last.fault == Fault::UnavailableLong {
-                        reasons.push(StopReason::RetryAfterTooLong);
+                        reasons.push(StopReason::HintTooLong);
                     }
                     if reasons.is_empty() {
                         reasons.push(StopReason::BudgetExhausted);

@@ -193,10 +193,7 @@ async fn a_503_asking_for_an_hour_comes_back_at_once() {
     assert!(start.elapsed() < Duration::from_secs(1));
     assert_eq!(server.count(), 1);
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(
-        (info.attempts, info.stop),
-        (1, StopReason::RetryAfterTooLong)
-    );
+    assert_eq!((info.attempts, info.stop), (1, StopReason::HintTooLong));
 }
 
 #[tokio::test]

@@ -41,7 +41,7 @@ async fn unavailable_then_ok_with_a6_headers_and_no_keys() {
     assert!(
         info.retries
             .iter()
-            .all(|r| r.reason == RetryReason::GrpcStatus(Code::Unavailable))
+            .all(|r| r.reason == grpc::reason(Code::Unavailable))
     );
     assert!(info.idempotency_key.is_none());
     let seen = server.seen();
@@ -108,7 +108,10 @@ async fn pushback_is_the_exact_wait_and_a_negative_one_stops() {
     assert!(start.elapsed() >= Duration::from_millis(300));
     let info = reply.extensions().get::<RetryInfo>().unwrap();
     assert_eq!(info.retries[0].wait, Duration::from_millis(300));
-    assert_eq!(info.retries[0].hint, Some(HintSource::GrpcPushback));
+    assert_eq!(
+        info.retries[0].hint,
+        Some(HintSource::Header("grpc-retry-pushback-ms"))
+    );
 
     // A pushback shorter than the backoff still sets the wait: it is exact, not a floor.
     let slow_backoff = quick().backoff(

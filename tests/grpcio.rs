@@ -29,7 +29,7 @@ use tonic::transport::{Channel, Endpoint};
 use tower::ServiceBuilder;
 use tower_http_retry::grpc::{self, Pushback};
 use tower_http_retry::hints::HintSource;
-use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, RetryReason, StopReason};
+use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, StopReason};
 
 use common::grpc::{COLLECT, UNARY, collect, frame, quick, stack, unary};
 
@@ -371,7 +371,7 @@ async fn unavailable_twice_then_ok_with_a6_metadata_seen_by_grpcio() {
     assert!(
         info.retries
             .iter()
-            .all(|r| r.reason == RetryReason::GrpcStatus(Code::Unavailable)),
+            .all(|r| r.reason == grpc::reason(Code::Unavailable)),
         "{info:?}"
     );
 
@@ -458,7 +458,10 @@ async fn grpcios_pushback_is_the_exact_wait() {
     let info = reply.extensions().get::<RetryInfo>().unwrap();
     assert_eq!(info.attempts, 2);
     assert_eq!(info.retries[0].wait, Duration::from_millis(300));
-    assert_eq!(info.retries[0].hint, Some(HintSource::GrpcPushback));
+    assert_eq!(
+        info.retries[0].hint,
+        Some(HintSource::Header("grpc-retry-pushback-ms"))
+    );
     let seen = server.seen().await;
     assert_eq!(seen.len(), 2);
     let gap = seen[1].arrived_ms - seen[0].arrived_ms;
@@ -520,7 +523,7 @@ async fn a_negative_pushback_from_grpcio_stops_retrying() {
         Some(Code::Unavailable)
     );
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.stop, StopReason::ServerPushback, "{info:?}");
+    assert_eq!(info.stop, StopReason::ServerSaidStop, "{info:?}");
     assert_eq!(info.attempts, 1);
     assert_eq!(server.seen().await.len(), 1);
 }

@@ -15,7 +15,7 @@ use tower::{Layer, ServiceExt};
 use tower_http_retry::classify::{
     Classification, Classify, DefaultClassifier, Outcome, RetryReason,
 };
-use tower_http_retry::hints::HintSource;
+use tower_http_retry::hints::{Hint, HintSource};
 use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, StopReason};
 
 /// A 10 ms fixed backoff, so that every wait above it is a hint's.
@@ -173,7 +173,7 @@ async fn too_long_a_hint_returns_the_response_at_once() {
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert_eq!(response.status(), 429);
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.stop, StopReason::RetryAfterTooLong);
+    assert_eq!(info.stop, StopReason::HintTooLong);
     assert_eq!(mock.calls(), 1);
 }
 
@@ -196,7 +196,7 @@ async fn a_classifiers_own_hint_comes_first() {
                 {
                     Some(ms) => Classification::RetryWithHint(
                         RetryReason::Custom("busy"),
-                        Duration::from_millis(ms),
+                        Hint::new(Duration::from_millis(ms), HintSource::Classifier),
                     ),
                     None => DefaultClassifier.classify(head, outcome),
                 }

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{Mock, Reply, get, request};
-use http::{Method, Request, Response};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::{
-    Attempt, AttemptTimedOut, Backoff, Jitter, ReplayBody, RetryBudget, RetryError, RetryInfo,
-    RetryLayer, RetryPolicy, RetryReason, StopReason,
+    Attempt, AttemptTimedOut, Backoff, DeadlineExceeded, Jitter, ReplayBody, RetryBudget,
+    RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason, ServiceNotReady, StopReason,
 };
 
 fn quick(attempts: u32) -> RetryPolicy {
@@ -226,8 +226,10 @@ impl Service<Request<ReplayBody<Full<Bytes>>>> for ReadyOnce {
     }
 }
 
-/// DESIGN 1.4: without a deadline, waiting for a retry's service to become ready is
-/// bounded by the attempt timeout.
+/// Without a deadline, waiting for a retry's service to become ready is bounded by the
+/// attempt timeout. When it runs out, nothing more is sent and the caller is told so: not
+/// "attempt 1 timed out" (attempt 1 got its 503 in time), but that the retry's service was
+/// not ready, with the record of the retry the 503 asked for.
 #[tokio::test(start_paused = true)]
 async fn readiness_is_bounded_by_the_attempt_timeout_without_a_deadline() {
     let inner = ReadyOnce::default();
@@ -244,11 +246,46 @@ async fn readiness_is_bounded_by_the_attempt_timeout_without_a_deadline() {
         Duration::from_millis(10) + Duration::from_secs(2)
     );
     let error = error.downcast_ref::<RetryError>().unwrap();
-    assert!(error.get_ref().is::<AttemptTimedOut>(), "{error}");
+    let not_ready = error
+        .get_ref()
+        .downcast_ref::<ServiceNotReady>()
+        .unwrap_or_else(|| panic!("not a ServiceNotReady: {error}"));
     assert_eq!(
-        (error.info().attempts, inner.calls.load(Ordering::SeqCst)),
-        (1, 1)
+        (not_ready.attempt(), not_ready.timeout()),
+        (2, Duration::from_secs(2))
     );
+    assert!(!error.get_ref().is::<AttemptTimedOut>(), "{error}");
+    let info = error.info();
+    assert_eq!(info.stop, StopReason::ServiceNotReady);
+    assert_eq!((info.attempts, inner.calls.load(Ordering::SeqCst)), (1, 1));
+    let reasons: Vec<_> = info.retries.iter().map(|r| r.reason).collect();
+    assert_eq!(
+        reasons,
+        [RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE)]
+    );
+}
+
+/// With a deadline, the same wait is bounded by the deadline, and running out of it is the
+/// deadline's doing.
+#[tokio::test(start_paused = true)]
+async fn readiness_is_bounded_by_the_deadline_when_there_is_one() {
+    let inner = ReadyOnce::default();
+    let policy = quick(3)
+        .attempt_timeout(Duration::from_secs(2))
+        .deadline(Duration::from_secs(5));
+    let start = tokio::time::Instant::now();
+    let error = RetryLayer::new()
+        .policy(policy)
+        .layer(inner.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    let error = error.downcast_ref::<RetryError>().unwrap();
+    assert!(error.get_ref().is::<DeadlineExceeded>(), "{error}");
+    assert_eq!(error.info().stop, StopReason::Deadline);
+    assert_eq!(error.info().retries.len(), 1);
+    assert_eq!(inner.calls.load(Ordering::SeqCst), 1);
 }
 
 /// DESIGN 1.10: every retry's request carries an `Attempt`; the first carries none.

@@ -22,7 +22,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tower::{BoxError, Layer, Service, ServiceExt};
-use tower_http_retry::classify::{Classification, classify_error};
+use tower_http_retry::classify::{Classification, Recognized, classify_error};
 use tower_http_retry::reqwest::ReqwestService;
 use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, RetryReason};
 
@@ -79,13 +79,22 @@ fn find_reqwest(error: &BoxError) -> &reqwest::Error {
         .unwrap_or_else(|| panic!("no reqwest::Error in {error:?}"))
 }
 
-/// The request straight through `ReqwestService`, no layer: the error reqwest reports.
-async fn reqwest_error(client: reqwest::Client, request: Request<Full<Bytes>>) -> reqwest::Error {
+/// The request straight through `ReqwestService`, no layer: the error reqwest reports, as
+/// the service hands it to the layer (recognised).
+async fn reqwest_error(client: reqwest::Client, request: Request<Full<Bytes>>) -> Recognized {
     let request = request.map(|body| tower_http_retry::ReplayBody::new(body, 64 * 1024));
     ReqwestService::new(client)
         .oneshot(request)
         .await
         .expect_err("the request must fail")
+}
+
+/// reqwest's own error inside what the service handed over.
+fn inner(error: &Recognized) -> &reqwest::Error {
+    error
+        .get_ref()
+        .downcast_ref::<reqwest::Error>()
+        .expect("the service hands over reqwest's error")
 }
 
 /// A hyper server on 127.0.0.1 whose sockets close with an RST (`SO_LINGER` 0). After
@@ -135,7 +144,7 @@ where
 async fn a_closed_port_is_a_connect_error() {
     let port = closed_port();
     let error = reqwest_error(client(), get(format!("http://127.0.0.1:{port}/"))).await;
-    assert!(error.is_connect(), "{error:?}");
+    assert!(inner(&error).is_connect(), "{error:?}");
     assert_eq!(
         classify_error(&error),
         Classification::Retry(RetryReason::Connect)
@@ -155,11 +164,11 @@ async fn a_reqwest_timeout_is_a_timeout() {
         get(server.url("/slow")),
     )
     .await;
-    assert!(error.is_timeout(), "{error:?}");
-    assert!(!error.is_connect(), "{error:?}");
+    assert!(inner(&error).is_timeout(), "{error:?}");
+    assert!(!inner(&error).is_connect(), "{error:?}");
     // Nothing else in the chain says "timeout" in a way the other rules understand:
     // reqwest's own (private) error type is what is found, through `is_timeout`.
-    for link in chain(&error).into_iter().skip(1) {
+    for link in chain(inner(&error)).into_iter().skip(1) {
         assert!(!link.is::<std::io::Error>(), "{link:?}");
         assert!(!link.is::<tower::timeout::error::Elapsed>(), "{link:?}");
         assert!(!link.is::<reqwest::Error>(), "{link:?}");
@@ -175,9 +184,12 @@ async fn a_reqwest_timeout_is_a_timeout() {
 async fn a_reset_underneath_is_a_closed_connection() {
     let (addr, hits) = resetting_server(|_, _| true).await;
     let error = reqwest_error(client(), get(format!("http://{addr}/reset"))).await;
-    assert!(!error.is_connect() && !error.is_timeout(), "{error:?}");
+    assert!(
+        !inner(&error).is_connect() && !inner(&error).is_timeout(),
+        "{error:?}"
+    );
     // A real reset, found under reqwest's and hyper's own errors.
-    let reset = chain(&error).into_iter().any(|e| {
+    let reset = chain(inner(&error)).into_iter().any(|e| {
         e.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionReset)
     });
@@ -194,7 +206,10 @@ async fn a_reset_underneath_is_a_closed_connection() {
 async fn a_connection_closed_without_an_answer_is_a_closed_connection() {
     let server = serve(|_| async { Action::Close }).await;
     let error = reqwest_error(client(), get(server.url("/close"))).await;
-    assert!(!error.is_connect() && !error.is_timeout(), "{error:?}");
+    assert!(
+        !inner(&error).is_connect() && !inner(&error).is_timeout(),
+        "{error:?}"
+    );
     assert_eq!(
         classify_error(&error),
         Classification::Retry(RetryReason::ConnectionClosed)
@@ -206,7 +221,7 @@ async fn a_request_reqwest_cannot_take_fails_at_once_and_sends_nothing() {
     let server = serve(|_| async { respond(200) }).await;
     // A relative URI: reqwest needs an absolute URL.
     let error = reqwest_error(client(), get("/items/1".to_string())).await;
-    assert!(error.is_builder(), "{error:?}");
+    assert!(inner(&error).is_builder(), "{error:?}");
     assert_eq!(classify_error(&error), Classification::Done);
     // Through the layer: the conversion error comes back, not retried.
     let error = quick(3)
@@ -217,7 +232,7 @@ async fn a_request_reqwest_cannot_take_fails_at_once_and_sends_nothing() {
     assert!(find_reqwest(&error).is_builder(), "{error:?}");
     // A scheme reqwest does not speak fails the same way.
     let error = reqwest_error(client(), get(format!("ftp://{}/file", server.addr))).await;
-    assert!(error.is_builder(), "{error:?}");
+    assert!(inner(&error).is_builder(), "{error:?}");
     assert_eq!(classify_error(&error), Classification::Done);
     assert_eq!(server.count(), 0);
 }

@@ -77,10 +77,7 @@ async fn a_hint_above_the_cap_returns_at_once() {
     assert_eq!(start.elapsed(), Duration::ZERO, "no pointless sleep");
     assert_eq!(mock.calls(), 1);
     let record = info(&response);
-    assert_eq!(
-        (record.attempts, record.stop),
-        (1, StopReason::RetryAfterTooLong)
-    );
+    assert_eq!((record.attempts, record.stop), (1, StopReason::HintTooLong));
 
     // A higher cap lets the same hint through.
     let mock = Mock::new([with_retry_after(503, "120")]);
@@ -169,7 +166,7 @@ async fn a_hint_that_would_end_after_the_deadline_returns_at_once() {
         .unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(start.elapsed(), Duration::ZERO);
-    assert_eq!(info(&response).stop, StopReason::RetryAfterTooLong);
+    assert_eq!(info(&response).stop, StopReason::HintTooLong);
 }
 
 #[tokio::test(start_paused = true)]

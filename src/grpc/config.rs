@@ -6,14 +6,12 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-use rand::Rng;
 use serde_json::{Map, Value};
 use tonic::Code;
 
-use super::backoff::{A6Jitter, backoff_ceiling, backoff_delay};
-use super::throttle::Throttle;
 use crate::backoff::Backoff;
 use crate::error::InvalidConfig;
+use crate::gate::Throttle;
 use crate::policy::RetryPolicy;
 use crate::route::RouteMatch;
 
@@ -299,17 +297,13 @@ impl MethodConfig {
     /// assert_eq!(policy.get_deadline(), Some(Duration::from_secs(2)));
     /// assert_eq!(policy.get_backoff().ceiling(1), Duration::from_millis(100));
     /// assert_eq!(policy.get_backoff().ceiling(2), Duration::from_millis(150));
-    /// assert_eq!(policy.get_grpc_codes(), Some(&[Code::Unavailable][..]));
+    /// assert!(policy.has_transparent_retry());
     /// ```
     pub fn policy(&self) -> RetryPolicy {
         let policy = match &self.retry {
             Some(retry) => RetryPolicy::default()
                 .max_attempts(retry.max_attempts)
-                .backoff(Backoff::a6(
-                    retry.initial_backoff,
-                    retry.max_backoff,
-                    retry.backoff_multiplier,
-                ))
+                .backoff(retry.backoff())
                 .grpc_codes(retry.retryable_status_codes.iter().copied()),
             None => RetryPolicy::default().max_attempts(1).grpc_codes([]),
         };
@@ -400,27 +394,29 @@ impl RetryParams {
         self.retryable_status_codes.contains(&code)
     }
 
-    /// Retry `n`'s backoff ceiling (1 for the first retry, counted from the last
-    /// pushback): see [`backoff_ceiling`].
-    pub fn backoff_ceiling(&self, n: u32) -> Duration {
-        backoff_ceiling(
-            self.initial_backoff,
-            self.max_backoff,
-            self.backoff_multiplier,
-            n,
-        )
-    }
-
-    /// The wait before retry `n`: see [`backoff_delay`].
-    pub fn backoff<R: Rng + ?Sized>(&self, n: u32, jitter: A6Jitter, rng: &mut R) -> Duration {
-        backoff_delay(
-            self.initial_backoff,
-            self.max_backoff,
-            self.backoff_multiplier,
-            n,
-            jitter,
-            rng,
-        )
+    /// A6's backoff for these parameters: retry `n` (1 for the first, counted from the
+    /// last pushback) waits uniform in `[0, min(maxBackoff, initialBackoff *
+    /// backoffMultiplier^(n-1))]`, the crate's [`Backoff::from_initial`] with the
+    /// multiplier and [`Jitter::Full`](crate::Jitter::Full) (or
+    /// [`Jitter::Proportional`](crate::Jitter::Proportional), A6 as amended in 2024, with
+    /// [`Backoff::jitter`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::grpc::service_config;
+    ///
+    /// let config = service_config(r#"{"methodConfig": [{"name": [{}], "retryPolicy": {
+    ///     "maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s",
+    ///     "backoffMultiplier": 1.5, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#).unwrap();
+    /// let backoff = config.methods()[0].retry().unwrap().backoff();
+    /// assert_eq!(backoff.ceiling(1), Duration::from_millis(100));
+    /// assert_eq!(backoff.ceiling(3), Duration::from_millis(225));
+    /// ```
+    pub fn backoff(&self) -> Backoff {
+        // The multiplier was checked when the config was read: finite and above zero.
+        Backoff::from_initial(self.initial_backoff, self.max_backoff)
+            .try_multiplier(self.backoff_multiplier)
+            .unwrap_or_else(|_| Backoff::from_initial(self.initial_backoff, self.max_backoff))
     }
 }
 
@@ -476,7 +472,7 @@ impl StdError for InvalidServiceConfig {}
 
 impl From<InvalidServiceConfig> for InvalidConfig {
     fn from(error: InvalidServiceConfig) -> Self {
-        InvalidConfig::new(crate::error::ConfigKind::Grpc, error.to_string())
+        InvalidConfig::new(crate::error::ConfigKind::Protocol, error.to_string())
     }
 }
 
@@ -895,7 +891,7 @@ mod tests {
         );
         assert!(retry.retries(Code::Aborted));
         assert!(!retry.retries(Code::Internal));
-        assert_eq!(retry.backoff_ceiling(3), Duration::from_millis(400));
+        assert_eq!(retry.backoff().ceiling(3), Duration::from_millis(400));
     }
 
     #[test]
@@ -1277,9 +1273,10 @@ mod tests {
         let retried = method.policy();
         assert_eq!(retried.get_max_attempts(), MAX_ATTEMPTS_CAP);
         assert_eq!(retried.get_deadline(), Some(Duration::from_millis(1500)));
+        // In code order.
         assert_eq!(
-            retried.get_grpc_codes(),
-            Some(&[Code::Unavailable, Code::ResourceExhausted][..])
+            super::super::retried_codes(&retried),
+            [Code::ResourceExhausted, Code::Unavailable]
         );
         assert!(retried.is_assumed_idempotent());
         let backoff = retried.get_backoff();
@@ -1291,16 +1288,11 @@ mod tests {
             [200, 300, 450, 500].map(Duration::from_millis),
             "A6: initialBackoff * 1.5^(n-1), capped"
         );
-        for n in 1..=8 {
-            assert_eq!(
-                backoff.ceiling(n),
-                method.retry().unwrap().backoff_ceiling(n)
-            );
-        }
+        assert_eq!(backoff, &method.retry().unwrap().backoff());
 
         let plain = config.methods()[1].policy();
         assert_eq!(plain.get_max_attempts(), 1);
-        assert_eq!(plain.get_grpc_codes(), Some(&[][..]));
+        assert!(super::super::retried_codes(&plain).is_empty());
         assert_eq!(plain.get_deadline(), None);
         assert!(!plain.is_never(), "A6's transparent retry still applies");
     }

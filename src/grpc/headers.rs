@@ -6,6 +6,8 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tonic::Code;
 
+use crate::retry_after::trim_ows;
+
 /// `grpc-status`: the status code of a finished RPC, in the trailers, or in the response
 /// headers of a Trailers-Only response.
 pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -170,16 +172,6 @@ pub fn parse_pushback(value: &[u8]) -> Pushback {
         Some(ms) if ms <= i32::MAX as u64 => Pushback::Wait(Duration::from_millis(ms)),
         _ => Pushback::Stop,
     }
-}
-
-fn trim_ows(mut value: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = value {
-        value = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = value {
-        value = rest;
-    }
-    value
 }
 
 /// The most a `grpc-timeout` value may have: 8 digits.

@@ -196,13 +196,15 @@ impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
         let mut extensions = self.extensions.clone();
         let last = Arc::clone(&self.last);
         Box::pin(async move {
-            let request = ::reqwest::Request::try_from(request)?;
+            let request = ::reqwest::Request::try_from(request).map_err(super::recognized)?;
             let result = next.run(request, &mut extensions).await;
             *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(extensions);
             match result {
                 Ok(response) => Ok(into_http(response)),
-                // Unwrapped, so the classifier's first look finds reqwest's own error.
-                Err(reqwest_middleware::Error::Reqwest(error)) => Err(error.into()),
+                // Unwrapped and recognised, so the classifier takes reqwest's own reading.
+                Err(reqwest_middleware::Error::Reqwest(error)) => {
+                    Err(super::recognized(error).into())
+                }
                 Err(error) => Err(FromBelow(error).into()),
             }
         })

@@ -1,76 +1,59 @@
-//! gRPC retry throttling (A6 `retryThrottling`): a token count shared by every RPC to one
-//! server, which switches retries off while too many attempts fail.
-
-// How it works.
-//
-// The whole state is one `AtomicU32`: the token count in thousandths of a token ("units"),
-// changed only by compare-and-swap. A6 supports up to three decimal places in
-// `tokenRatio`, and `maxTokens` is at most 1000, so the count is at most 1 000 000 units and
-// every step is exact integer arithmetic: a failure takes 1000 units (never below 0), a
-// success adds the ratio's units (never above the maximum), and the threshold test
+// A failure-driven throttle: gRPC's `retryThrottling` (A6), and useful beyond gRPC. It is
+// the crate's one token bucket (`gate::bucket`) without refill: a failure takes a token
+// (never below zero), a success gives `token_ratio` back (never above the maximum), and a
+// retry is allowed only while more than half is left. A6 supports three decimal places in
+// `tokenRatio` and at most 1000 `maxTokens`, so the count in thousandths is at most
+// 1 000 000 units and every step is exact integer arithmetic; the threshold test
 // `tokens > max_tokens / 2` is `2 * units > max_units`, with no rounding of the half.
-//
-// Reads and writes use `Ordering::Relaxed`: the word publishes no other memory, and every
-// change is a read-modify-write of that one word, so all changes are totally ordered and a
-// successful compare-and-swap proves that no other change came in between.
-//
-// The loom models at the end of this file check the loops under every interleaving; under
-// `--cfg tower_http_retry_loom` the tests build the throttle on loom's atomics.
 
 use std::fmt;
+use std::sync::Arc;
 
-#[cfg(all(test, tower_http_retry_loom))]
-use ::loom::sync::{
-    Arc,
-    atomic::{AtomicU32, Ordering},
-};
-#[cfg(not(all(test, tower_http_retry_loom)))]
-use std::sync::{
-    Arc,
-    atomic::{AtomicU32, Ordering},
-};
+use super::bucket::{Bucket, UNITS_PER_TOKEN};
+use crate::error::{ConfigKind, InvalidConfig};
 
-use crate::error::InvalidConfig;
-
-/// Units per token: the count is kept in thousandths of a token.
-const UNITS_PER_TOKEN: u32 = 1_000;
 /// The largest `max_tokens` A6 allows.
 const MAX_TOKENS: f64 = 1_000.0;
 
-/// A6 retry throttling: retries are allowed only while more than half of `max_tokens`
-/// tokens are left.
+/// A retry throttle: retries are allowed only while more than half of `max_tokens` tokens
+/// are left; failures take tokens and successes give them back.
 ///
-/// This is gRPC's `retryThrottling` policy (grpc/proposal A6-client-retries):
+/// This is gRPC's `retryThrottling` (grpc/proposal A6-client-retries), and it suits any
+/// client whose retries should stop while a server fails more than it succeeds, whatever
+/// the traffic (where [`RetryBudget`](crate::RetryBudget) bounds retries relative to the
+/// requests sent):
 ///
 /// * the count starts at `max_tokens`, and stays between 0 and `max_tokens`;
 /// * every failed attempt takes 1 token ([`record_failure`](Self::record_failure)); a
-///   failure is an attempt that ended with a status code the method's policy retries, or
-///   with server pushback that says not to retry. Other codes (`INVALID_ARGUMENT`, say) do
-///   not count: they are the caller's fault, not the server's;
-/// * every successful RPC adds `token_ratio` tokens ([`record_success`](Self::record_success));
+///   failure is an outcome the policy would retry, or one the server said not to retry.
+///   Other outcomes (a 404, gRPC's `INVALID_ARGUMENT`) do not count: they are the caller's
+///   fault, not the server's;
+/// * every success adds `token_ratio` tokens ([`record_success`](Self::record_success));
 /// * a retry is allowed only while the count is above `max_tokens / 2`
-///   ([`allows_retry`](Self::allows_retry)). The first attempt of an RPC is always sent.
+///   ([`allows_retry`](Self::allows_retry)). The first attempt is always sent.
 ///
-/// With the A6 example of 10 tokens and a ratio of 0.1, starting full, retries stop once
-/// the failures number 5 more than a tenth of the successes (roughly: more than one
-/// attempt in eleven fails, over a stretch of traffic), and each token lost below the
-/// threshold takes ten successes to win back. Transparent retries (a stream the server
-/// refused before any of it was processed) count neither way.
+/// With A6's example of 10 tokens and a ratio of 0.1, starting full, retries stop once the
+/// failures number 5 more than a tenth of the successes (roughly: more than one attempt in
+/// eleven fails, over a stretch of traffic), and each token lost below the threshold takes
+/// ten successes to win back. A transparent retry (of a request the server provably never
+/// saw) counts neither way.
 ///
-/// The count is kept in thousandths of a token (A6 supports three decimal places in
-/// `tokenRatio`), in one atomic word updated by compare-and-swap: no lock, and no update
-/// is lost whichever threads call in.
+/// Give it to a layer with [`RetryLayer::throttle`](crate::RetryLayer::throttle) or to a
+/// policy with [`RetryPolicy::throttle`](crate::RetryPolicy::throttle). The count is kept in
+/// thousandths of a token (A6 supports three decimal places in `tokenRatio`), in one atomic
+/// word updated by compare-and-swap: no lock, and no update is lost whichever threads call
+/// in.
 ///
 /// # Clone
 ///
 /// `Throttle` is a cheap handle (a reference-counted pointer): every clone shares the same
-/// count. A6 throttles per server name, so give every client of one server the same
-/// handle, and each server its own.
+/// count. A6 throttles per server, so give every client of one server the same handle,
+/// and each server its own.
 ///
 /// # Example
 ///
 /// ```
-/// use tower_http_retry::grpc::Throttle;
+/// use tower_http_retry::Throttle;
 ///
 /// let throttle = Throttle::new(10.0, 0.1);
 /// let shared = throttle.clone();
@@ -97,12 +80,10 @@ pub struct Throttle {
 }
 
 struct Inner {
-    /// The token count, in thousandths of a token.
-    units: AtomicU32,
-    /// `max_tokens` in thousandths: the count starts here and never exceeds it.
-    max_units: u32,
-    /// `token_ratio` in thousandths, at most `max_units`.
-    ratio_units: u32,
+    /// The token count, in thousandths of a token; it starts full, at `max_tokens`.
+    bucket: Bucket,
+    /// `token_ratio` in thousandths, at most the maximum.
+    ratio_units: u64,
 }
 
 impl Throttle {
@@ -134,7 +115,7 @@ impl Throttle {
     /// ratio above `max_tokens` is accepted: one success then fills the count.
     ///
     /// ```
-    /// use tower_http_retry::grpc::Throttle;
+    /// use tower_http_retry::Throttle;
     ///
     /// let error = Throttle::try_new(0.0, 0.1).unwrap_err();
     /// assert!(error.to_string().contains("max_tokens is 0"), "{error}");
@@ -145,7 +126,7 @@ impl Throttle {
     pub fn try_new(max_tokens: f64, token_ratio: f64) -> Result<Throttle, InvalidConfig> {
         let refuse = |message: String| {
             Err(InvalidConfig::new(
-                crate::error::ConfigKind::Grpc,
+                ConfigKind::Throttle,
                 format!("throttle {message}"),
             ))
         };
@@ -179,9 +160,8 @@ impl Throttle {
     fn from_units(max_units: u32, ratio_units: u32) -> Throttle {
         Throttle {
             inner: Arc::new(Inner {
-                units: AtomicU32::new(max_units),
-                max_units,
-                ratio_units,
+                bucket: Bucket::full(u64::from(max_units), 0),
+                ratio_units: u64::from(ratio_units),
             }),
         }
     }
@@ -190,47 +170,20 @@ impl Throttle {
     /// whether a retry is still allowed, that is whether more than `max_tokens / 2` tokens
     /// are left after this one was taken.
     ///
-    /// Call it once for every attempt that failed with a status code the method's policy
-    /// retries, or that got pushback saying not to retry, before deciding on the retry;
-    /// when it returns `false`, do not retry. Never for a transparent retry. It never
-    /// blocks and never allocates.
+    /// Call it once for every attempt that failed in a way the policy retries, or that the
+    /// server said not to retry, before deciding on the retry; when it returns `false`, do
+    /// not retry. Never for a transparent retry. It never blocks and never allocates.
     pub fn record_failure(&self) -> bool {
-        let units = &self.inner.units;
-        let mut current = units.load(Ordering::Relaxed);
-        loop {
-            let next = current.saturating_sub(UNITS_PER_TOKEN);
-            if next == current {
-                // Empty already: nothing to write.
-                return self.above_threshold(next);
-            }
-            match units.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return self.above_threshold(next),
-                Err(actual) => current = actual,
-            }
-        }
+        self.above_threshold(self.inner.bucket.take_saturating(UNITS_PER_TOKEN))
     }
 
-    /// Records a successful RPC: adds `token_ratio` tokens (the count never goes above
+    /// Records a success: adds `token_ratio` tokens (the count never goes above
     /// `max_tokens`).
     ///
-    /// Call it once per RPC that ended with `OK`, not once per attempt. It never blocks
-    /// and never allocates.
+    /// Call it once per request that succeeded (a gRPC call that ended with `OK`), not once
+    /// per attempt. It never blocks and never allocates.
     pub fn record_success(&self) {
-        let units = &self.inner.units;
-        let mut current = units.load(Ordering::Relaxed);
-        loop {
-            let next = current
-                .saturating_add(self.inner.ratio_units)
-                .min(self.inner.max_units);
-            if next == current {
-                // Full already: nothing to write.
-                return;
-            }
-            match units.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(actual) => current = actual,
-            }
-        }
+        self.inner.bucket.deposit(self.inner.ratio_units);
     }
 
     /// Whether a retry would be allowed now: more than `max_tokens / 2` tokens are left.
@@ -240,42 +193,42 @@ impl Throttle {
     /// failure's token and answers in one step, as A6 does.
     #[must_use]
     pub fn allows_retry(&self) -> bool {
-        self.above_threshold(self.inner.units.load(Ordering::Relaxed))
+        self.above_threshold(self.inner.bucket.units())
     }
 
     /// The current count of tokens, to a thousandth. A snapshot, for metrics and tests.
     #[must_use]
     pub fn tokens(&self) -> f64 {
-        f64::from(self.inner.units.load(Ordering::Relaxed)) / f64::from(UNITS_PER_TOKEN)
+        self.inner.bucket.units() as f64 / UNITS_PER_TOKEN as f64
     }
 
     /// The most tokens the count holds (A6's `maxTokens`, to a thousandth).
     #[must_use]
     pub fn max_tokens(&self) -> f64 {
-        f64::from(self.inner.max_units) / f64::from(UNITS_PER_TOKEN)
+        self.inner.bucket.cap_units() as f64 / UNITS_PER_TOKEN as f64
     }
 
     /// The tokens a success adds (A6's `tokenRatio`, to a thousandth, at most
     /// `max_tokens`).
     #[must_use]
     pub fn token_ratio(&self) -> f64 {
-        f64::from(self.inner.ratio_units) / f64::from(UNITS_PER_TOKEN)
+        self.inner.ratio_units as f64 / UNITS_PER_TOKEN as f64
     }
 
     /// True when two handles share one count.
-    #[must_use]
-    pub fn same_as(&self, other: &Throttle) -> bool {
+    #[cfg(test)]
+    pub(crate) fn same_as(&self, other: &Throttle) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    fn above_threshold(&self, units: u32) -> bool {
+    fn above_threshold(&self, units: u64) -> bool {
         // tokens > max / 2, in units and without halving.
-        u64::from(units) * 2 > u64::from(self.inner.max_units)
+        units * 2 > self.inner.bucket.cap_units()
     }
 
     #[cfg(test)]
-    fn units(&self) -> u32 {
-        self.inner.units.load(Ordering::Relaxed)
+    fn units(&self) -> u64 {
+        self.inner.bucket.units()
     }
 }
 
@@ -293,7 +246,7 @@ impl fmt::Debug for Throttle {
 /// hair below itself, counts as the thousandths it was written as. `value` is finite and
 /// positive; anything above `u32::MAX` thousandths saturates.
 fn thousandths(value: f64) -> u32 {
-    let scaled = value * f64::from(UNITS_PER_TOKEN);
+    let scaled = value * UNITS_PER_TOKEN as f64;
     let nearest = scaled.round();
     let units = if (scaled - nearest).abs() <= 4.0 * f64::EPSILON * nearest.max(1.0) {
         nearest
@@ -366,13 +319,13 @@ mod tests {
     #[test]
     fn fractional_values_count_in_thousandths() {
         let throttle = Throttle::new(10.5, 0.57);
-        assert_eq!(throttle.inner.max_units, 10_500);
+        assert_eq!(throttle.inner.bucket.cap_units(), 10_500);
         assert_eq!(throttle.inner.ratio_units, 570);
         assert_eq!(throttle.max_tokens(), 10.5);
         assert_eq!(throttle.token_ratio(), 0.57);
         // Digits past the third decimal place are dropped.
         let throttle = Throttle::new(1.0009, 0.0019);
-        assert_eq!(throttle.inner.max_units, 1_000);
+        assert_eq!(throttle.inner.bucket.cap_units(), 1_000);
         assert_eq!(throttle.inner.ratio_units, 1);
     }
 
@@ -584,76 +537,5 @@ mod tests {
                     "invalid retry configuration: throttle ")),
             }
         }
-    }
-}
-
-/// Loom models of the throttle: every interleaving of a few threads failing and
-/// succeeding, on loom's atomics. Run with `RUSTFLAGS="--cfg tower_http_retry_loom" cargo
-/// test --release --features grpc --lib grpc::throttle::loom_models`.
-#[cfg(all(test, tower_http_retry_loom))]
-mod loom_models {
-    use super::Throttle;
-
-    use ::loom::thread;
-
-    fn spawn<T: 'static>(
-        throttle: &Throttle,
-        work: impl FnOnce(&Throttle) -> T + 'static,
-    ) -> thread::JoinHandle<T> {
-        let throttle = throttle.clone();
-        thread::spawn(move || work(&throttle))
-    }
-
-    /// Three failures race from 4 of 4 tokens (threshold 2): the count ends at 1, and
-    /// exactly one of them (the one that left 3) was allowed a retry.
-    #[test]
-    fn racing_failures_take_one_token_each() {
-        ::loom::model(|| {
-            let throttle = Throttle::new(4.0, 1.0);
-            let first = spawn(&throttle, Throttle::record_failure);
-            let second = spawn(&throttle, Throttle::record_failure);
-            let third = throttle.record_failure();
-            let allowed = [first.join().unwrap(), second.join().unwrap(), third]
-                .into_iter()
-                .filter(|&allowed| allowed)
-                .count();
-            assert_eq!(allowed, 1);
-            assert_eq!(throttle.units(), 1_000);
-        });
-    }
-
-    /// A failure and two successes race away from both bounds: none is lost.
-    #[test]
-    fn failures_and_successes_lose_nothing() {
-        ::loom::model(|| {
-            let throttle = Throttle::new(10.0, 0.5);
-            for _ in 0..5 {
-                throttle.record_failure();
-            }
-            let failing = spawn(&throttle, Throttle::record_failure);
-            let succeeding = spawn(&throttle, Throttle::record_success);
-            throttle.record_success();
-            failing.join().unwrap();
-            succeeding.join().unwrap();
-            // 5 - 1 + 0.5 + 0.5
-            assert_eq!(throttle.units(), 5_000);
-        });
-    }
-
-    /// At the cap, a success and a failure race: the success is clipped or not depending
-    /// on the order, and the result is one of the two sequential outcomes.
-    #[test]
-    fn at_the_cap_the_result_is_a_sequential_one() {
-        ::loom::model(|| {
-            let throttle = Throttle::new(2.0, 0.5);
-            let failing = spawn(&throttle, Throttle::record_failure);
-            throttle.record_success();
-            let allowed = failing.join().unwrap();
-            let units = throttle.units();
-            // Success first (clipped at 2), then failure: 1, not above 1.
-            // Failure first (1, not above 1), then success: 1.5.
-            assert!(units == 1_000 || units == 1_500, "{units}");
-            assert!(!allowed);
-        });
     }
 }

@@ -1,0 +1,230 @@
+//! Per-attempt request hooks: what each attempt's request carries beyond the caller's.
+
+use std::any::TypeId;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+/// What an attempt is, as an [`AttemptHook`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AttemptContext {
+    /// The attempt's number on the wire: 1 for the first, 2 for the first retry, each
+    /// transparent retry included.
+    pub number: u32,
+    /// How many earlier attempts count against `max_attempts`: all of them but the
+    /// transparent retries (what gRPC's `grpc-previous-rpc-attempts` says).
+    pub counted_before: u32,
+    /// The time left before the request's deadline, if it has one. On the first attempt
+    /// it is the deadline itself (no clock is read for it).
+    pub time_left: Option<Duration>,
+    /// Why this attempt is sent.
+    pub kind: AttemptKind,
+}
+
+/// Why an attempt is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AttemptKind {
+    /// The first attempt.
+    First,
+    /// A retry after an outcome worth retrying.
+    Retry,
+    /// A transparent retry ([`RetryPolicy::transparent_retry`](crate::RetryPolicy::transparent_retry)):
+    /// the previous attempt provably never reached the server.
+    Transparent,
+}
+
+/// Edits the request of every attempt before it is sent, and may read a time limit from
+/// the caller's request.
+///
+/// The layer calls [`before_attempt`](Self::before_attempt) on the first attempt's request
+/// and on every retry's (each retry starts from a copy of the caller's request head, so a
+/// hook sees what the caller sent, not what it wrote on the previous attempt). Uses: a
+/// header telling the server which attempt this is
+/// ([`RetryLayer::attempt_header`](crate::RetryLayer::attempt_header) is one), the time
+/// left before the deadline for the server (gRPC's `grpc-timeout`, a deadline-propagation
+/// header of your own), the count of earlier attempts (gRPC's
+/// `grpc-previous-rpc-attempts`).
+///
+/// Give it to a policy with [`RetryPolicy::on_attempt`](crate::RetryPolicy::on_attempt).
+///
+/// ```
+/// use std::time::Duration;
+/// use http::{HeaderMap, HeaderValue};
+/// use tower_http_retry::{AttemptContext, AttemptHook, RetryPolicy};
+///
+/// /// Tells the server how long the client will wait, in milliseconds.
+/// struct TimeLeft;
+///
+/// impl AttemptHook for TimeLeft {
+///     fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap) {
+///         if let Some(left) = attempt.time_left {
+///             headers.insert("x-time-left-ms", HeaderValue::from(left.as_millis() as u64));
+///         }
+///     }
+/// }
+///
+/// let policy = RetryPolicy::default().deadline(Duration::from_secs(2)).on_attempt(TimeLeft);
+/// # let _ = policy;
+/// ```
+pub trait AttemptHook: Send + Sync + 'static {
+    /// Edits the headers of the attempt `attempt` before it is sent.
+    fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap);
+
+    /// A time limit the caller's request sets for itself (gRPC's `grpc-timeout`, which
+    /// tonic's `Request::set_timeout` sets), read once before the first attempt: the
+    /// request's deadline is then the shorter of it and the policy's. `None` by default.
+    fn time_limit(&self, headers: &HeaderMap) -> Option<Duration> {
+        let _ = headers;
+        None
+    }
+}
+
+/// A policy's hooks, at most one of each type (a second one of the same type replaces the
+/// first, so building a policy twice from one base adds nothing twice).
+#[derive(Clone, Default)]
+pub(crate) struct Hooks(Vec<(TypeId, Arc<dyn AttemptHook>)>);
+
+impl Hooks {
+    pub(crate) fn add<H: AttemptHook>(&mut self, hook: H) {
+        let id = TypeId::of::<H>();
+        let hook: Arc<dyn AttemptHook> = Arc::new(hook);
+        match self.0.iter_mut().find(|(kind, _)| *kind == id) {
+            Some(slot) => slot.1 = hook,
+            None => self.0.push((id, hook)),
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Runs every hook on one attempt's headers.
+    pub(crate) fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap) {
+        for (_, hook) in &self.0 {
+            hook.before_attempt(attempt, headers);
+        }
+    }
+
+    /// The shortest time limit any hook reads from the caller's request.
+    pub(crate) fn time_limit(&self, headers: &HeaderMap) -> Option<Duration> {
+        self.0
+            .iter()
+            .filter_map(|(_, hook)| hook.time_limit(headers))
+            .min()
+    }
+
+    /// These hooks, then `other`'s (one of a type `other` has replaces this one's).
+    pub(crate) fn then(&self, other: &Hooks) -> Hooks {
+        let mut all = self.clone();
+        for (id, hook) in &other.0 {
+            match all.0.iter_mut().find(|(kind, _)| kind == id) {
+                Some(slot) => slot.1 = Arc::clone(hook),
+                None => all.0.push((*id, Arc::clone(hook))),
+            }
+        }
+        all
+    }
+}
+
+impl fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hooks")
+            .field("count", &self.0.len())
+            .finish()
+    }
+}
+
+/// The attempt number in a header of the layer's choosing
+/// ([`RetryLayer::attempt_header`](crate::RetryLayer::attempt_header)).
+pub(crate) struct AttemptHeader(pub(crate) HeaderName);
+
+impl AttemptHook for AttemptHeader {
+    fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap) {
+        let value = match attempt.number {
+            1 => HeaderValue::from_static("1"),
+            n => HeaderValue::from(n),
+        };
+        headers.insert(self.0.clone(), value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Mark(&'static str);
+    impl AttemptHook for Mark {
+        fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap) {
+            headers.append("x-mark", HeaderValue::from_static(self.0));
+            headers.insert("x-number", HeaderValue::from(attempt.number));
+        }
+        fn time_limit(&self, _: &HeaderMap) -> Option<Duration> {
+            Some(Duration::from_secs(u64::from(self.0.len() as u8)))
+        }
+    }
+
+    struct Other;
+    impl AttemptHook for Other {
+        fn before_attempt(&self, _: &AttemptContext, headers: &mut HeaderMap) {
+            headers.append("x-mark", HeaderValue::from_static("other"));
+        }
+    }
+
+    fn first() -> AttemptContext {
+        AttemptContext {
+            number: 1,
+            counted_before: 0,
+            time_left: None,
+            kind: AttemptKind::First,
+        }
+    }
+
+    #[test]
+    fn one_hook_of_a_type_and_the_shortest_time_limit() {
+        let mut hooks = Hooks::default();
+        assert!(hooks.is_empty());
+        hooks.add(Mark("first"));
+        hooks.add(Other);
+        hooks.add(Mark("second"));
+        let mut headers = HeaderMap::new();
+        hooks.before_attempt(&first(), &mut headers);
+        let marks: Vec<_> = headers.get_all("x-mark").iter().collect();
+        // The second `Mark` replaced the first, in its place.
+        assert_eq!(marks, ["second", "other"]);
+        assert_eq!(headers["x-number"], "1");
+        // "second" is 6 letters: 6 s; `Other` reads none.
+        assert_eq!(hooks.time_limit(&headers), Some(Duration::from_secs(6)));
+        assert_eq!(Hooks::default().time_limit(&headers), None);
+
+        let mut layer = Hooks::default();
+        layer.add(Mark("layer"));
+        let mut policy = Hooks::default();
+        policy.add(Other);
+        let both = layer.then(&policy);
+        let mut headers = HeaderMap::new();
+        both.before_attempt(&first(), &mut headers);
+        let marks: Vec<_> = headers.get_all("x-mark").iter().collect();
+        assert_eq!(marks, ["layer", "other"]);
+    }
+
+    #[test]
+    fn the_attempt_header_numbers_every_attempt() {
+        let hook = AttemptHeader(HeaderName::from_static("retry-attempt"));
+        let mut headers = HeaderMap::new();
+        hook.before_attempt(&first(), &mut headers);
+        assert_eq!(headers["retry-attempt"], "1");
+        let third = AttemptContext {
+            number: 3,
+            counted_before: 1,
+            kind: AttemptKind::Retry,
+            ..first()
+        };
+        hook.before_attempt(&third, &mut headers);
+        assert_eq!(headers["retry-attempt"], "3");
+        assert_eq!(headers.len(), 1);
+    }
+}
