@@ -192,7 +192,12 @@ fn fired(timer: Pin<&mut Option<Sleep>>, cx: &mut Context<'_>) -> bool {
 
 /// What the current state came to.
 enum Step<R> {
-    /// An attempt's outcome: the response or the error.
+    /// The outcome of a request sent once: the answer.
+    Once(Result<R, BoxError>),
+    /// A success its policy returns without further thought (a 2xx under the default
+    /// classification), settled without moving anything out of the state.
+    Success(Result<R, BoxError>),
+    /// An attempt's outcome, to be decided: the response or the error.
     Outcome(Result<R, BoxError>),
     /// The deadline passed during an attempt: the request ends with its error.
     Deadline(Result<R, BoxError>),
@@ -217,94 +222,103 @@ where
         let mut this = self.project();
         let _entered = this.trace.enter();
         loop {
-            let step = match this.state.as_mut().project() {
-                StateProj::Once { future } => {
-                    let step = ready!(poll_attempt(
-                        future,
-                        this.timer.as_mut(),
-                        this.limits,
-                        this.info,
-                        cx
-                    ));
-                    // A request sent once: its outcome is the answer.
-                    let result = match step {
-                        Step::Outcome(result) | Step::Deadline(result) => result,
-                        _ => unreachable_state(),
-                    };
-                    this.state.set(State::Done);
-                    return Poll::Ready(finish(this.info, this.trace, result));
-                }
-                StateProj::Attempt { future, retry, .. } => {
-                    match ready!(poll_attempt(
-                        future,
-                        this.timer.as_mut(),
-                        this.limits,
-                        this.info,
-                        cx
-                    )) {
-                        Step::Outcome(result) if retry.plan.plain_success(&result) => {
-                            // The common case, settled without moving anything out.
-                            decision::succeeded(this.info);
-                            this.state.set(State::Done);
-                            return Poll::Ready(finish(this.info, this.trace, result));
-                        }
-                        step => step,
-                    }
-                }
-                StateProj::Releasing { held, retry, .. } => {
-                    let attempt = this.info.attempts as usize - 1;
-                    let responded = held.is_ok();
-                    match retry.replay.poll_released(cx, attempt, responded) {
-                        Poll::Ready(_) => Step::Released(true),
-                        Poll::Pending if fired(this.timer.as_mut(), cx) => Step::Released(false),
-                        Poll::Pending => return Poll::Pending,
-                    }
-                }
-                StateProj::Waiting { .. } => {
-                    if let Some(sleep) = this.timer.as_mut().as_pin_mut() {
-                        ready!(sleep.poll(cx));
-                    }
-                    Step::Waited
-                }
-                StateProj::Readying { later, .. } => match later.service.poll_ready(cx) {
-                    Poll::Ready(ready) => Step::Ready(Some(ready.map_err(Into::into))),
-                    Poll::Pending if fired(this.timer.as_mut(), cx) => Step::Ready(None),
-                    Poll::Pending => return Poll::Pending,
-                },
-                StateProj::Done => panic!("ResponseFuture polled after completion"),
-            };
-            let mut ctx = Driver {
+            let step = ready!(poll_state(
+                this.state.as_mut(),
+                this.timer.as_mut(),
+                this.limits,
+                this.info,
+                cx
+            ));
+            let mut driver = Driver {
                 state: this.state.as_mut(),
                 timer: this.timer.as_mut(),
                 limits: this.limits,
                 info: this.info,
                 trace: this.trace,
             };
-            if let Some(result) = ctx.advance(step) {
+            if let Some(result) = driver.advance(step) {
                 return Poll::Ready(finish(this.info, this.trace, result));
             }
         }
     }
 }
 
-/// Polls an attempt, bounded by `timer`: its outcome, or the deadline's error.
+/// Polls what the current state waits for; what it came to.
+fn poll_state<F, S, B, RB, E>(
+    state: Pin<&mut State<F, S, B, Response<RB>>>,
+    mut timer: Pin<&mut Option<Sleep>>,
+    limits: &Limits,
+    info: &RetryInfo,
+    cx: &mut Context<'_>,
+) -> Poll<Step<Response<RB>>>
+where
+    F: Future<Output = Result<Response<RB>, E>>,
+    E: Into<BoxError>,
+    S: Service<Request<ReplayBody<B>>, Future = F, Response = Response<RB>, Error = E>,
+{
+    let step = match state.project() {
+        StateProj::Once { future } => match ready!(poll_attempt(future, timer, limits, info, cx)) {
+            Attempted::Outcome(result) | Attempted::Deadline(result) => Step::Once(result),
+        },
+        StateProj::Attempt { future, retry, .. } => {
+            match ready!(poll_attempt(future, timer, limits, info, cx)) {
+                Attempted::Outcome(result) if retry.plan.plain_success(&result) => {
+                    Step::Success(result)
+                }
+                Attempted::Outcome(result) => Step::Outcome(result),
+                Attempted::Deadline(result) => Step::Deadline(result),
+            }
+        }
+        StateProj::Releasing { held, retry, .. } => {
+            let attempt = info.attempts as usize - 1;
+            match retry.replay.poll_released(cx, attempt, held.is_ok()) {
+                Poll::Ready(_) => Step::Released(true),
+                Poll::Pending if fired(timer, cx) => Step::Released(false),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        StateProj::Waiting { .. } => {
+            if let Some(sleep) = timer.as_mut().as_pin_mut() {
+                ready!(sleep.poll(cx));
+            }
+            Step::Waited
+        }
+        StateProj::Readying { later, .. } => match later.service.poll_ready(cx) {
+            Poll::Ready(ready) => Step::Ready(Some(ready.map_err(Into::into))),
+            Poll::Pending if fired(timer, cx) => Step::Ready(None),
+            Poll::Pending => return Poll::Pending,
+        },
+        StateProj::Done => panic!("ResponseFuture polled after completion"),
+    };
+    Poll::Ready(step)
+}
+
+/// How an attempt ended.
+enum Attempted<R> {
+    /// With the inner service's response or error, or its attempt timeout.
+    Outcome(Result<R, BoxError>),
+    /// With the request's deadline.
+    Deadline(Result<R, BoxError>),
+}
+
+/// Polls an attempt, bounded by `timer`.
 fn poll_attempt<F, R, E>(
     future: Pin<&mut F>,
     timer: Pin<&mut Option<Sleep>>,
     limits: &Limits,
     info: &RetryInfo,
     cx: &mut Context<'_>,
-) -> Poll<Step<R>>
+) -> Poll<Attempted<R>>
 where
     F: Future<Output = Result<R, E>>,
     E: Into<BoxError>,
 {
     match future.poll(cx) {
-        Poll::Ready(result) => Poll::Ready(Step::Outcome(result.map_err(Into::into))),
+        Poll::Ready(result) => Poll::Ready(Attempted::Outcome(result.map_err(Into::into))),
         Poll::Pending if fired(timer, cx) => {
             match decision::attempt_expired(limits, Instant::now(), info.attempts) {
-                Expired::Deadline(error) => Poll::Ready(Step::Deadline(Err(error))),
-                Expired::Attempt(error) => Poll::Ready(Step::Outcome(Err(error))),
+                Expired::Deadline(error) => Poll::Ready(Attempted::Deadline(Err(error))),
+                Expired::Attempt(error) => Poll::Ready(Attempted::Outcome(Err(error))),
             }
         }
         Poll::Pending => Poll::Pending,
@@ -328,6 +342,15 @@ where
     /// Carries out what `step` calls for; the result to return, when the request is over.
     fn advance(&mut self, step: Step<Response<RB>>) -> Option<Result<Response<RB>, BoxError>> {
         match step {
+            Step::Once(result) => {
+                self.state.set(State::Done);
+                Some(result)
+            }
+            Step::Success(result) => {
+                decision::succeeded(self.info);
+                self.state.set(State::Done);
+                Some(result)
+            }
             Step::Outcome(result) => match self.state.as_mut().project_replace(State::Done) {
                 StateOwn::Attempt { retry, later, .. } => self.decide(result, retry, later, false),
                 _ => unreachable_state(),

@@ -453,6 +453,90 @@ async fn a_response_before_the_body_was_sent_is_not_retried() {
     assert_eq!(info(&response).stop, StopReason::BodyNotReplayable);
 }
 
+/// A transport that reads at most `limits[n]` bytes of attempt `n`'s body, answers 503 and
+/// drops the body; it records what each attempt sent.
+#[derive(Clone)]
+struct Cutting {
+    limits: &'static [usize],
+    sent: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+}
+
+impl<B> Service<http::Request<tower_http_retry::ReplayBody<B>>> for Cutting
+where
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: std::fmt::Debug,
+{
+    type Response = http::Response<()>;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<http::Response<()>, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tower_http_retry::ReplayBody<B>>) -> Self::Future {
+        let sent = std::sync::Arc::clone(&self.sent);
+        let limit = self.limits[sent.lock().unwrap().len().min(self.limits.len() - 1)];
+        Box::pin(async move {
+            use http_body_util::BodyExt;
+            let mut body = req.into_body();
+            let mut read = Vec::new();
+            while read.len() < limit {
+                match body.frame().await {
+                    Some(frame) => {
+                        if let Ok(data) = frame.unwrap().into_data() {
+                            read.extend_from_slice(&data);
+                        }
+                    }
+                    None => break,
+                }
+            }
+            sent.lock().unwrap().push(read);
+            drop(body);
+            Ok(http::Response::builder().status(503).body(()).unwrap())
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_early_response_to_a_retry_is_not_retried_though_an_earlier_attempt_sent_it_all() {
+    // Attempt 1 is read whole, attempt 2 only to 3 bytes, attempt 3 whole: the retry
+    // after attempt 2's early 503 must not happen, with the request's `Content-Length` and
+    // without one (the body then read to the end of its stream).
+    for declared in [Some("6"), None] {
+        let transport = Cutting {
+            limits: &[usize::MAX, 3, usize::MAX],
+            sent: Default::default(),
+        };
+        let mut req = http::Request::put("http://h/doc")
+            .body(stream(vec![
+                Bytes::from_static(b"abc"),
+                Bytes::from_static(b"def"),
+            ]))
+            .unwrap();
+        if let Some(length) = declared {
+            req.headers_mut()
+                .insert(http::header::CONTENT_LENGTH, length.parse().unwrap());
+        }
+        let response = fixed(3)
+            .layer(transport.clone())
+            .oneshot(req)
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 503);
+        let info = info(&response);
+        let sent = transport.sent.lock().unwrap().clone();
+        assert_eq!(sent, [b"abcdef".to_vec(), b"abc".to_vec()], "{declared:?}");
+        assert_eq!(info.attempts, 2, "{declared:?}");
+        assert_eq!(info.stop, StopReason::BodyNotReplayable, "{declared:?}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn never_and_one_attempt_send_once() {
     let mock = Mock::statuses(&[503, 200]);

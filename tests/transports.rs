@@ -306,6 +306,75 @@ fn a_503_after_a_content_length_stream_is_retried() {
     }
 }
 
+/// A body of 3 MiB in 16 KiB chunks after a first chunk of 3 bytes: three times the stream
+/// window hyper's HTTP/2 server grants (1 MiB), so a server that stops reading holds the
+/// rest back (hyper's client takes the next chunk only when the window has room; one huge
+/// chunk it would take whole, into h2's buffer).
+fn large() -> Vec<Step> {
+    static CHUNK: [u8; 16 << 10] = [b'x'; 16 << 10];
+    let mut steps = vec![Step::Data(b"abc")];
+    steps.extend((0..192).map(|_| Step::Data(&CHUNK)));
+    steps
+}
+
+/// HTTP/2: attempt 1 is read whole and answered 503; the server answers attempt 2 with a
+/// 503 after reading a few bytes and resets the stream (`NO_ERROR`), so flow control keeps
+/// most of the replayed body from ever leaving. That 503 came before the attempt sent its
+/// body: it is not retried, though attempt 1 sent the whole body. (Over HTTP/1 a server
+/// that stops reading closes the connection, which the client sees as a reset, not an early
+/// response; the per-attempt rule itself is also checked with a scripted transport in
+/// tests/behaviour.rs.)
+#[test]
+fn h2_an_early_503_to_a_retry_is_not_retried_though_the_first_attempt_sent_it_all() {
+    on_every_runtime(LIMIT, |mode| {
+        repeat(mode, 20, move |run| async move {
+            let server = hyper_server(Proto::H2, |req, index, log| async move {
+                if index != 1 {
+                    return apply(req, &log, 503).await;
+                }
+                let (parts, mut body) = req.into_parts();
+                let mut read = Vec::new();
+                while read.len() < 3 {
+                    match http_body_util::BodyExt::frame(&mut body).await {
+                        Some(Ok(frame)) => {
+                            if let Ok(data) = frame.into_data() {
+                                read.extend_from_slice(&data);
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+                log.record(common::transport::Applied {
+                    method: parts.method,
+                    path: parts.uri.path().to_string(),
+                    headers: parts.headers,
+                    body: read.into(),
+                    trailers: None,
+                });
+                Ok(status(503))
+            })
+            .await;
+            let steps = large();
+            let layer = layer(true).max_replay_bytes(8 << 20);
+            let req = request(Method::PUT, &server, "/doc", &steps);
+            let context = format!("{mode:?} run {run}");
+            let response = send(Proto::H2, layer, req)
+                .await
+                .unwrap_or_else(|e| panic!("{context}: {e}"));
+            let info = info(&response);
+            assert_eq!(
+                (response.status().as_u16(), info.attempts, info.stop),
+                (503, 2, StopReason::BodyNotReplayable),
+                "{context}: {info:?}"
+            );
+            let applied = server.log.applied();
+            assert_eq!(applied.len(), 2, "{context}");
+            assert_eq!(applied[0].body, Script::bytes(&steps), "{context}");
+            assert!(applied[1].body.len() < 1 << 20, "{context}");
+        })
+    });
+}
+
 const WITH_TRAILERS: &[Step] = &[
     Step::Data(b"payload;"),
     Step::Data(b"more"),

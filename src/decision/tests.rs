@@ -1,1 +1,1061 @@
+// The decisions with plain values: every answer `decide` can give, every stop, and what
+// the timers' ends mean.
 
+use super::*;
+
+use http::StatusCode;
+
+use crate::backoff::{Backoff, Jitter};
+use crate::config::Config;
+use crate::gate::{RetryBudget, Throttle};
+use crate::hints::HintSource;
+
+const S503: RetryReason = RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE);
+const S500: RetryReason = RetryReason::Status(StatusCode::INTERNAL_SERVER_ERROR);
+const MS: Duration = Duration::from_millis(1);
+
+/// The facts `decide` may ask for, and how often it asked.
+struct World {
+    now: Instant,
+    replay: Result<(), NotReplayable>,
+    hint: Option<Hint>,
+    hints_read: u32,
+    replays_checked: u32,
+}
+
+impl World {
+    fn new() -> Self {
+        Self {
+            now: Instant::now(),
+            replay: Ok(()),
+            hint: None,
+            hints_read: 0,
+            replays_checked: 0,
+        }
+    }
+}
+
+impl Facts for World {
+    fn now(&mut self) -> Instant {
+        self.now
+    }
+
+    fn replay(&mut self) -> Result<(), NotReplayable> {
+        self.replays_checked += 1;
+        self.replay
+    }
+
+    fn server_hint(&mut self) -> Option<Hint> {
+        self.hints_read += 1;
+        self.hint
+    }
+}
+
+/// 3 attempts, waits of exactly 200 ms, 400 ms, ... (no jitter), no gates.
+fn policy() -> RetryPolicy {
+    RetryPolicy::default().backoff(Backoff::exponential(100 * MS, 10_000 * MS).jitter(Jitter::None))
+}
+
+fn plan(policy: RetryPolicy) -> Plan {
+    gated(policy, None, None)
+}
+
+fn gated(policy: RetryPolicy, budget: Option<RetryBudget>, throttle: Option<Throttle>) -> Plan {
+    let config = Config {
+        budget,
+        throttle,
+        ..Config::default()
+    };
+    Plan::resolve(policy, &config)
+}
+
+fn outcome(verdict: Classification) -> Outcome {
+    Outcome {
+        verdict,
+        responded: true,
+        may_repeat: true,
+        released: false,
+    }
+}
+
+fn first() -> RetryInfo {
+    RetryInfo {
+        attempts: 1,
+        ..RetryInfo::default()
+    }
+}
+
+fn no_limits() -> Limits {
+    Limits::start(&RetryPolicy::default(), None)
+}
+
+/// `decide` on a first outcome; the answer and the record.
+fn once(plan: &Plan, limits: &Limits, o: Outcome, world: &mut World) -> (Answer, RetryInfo) {
+    let mut info = first();
+    let answer = decide(plan, limits, &o, world, None, &mut info);
+    (answer, info)
+}
+
+fn wait_of(answer: &Answer) -> Option<Duration> {
+    match answer {
+        Answer::Retry { wait, .. } => Some(*wait),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_success_or_a_final_outcome_is_returned() {
+    let plan = plan(policy());
+    for verdict in [Classification::Success, Classification::Done] {
+        let (answer, info) = once(&plan, &no_limits(), outcome(verdict), &mut World::new());
+        assert!(matches!(answer, Answer::Return), "{verdict:?}");
+        assert_eq!(info.stop, StopReason::Final);
+        assert!(info.retries.is_empty());
+    }
+    let mut info = first();
+    succeeded(&mut info);
+    assert_eq!(info.stop, StopReason::Final);
+    let mut info = first();
+    caller_body_failed(&mut info);
+    assert_eq!(info.stop, StopReason::Final);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_final_error_at_the_deadline_is_the_deadlines_doing() {
+    let plan = plan(policy().deadline(Duration::from_secs(2)));
+    let limits = Limits::start(&plan.policy, None);
+    let mut world = World::new();
+    world.now += Duration::from_secs(2);
+    let error = Outcome {
+        responded: false,
+        ..outcome(Classification::Done)
+    };
+    let (answer, info) = once(&plan, &limits, error, &mut world);
+    assert!(matches!(answer, Answer::Return));
+    assert_eq!(info.stop, StopReason::Deadline);
+    // A final response at the same moment is final, not late.
+    let (_, info) = once(&plan, &limits, outcome(Classification::Done), &mut world);
+    assert_eq!(info.stop, StopReason::Final);
+}
+
+#[test]
+fn a_retryable_outcome_waits_the_backoff_and_starts_the_course() {
+    let plan = plan(policy());
+    let mut world = World::new();
+    let mut info = first();
+    let answer = decide(
+        &plan,
+        &no_limits(),
+        &outcome(Classification::Retry(S503)),
+        &mut world,
+        None,
+        &mut info,
+    );
+    let Answer::Retry {
+        wait,
+        start: Some(mut course),
+    } = answer
+    else {
+        panic!("a first retry with its course: {answer:?}");
+    };
+    assert_eq!(wait, 200 * MS);
+    assert_eq!(info.retries.len(), 1);
+    assert_eq!(info.retries[0].reason, S503);
+    assert_eq!(info.total_wait, 200 * MS);
+    assert_eq!(world.replays_checked, 1);
+    // The second retry goes on from the course: the next ceiling, and no new course.
+    info.attempts = 2;
+    let answer = decide(
+        &plan,
+        &no_limits(),
+        &outcome(Classification::Retry(S503)),
+        &mut world,
+        Some(&mut course),
+        &mut info,
+    );
+    assert!(matches!(answer, Answer::Retry { wait, start: None } if wait == 400 * MS));
+    assert_eq!(info.total_wait, 600 * MS);
+    // The third outcome has no attempt left.
+    info.attempts = 3;
+    let answer = decide(
+        &plan,
+        &no_limits(),
+        &outcome(Classification::Retry(S503)),
+        &mut world,
+        Some(&mut course),
+        &mut info,
+    );
+    assert!(matches!(answer, Answer::Return));
+    assert_eq!(info.stop, StopReason::MaxAttempts);
+}
+
+#[test]
+fn the_request_must_be_repeatable_unless_the_server_never_saw_it() {
+    let plan = plan(policy());
+    let keyless = |verdict| Outcome {
+        may_repeat: false,
+        ..outcome(verdict)
+    };
+    let (answer, info) = once(
+        &plan,
+        &no_limits(),
+        keyless(Classification::Retry(S503)),
+        &mut World::new(),
+    );
+    assert!(matches!(answer, Answer::Return));
+    assert_eq!(info.stop, StopReason::NotIdempotent);
+    for proof in [RetryReason::Connect, RetryReason::RefusedStream] {
+        let (answer, _) = once(
+            &plan,
+            &no_limits(),
+            keyless(Classification::Retry(proof)),
+            &mut World::new(),
+        );
+        assert!(wait_of(&answer).is_some(), "{proof:?}");
+    }
+}
+
+#[test]
+fn a_500_is_retried_once() {
+    let plan = plan(policy());
+    let mut info = first();
+    info.retries.push(record(S500));
+    info.attempts = 2;
+    let answer = decide(
+        &plan,
+        &no_limits(),
+        &outcome(Classification::RetryOnce(S500)),
+        &mut World::new(),
+        None,
+        &mut info,
+    );
+    assert!(matches!(answer, Answer::Return));
+    assert_eq!(info.stop, StopReason::Final);
+}
+
+#[test]
+fn the_server_saying_stop_stops_after_the_other_rules() {
+    let plan = plan(policy());
+    let (answer, info) = once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::Stop(S503)),
+        &mut World::new(),
+    );
+    assert!(matches!(answer, Answer::Return));
+    assert_eq!(info.stop, StopReason::ServerSaidStop);
+    // No attempts left: that is the reason, whatever the server said.
+    let one = plan_one();
+    let (_, info) = once(
+        &one,
+        &no_limits(),
+        outcome(Classification::Stop(S503)),
+        &mut World::new(),
+    );
+    assert_eq!(info.stop, StopReason::MaxAttempts);
+}
+
+fn plan_one() -> Plan {
+    plan(policy().max_attempts(1))
+}
+
+#[test]
+fn the_throttle_hears_each_outcome_once_and_its_refusal_comes_after_the_limits() {
+    let throttle = Throttle::new(4.0, 1.0);
+    let plan = gated(policy(), None, Some(throttle.clone()));
+    // 3 tokens left: above half, retried.
+    let (answer, _) = once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::Retry(S503)),
+        &mut World::new(),
+    );
+    assert!(wait_of(&answer).is_some());
+    assert_eq!(throttle.tokens(), 3.0);
+    // 2 left: not above half.
+    let (answer, info) = once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::Retry(S503)),
+        &mut World::new(),
+    );
+    assert!(matches!(answer, Answer::Return));
+    assert_eq!(info.stop, StopReason::Throttled);
+    assert_eq!(throttle.tokens(), 2.0);
+    // The limits' own stop is the reason, but the failure is still counted.
+    let one = gated(policy().max_attempts(1), None, Some(throttle.clone()));
+    let (_, info) = once(
+        &one,
+        &no_limits(),
+        outcome(Classification::Retry(S503)),
+        &mut World::new(),
+    );
+    assert_eq!(info.stop, StopReason::MaxAttempts);
+    assert_eq!(throttle.tokens(), 1.0);
+    // A success gives back; a final failure counts neither way.
+    once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::Success),
+        &mut World::new(),
+    );
+    assert_eq!(throttle.tokens(), 2.0);
+    once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::Done),
+        &mut World::new(),
+    );
+    assert_eq!(throttle.tokens(), 2.0);
+    // Decided again after the body's release: not heard twice.
+    let again = Outcome {
+        released: true,
+        ..outcome(Classification::Retry(S503))
+    };
+    let (answer, _) = once(&plan, &no_limits(), again, &mut World::new());
+    assert!(
+        wait_of(&answer).is_some(),
+        "its refusal came with the first hearing"
+    );
+    assert_eq!(throttle.tokens(), 2.0);
+}
+
+#[test]
+fn a_body_that_cannot_be_sent_again_stops_or_is_waited_for() {
+    let plan = plan(policy());
+    for cause in [
+        NotReplayable::TooLarge,
+        NotReplayable::BodyError,
+        NotReplayable::EarlyResponse,
+    ] {
+        let mut world = World::new();
+        world.replay = Err(cause);
+        let (answer, info) = once(
+            &plan,
+            &no_limits(),
+            outcome(Classification::Retry(S503)),
+            &mut world,
+        );
+        assert!(matches!(answer, Answer::Return), "{cause:?}");
+        assert_eq!(info.stop, StopReason::BodyNotReplayable);
+    }
+    // Still held by the transport: wait for it to let go, once.
+    let mut world = World::new();
+    world.replay = Err(NotReplayable::InFlight);
+    let (answer, info) = once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::Retry(S503)),
+        &mut world,
+    );
+    assert!(matches!(answer, Answer::AwaitRelease));
+    assert!(info.retries.is_empty());
+    let released = Outcome {
+        released: true,
+        ..outcome(Classification::Retry(S503))
+    };
+    let (answer, info) = once(&plan, &no_limits(), released, &mut world);
+    assert!(matches!(answer, Answer::Return));
+    assert_eq!(info.stop, StopReason::BodyNotReplayable);
+    // A final outcome never asks about the body.
+    let mut world = World::new();
+    once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::Done),
+        &mut world,
+    );
+    assert_eq!(world.replays_checked, 0);
+}
+
+#[test]
+fn the_classifiers_hint_comes_first_then_the_servers() {
+    let plan = plan(policy());
+    // The server's hint, a floor above the 200 ms backoff.
+    let mut world = World::new();
+    world.hint = Some(Hint::new(Duration::from_secs(2), HintSource::RetryAfter));
+    let (answer, info) = once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::Retry(S503)),
+        &mut world,
+    );
+    assert_eq!(wait_of(&answer), Some(Duration::from_secs(2)));
+    assert_eq!(info.retries[0].hint, Some(HintSource::RetryAfter));
+    assert!(info.retries[0].retry_after);
+    // Below the backoff it changes nothing, and the record says the backoff decided.
+    world.hint = Some(Hint::new(50 * MS, HintSource::RateLimit));
+    let (answer, info) = once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::Retry(S503)),
+        &mut world,
+    );
+    assert_eq!(wait_of(&answer), Some(200 * MS));
+    assert_eq!(info.retries[0].hint, None);
+    // The classifier's own: the server's headers are not even read.
+    let mut world = World::new();
+    world.hint = Some(Hint::new(Duration::from_secs(9), HintSource::RetryAfter));
+    let own = Hint::new(Duration::from_secs(1), HintSource::Classifier);
+    let (answer, info) = once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::RetryWithHint(S503, own)),
+        &mut world,
+    );
+    assert_eq!(wait_of(&answer), Some(Duration::from_secs(1)));
+    assert_eq!(info.retries[0].hint, Some(HintSource::Classifier));
+    assert_eq!(world.hints_read, 0);
+    // An error has no headers to read.
+    let error = Outcome {
+        responded: false,
+        ..outcome(Classification::Retry(RetryReason::Timeout))
+    };
+    once(&plan, &no_limits(), error, &mut world);
+    assert_eq!(world.hints_read, 0);
+}
+
+#[test]
+fn an_exact_hint_is_the_wait_bounded_only_by_the_deadline_and_restarts_the_backoff() {
+    let plan = plan(policy());
+    let pushback = HintSource::Header("x-pushback");
+    // Shorter than the backoff, and longer than max_retry_after: exact either way.
+    for wait in [10 * MS, Duration::from_secs(60)] {
+        let verdict = Classification::RetryWithHint(S503, Hint::exact(wait, pushback));
+        let (answer, info) = once(&plan, &no_limits(), outcome(verdict), &mut World::new());
+        assert_eq!(wait_of(&answer), Some(wait));
+        assert_eq!(info.retries[0].hint, Some(pushback));
+    }
+    // After it, the backoff counts from the first retry again.
+    let mut info = first();
+    let exact = Classification::RetryWithHint(S503, Hint::exact(10 * MS, pushback));
+    let answer = decide(
+        &plan,
+        &no_limits(),
+        &outcome(exact),
+        &mut World::new(),
+        None,
+        &mut info,
+    );
+    let Answer::Retry {
+        start: Some(mut course),
+        ..
+    } = answer
+    else {
+        panic!("{answer:?}");
+    };
+    info.attempts = 2;
+    let answer = decide(
+        &plan,
+        &no_limits(),
+        &outcome(Classification::Retry(S503)),
+        &mut World::new(),
+        Some(&mut course),
+        &mut info,
+    );
+    assert_eq!(
+        wait_of(&answer),
+        Some(200 * MS),
+        "the first retry's ceiling"
+    );
+    // Past the deadline it stops, as a hint too long.
+    let limited = self::plan(policy().deadline(Duration::from_secs(5)));
+    let limits = Limits::start(&limited.policy, None);
+    let verdict =
+        Classification::RetryWithHint(S503, Hint::exact(Duration::from_secs(6), pushback));
+    let (answer, info) = once(&limited, &limits, outcome(verdict), &mut World::new());
+    assert!(matches!(answer, Answer::Return));
+    assert_eq!(info.stop, StopReason::HintTooLong);
+}
+
+#[test]
+fn a_hint_too_long_or_a_wait_past_the_deadline_stops() {
+    let plan = plan(policy().max_retry_after(Duration::from_secs(30)));
+    let mut world = World::new();
+    world.hint = Some(Hint::new(Duration::from_secs(31), HintSource::RetryAfter));
+    let (_, info) = once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::Retry(S503)),
+        &mut world,
+    );
+    assert_eq!(info.stop, StopReason::HintTooLong);
+    // The deadline leaves 150 ms: a hint past it is too long; the backoff past it is the
+    // deadline.
+    let limited = self::plan(policy().deadline(150 * MS));
+    let limits = Limits::start(&limited.policy, None);
+    let mut world = World::new();
+    world.hint = Some(Hint::new(Duration::from_secs(1), HintSource::RetryAfter));
+    let (_, info) = once(
+        &limited,
+        &limits,
+        outcome(Classification::Retry(S503)),
+        &mut world,
+    );
+    assert_eq!(info.stop, StopReason::HintTooLong);
+    let (_, info) = once(
+        &limited,
+        &limits,
+        outcome(Classification::Retry(S503)),
+        &mut World::new(),
+    );
+    assert_eq!(info.stop, StopReason::Deadline);
+}
+
+#[test]
+fn the_budget_is_asked_last_and_its_refusal_is_recorded() {
+    let budget = RetryBudget::new(0.0, 0, 1);
+    let plan = gated(policy(), Some(budget.clone()), None);
+    let (answer, _) = once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::Retry(S503)),
+        &mut World::new(),
+    );
+    assert!(wait_of(&answer).is_some());
+    assert_eq!(budget.tokens(), 0.0);
+    let (answer, info) = once(
+        &plan,
+        &no_limits(),
+        outcome(Classification::Retry(S503)),
+        &mut World::new(),
+    );
+    assert!(matches!(answer, Answer::Return));
+    assert_eq!(info.stop, StopReason::BudgetExhausted);
+    assert!(info.budget_exhausted);
+    // A retry that cannot happen for another reason spends nothing.
+    budget.deposit();
+    let mut world = World::new();
+    world.replay = Err(NotReplayable::TooLarge);
+    let refill = gated(policy(), Some(RetryBudget::new(1.0, 0, 1)), None);
+    let before = refill.gates.budget.as_ref().unwrap().tokens();
+    once(
+        &refill,
+        &no_limits(),
+        outcome(Classification::Retry(S503)),
+        &mut world,
+    );
+    assert_eq!(refill.gates.budget.as_ref().unwrap().tokens(), before);
+}
+
+#[test]
+fn a_transparent_retry_waits_nothing_is_not_counted_and_is_paid_for() {
+    let budget = RetryBudget::new(0.0, 0, 5);
+    let throttle = Throttle::new(10.0, 1.0);
+    let plan = gated(
+        policy().max_attempts(1).transparent_retry(),
+        Some(budget.clone()),
+        Some(throttle.clone()),
+    );
+    let refused = Outcome {
+        responded: false,
+        may_repeat: false,
+        ..outcome(Classification::Retry(RetryReason::RefusedStream))
+    };
+    let mut world = World::new();
+    world.hint = Some(Hint::new(Duration::from_secs(99), HintSource::RetryAfter));
+    let mut info = first();
+    let answer = decide(&plan, &no_limits(), &refused, &mut world, None, &mut info);
+    let Answer::Retry {
+        wait,
+        start: Some(mut course),
+    } = answer
+    else {
+        panic!("{answer:?}");
+    };
+    assert_eq!(wait, Duration::ZERO);
+    assert!(info.retries[0].transparent);
+    assert_eq!(info.retries[0].hint, None, "no hint is read for it");
+    assert_eq!(throttle.tokens(), 10.0, "outside the throttle");
+    assert_eq!(budget.tokens(), 4.0, "paid for by the budget");
+    // A second refusal goes by the normal rules: one attempt counted, none left.
+    info.attempts = 2;
+    let answer = decide(
+        &plan,
+        &no_limits(),
+        &refused,
+        &mut world,
+        Some(&mut course),
+        &mut info,
+    );
+    assert!(matches!(answer, Answer::Return));
+    assert_eq!(info.stop, StopReason::MaxAttempts);
+    assert_eq!(throttle.tokens(), 9.0, "heard as a failure");
+    // Without the policy flag a refusal is a normal retry.
+    let plain = plan_one();
+    let (_, info) = once(&plain, &no_limits(), refused, &mut World::new());
+    assert_eq!(info.stop, StopReason::MaxAttempts);
+}
+
+#[test]
+fn decorrelated_jitter_goes_on_from_the_wait_slept_not_a_transparent_one() {
+    let backoff = Backoff::exponential(100 * MS, 10_000 * MS).jitter(Jitter::Decorrelated);
+    let plan = plan(
+        RetryPolicy::default()
+            .max_attempts(5)
+            .transparent_retry()
+            .backoff(backoff)
+            .rng_seed(7),
+    );
+    let mut info = first();
+    let hint = Hint::new(Duration::from_secs(3), HintSource::RetryAfter);
+    let mut world = World::new();
+    world.hint = Some(hint);
+    let answer = decide(
+        &plan,
+        &no_limits(),
+        &outcome(Classification::Retry(S503)),
+        &mut world,
+        None,
+        &mut info,
+    );
+    let Answer::Retry {
+        start: Some(mut course),
+        ..
+    } = answer
+    else {
+        panic!("{answer:?}");
+    };
+    assert_eq!(
+        course.previous,
+        Duration::from_secs(3),
+        "the wait slept, hint included"
+    );
+    let refused = Outcome {
+        responded: false,
+        ..outcome(Classification::Retry(RetryReason::Connect))
+    };
+    info.attempts = 2;
+    decide(
+        &plan,
+        &no_limits(),
+        &refused,
+        &mut World::new(),
+        Some(&mut course),
+        &mut info,
+    );
+    assert!(info.retries[1].transparent);
+    assert_eq!(
+        course.previous,
+        Duration::from_secs(3),
+        "a transparent retry is no backoff"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_attempt_is_the_deadline_or_a_retryable_timeout() {
+    let policy = RetryPolicy::default()
+        .deadline(Duration::from_secs(10))
+        .attempt_timeout(Duration::from_secs(3));
+    let limits = Limits::start(&policy, None);
+    let now = Instant::now();
+    match attempt_expired(&limits, now + Duration::from_secs(3), 1) {
+        Expired::Attempt(error) => {
+            let timed_out = error.downcast_ref::<AttemptTimedOut>().unwrap();
+            assert_eq!(
+                (timed_out.attempt(), timed_out.timeout()),
+                (1, Duration::from_secs(3))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    match attempt_expired(&limits, now + Duration::from_secs(10), 2) {
+        Expired::Deadline(error) => {
+            let deadline = error.downcast_ref::<DeadlineExceeded>().unwrap();
+            assert_eq!(
+                (deadline.attempts(), deadline.deadline()),
+                (2, Duration::from_secs(10))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut info = first();
+    deadline_passed(&mut info);
+    assert_eq!(info.stop, StopReason::Deadline);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_never_released_is_the_deadline_or_not_replayable() {
+    let limits = Limits::start(
+        &RetryPolicy::default().deadline(Duration::from_secs(1)),
+        None,
+    );
+    let now = Instant::now();
+    let mut info = first();
+    release_timed_out(&limits, now, &mut info);
+    assert_eq!(info.stop, StopReason::BodyNotReplayable);
+    release_timed_out(&limits, now + Duration::from_secs(1), &mut info);
+    assert_eq!(info.stop, StopReason::Deadline);
+}
+
+#[tokio::test(start_paused = true)]
+async fn readiness_sends_the_next_attempt_or_ends_the_request() {
+    let policy = RetryPolicy::default()
+        .deadline(Duration::from_secs(10))
+        .attempt_timeout(Duration::from_secs(2));
+    let limits = Limits::start(&policy, None);
+    let now = Instant::now();
+    // Ready in time: attempt 2, one earlier attempt counted, 7 s left.
+    let mut info = first();
+    info.retries.push(record(S503));
+    let attempt = ready(&limits, now + Duration::from_secs(3), &mut info).unwrap();
+    assert_eq!(
+        attempt,
+        AttemptContext {
+            number: 2,
+            counted_before: 1,
+            time_left: Some(Duration::from_secs(7)),
+            kind: AttemptKind::Retry,
+        }
+    );
+    assert_eq!(info.attempts, 2);
+    // After a transparent retry: numbered on the wire, not counted.
+    info.retries.push(RetryRecord {
+        transparent: true,
+        ..record(RetryReason::RefusedStream)
+    });
+    let attempt = ready(&limits, now, &mut info).unwrap();
+    assert_eq!((attempt.number, attempt.counted_before), (3, 1));
+    assert_eq!(attempt.kind, AttemptKind::Transparent);
+    // Ready only after the deadline: nothing is sent.
+    let mut late = first();
+    let error = ready(&limits, now + Duration::from_secs(10), &mut late).unwrap_err();
+    assert!(error.is::<DeadlineExceeded>());
+    assert_eq!((late.attempts, late.stop), (1, StopReason::Deadline));
+    // Never ready: the service's fault, with the attempt that was to be sent, or the
+    // deadline's when that came first.
+    let mut info = first();
+    info.retries.push(record(S503));
+    let error = not_ready(&limits, now + Duration::from_secs(2), &mut info);
+    let not = error.downcast_ref::<ServiceNotReady>().unwrap();
+    assert_eq!((not.attempt(), not.timeout()), (2, Duration::from_secs(2)));
+    assert_eq!(info.stop, StopReason::ServiceNotReady);
+    assert_eq!(
+        info.retries.len(),
+        1,
+        "the retry that asked stays in the record"
+    );
+    let error = not_ready(&limits, now + Duration::from_secs(10), &mut info);
+    assert!(error.is::<DeadlineExceeded>());
+    assert_eq!(info.stop, StopReason::Deadline);
+    // Failed to get ready: the stop says the deadline only when it had passed.
+    let mut info = first();
+    ready_failed(&limits, || now, &mut info);
+    assert_eq!(info.stop, StopReason::Final);
+    ready_failed(&limits, || now + Duration::from_secs(11), &mut info);
+    assert_eq!(info.stop, StopReason::Deadline);
+    // The first attempt: the whole deadline, no clock read.
+    assert_eq!(
+        first_attempt(&limits),
+        AttemptContext {
+            number: 1,
+            counted_before: 0,
+            time_left: Some(Duration::from_secs(10)),
+            kind: AttemptKind::First,
+        }
+    );
+    assert_eq!(first_attempt(&no_limits()).time_left, None);
+}
+
+fn judgement(verdict: Classification) -> Judgement<'static> {
+    Judgement {
+        verdict,
+        may_repeat: true,
+        attempts: 1,
+        max_attempts: 3,
+        previous: &[],
+        failed_after_deadline: false,
+    }
+}
+
+fn record(reason: RetryReason) -> RetryRecord {
+    RetryRecord {
+        reason,
+        wait: Duration::ZERO,
+        retry_after: false,
+        hint: None,
+        transparent: false,
+    }
+}
+
+#[test]
+fn judge_follows_the_verdict_the_method_and_the_attempts() {
+    assert_eq!(
+        judge(&judgement(Classification::Done)),
+        Err(StopReason::Final)
+    );
+    assert_eq!(
+        judge(&judgement(Classification::Success)),
+        Err(StopReason::Final)
+    );
+    assert_eq!(judge(&judgement(Classification::Retry(S503))), Ok(S503));
+    assert_eq!(judge(&judgement(Classification::Stop(S503))), Ok(S503));
+    let once = Classification::RetryOnce(S500);
+    assert_eq!(judge(&judgement(once)), Ok(S500));
+    let previous = [record(S500)];
+    let again = Judgement {
+        previous: &previous,
+        ..judgement(once)
+    };
+    assert_eq!(judge(&again), Err(StopReason::Final));
+    let keyless = Judgement {
+        may_repeat: false,
+        ..judgement(Classification::Retry(S503))
+    };
+    assert_eq!(judge(&keyless), Err(StopReason::NotIdempotent));
+    for proof in [RetryReason::Connect, RetryReason::RefusedStream] {
+        let unseen = Judgement {
+            may_repeat: false,
+            ..judgement(Classification::Retry(proof))
+        };
+        assert_eq!(judge(&unseen), Ok(proof));
+    }
+    let goaway = Judgement {
+        may_repeat: false,
+        ..judgement(Classification::Retry(RetryReason::GoAway))
+    };
+    assert_eq!(judge(&goaway), Err(StopReason::NotIdempotent));
+    let last = Judgement {
+        attempts: 3,
+        ..judgement(Classification::Retry(S503))
+    };
+    assert_eq!(judge(&last), Err(StopReason::MaxAttempts));
+    // A final error at or after the deadline ended because the time was up; a retryable
+    // one is judged as before (the schedule then finds no time left); a success is a
+    // success.
+    let late = |verdict| Judgement {
+        failed_after_deadline: true,
+        ..judgement(verdict)
+    };
+    assert_eq!(
+        judge(&late(Classification::Done)),
+        Err(StopReason::Deadline)
+    );
+    assert_eq!(
+        judge(&late(Classification::Success)),
+        Err(StopReason::Final)
+    );
+    assert_eq!(judge(&late(Classification::Retry(S503))), Ok(S503));
+}
+
+fn transparent_record(reason: RetryReason) -> RetryRecord {
+    RetryRecord {
+        transparent: true,
+        ..record(reason)
+    }
+}
+
+#[test]
+fn a_refused_stream_or_connect_error_is_retried_transparently_once() {
+    use RetryReason::{Connect, RefusedStream};
+    for reason in [Connect, RefusedStream] {
+        for verdict in [
+            Classification::Retry(reason),
+            Classification::RetryOnce(reason),
+            Classification::RetryWithHint(
+                reason,
+                Hint::new(Duration::from_secs(1), HintSource::Classifier),
+            ),
+        ] {
+            assert_eq!(transparent(true, verdict, &[]), Some(reason), "{verdict:?}");
+            // Only for a policy that has them.
+            assert_eq!(transparent(false, verdict, &[]), None, "{verdict:?}");
+        }
+        // After a normal retry it is still available; after a transparent one, not.
+        let normal = [record(S503)];
+        let verdict = Classification::Retry(reason);
+        assert_eq!(transparent(true, verdict, &normal), Some(reason));
+        let once = [record(S503), transparent_record(RefusedStream)];
+        assert_eq!(transparent(true, verdict, &once), None);
+        // The server said stop: no retry of any kind.
+        assert_eq!(transparent(true, Classification::Stop(reason), &[]), None);
+    }
+    // Nothing else proves the server never saw the request.
+    for other in [
+        RetryReason::GoAway,
+        RetryReason::ConnectionClosed,
+        RetryReason::Timeout,
+        S503,
+    ] {
+        assert_eq!(transparent(true, Classification::Retry(other), &[]), None);
+    }
+    assert_eq!(transparent(true, Classification::Done, &[]), None);
+}
+
+#[test]
+fn transparent_retries_do_not_count_against_max_attempts() {
+    let refused = [transparent_record(RetryReason::RefusedStream)];
+    assert_eq!(counted_attempts(2, &refused), 1);
+    assert_eq!(counted_attempts(1, &[]), 1);
+    assert_eq!(counted_attempts(0, &refused), 0, "saturates");
+    let after_refusal = Judgement {
+        attempts: 2,
+        max_attempts: 1,
+        previous: &refused,
+        ..judgement(Classification::Retry(RetryReason::RefusedStream))
+    };
+    assert_eq!(judge(&after_refusal), Err(StopReason::MaxAttempts));
+    let two = Judgement {
+        max_attempts: 2,
+        ..after_refusal
+    };
+    assert_eq!(judge(&two), Ok(RetryReason::RefusedStream));
+    let counted = [record(RetryReason::RefusedStream)];
+    let plain = Judgement {
+        previous: &counted,
+        ..two
+    };
+    assert_eq!(judge(&plain), Err(StopReason::MaxAttempts));
+}
+
+#[test]
+fn transparent_retries_do_not_advance_the_backoff() {
+    assert_eq!(backoff_number(&[], 0), 1);
+    let t = transparent_record(RetryReason::RefusedStream);
+    assert_eq!(backoff_number(&[t], 0), 1);
+    assert_eq!(backoff_number(&[t, record(S503)], 0), 2);
+    assert_eq!(backoff_number(&[record(S503), t, record(S503)], 0), 3);
+    // Counted from the last exact hint.
+    assert_eq!(backoff_number(&[record(S503), t, record(S503)], 1), 2);
+    assert_eq!(backoff_number(&[record(S503)], 1), 1);
+    assert_eq!(backoff_number(&[record(S503)], 5), 1, "past the end");
+}
+
+fn schedule(backoff: u64, hint: Option<u64>, deadline_in: Option<u64>) -> Schedule {
+    let now = Instant::now();
+    Schedule {
+        reason: S503,
+        backoff: Duration::from_millis(backoff),
+        hint: hint.map(|ms| Hint::new(Duration::from_millis(ms), HintSource::RetryAfter)),
+        max_hint: Duration::from_secs(30),
+        now,
+        deadline: deadline_in.map(|ms| now + Duration::from_millis(ms)),
+        transparent: false,
+    }
+}
+
+fn yes() -> Result<(), Refusal> {
+    Ok(())
+}
+
+#[test]
+fn within_a_millisecond_of_the_deadline_leaves_no_room_for_an_attempt() {
+    assert_eq!(
+        schedule_retry(&schedule(4_000, None, Some(4_000)), yes),
+        Err(StopReason::Deadline)
+    );
+    assert_eq!(
+        schedule_retry(&schedule(3_999, None, Some(4_000)), yes),
+        Err(StopReason::Deadline)
+    );
+    assert!(schedule_retry(&schedule(3_998, None, Some(4_000)), yes).is_ok());
+    // A transparent retry keeps the deadline too.
+    let at_once = Schedule {
+        transparent: true,
+        ..schedule(0, Some(31_000), Some(1))
+    };
+    assert_eq!(schedule_retry(&at_once, yes), Err(StopReason::Deadline));
+}
+
+#[test]
+fn the_gates_are_asked_last_and_only_then() {
+    let mut asked = false;
+    let stop = schedule_retry(&schedule(100, Some(31_000), None), || {
+        asked = true;
+        Ok(())
+    });
+    assert_eq!(stop, Err(StopReason::HintTooLong));
+    assert!(!asked, "a retry that cannot happen spends nothing");
+    assert_eq!(
+        schedule_retry(&schedule(100, None, None), || Err(Refusal::Budget)),
+        Err(StopReason::BudgetExhausted)
+    );
+    assert_eq!(
+        schedule_retry(&schedule(100, None, None), || Err(Refusal::Throttle)),
+        Err(StopReason::Throttled)
+    );
+}
+
+#[test]
+fn the_record_adds_waits_and_marks_budget_refusals() {
+    let mut info = RetryInfo::default();
+    record_retry(
+        &mut info,
+        RetryRecord {
+            wait: 5 * MS,
+            ..record(S503)
+        },
+    );
+    record_retry(
+        &mut info,
+        RetryRecord {
+            wait: Duration::MAX,
+            ..record(S503)
+        },
+    );
+    assert_eq!(info.total_wait, Duration::MAX, "saturates");
+    assert_eq!(info.retries.len(), 2);
+    record_stop(&mut info, StopReason::BudgetExhausted);
+    assert!(info.budget_exhausted);
+    let mut other = RetryInfo::default();
+    record_stop(&mut other, StopReason::MaxAttempts);
+    assert!(!other.budget_exhausted);
+}
+
+#[tokio::test(start_paused = true)]
+async fn limits_pick_the_first_end() {
+    let policy = RetryPolicy::default()
+        .deadline(Duration::from_secs(10))
+        .attempt_timeout(Duration::from_secs(3));
+    let now = Instant::now();
+    let limits = Limits::start(&policy, None);
+    assert!(limits.bounds_attempts());
+    assert_eq!(limits.attempt_end(now), Some(now + Duration::from_secs(3)));
+    let late = now + Duration::from_secs(8);
+    assert_eq!(
+        limits.attempt_end(late),
+        Some(now + Duration::from_secs(10))
+    );
+    assert_eq!(
+        limits.wait_end(now, None),
+        Some(now + Duration::from_secs(10))
+    );
+    assert_eq!(limits.time_left(Some(late)), Some(Duration::from_secs(2)));
+    assert_eq!(
+        limits.time_left(Some(now + Duration::from_secs(11))),
+        Some(Duration::ZERO)
+    );
+    assert!(limits.past_deadline(now + Duration::from_secs(10)));
+
+    let timeout_only = Limits::start(
+        &RetryPolicy::default().attempt_timeout(Duration::from_secs(2)),
+        None,
+    );
+    assert_eq!(
+        timeout_only.wait_end(now, Some(RELEASE_GRACE)),
+        Some(now + Duration::from_secs(2))
+    );
+    // A bound shortens the deadline, never lengthens it, and is one on its own.
+    let ten = RetryPolicy::default().deadline(Duration::from_secs(10));
+    let bounded = Limits::start(&ten, Some(Duration::from_secs(4)));
+    assert_eq!(bounded.deadline(), Some(now + Duration::from_secs(4)));
+    assert_eq!(bounded.time_left(None), Some(Duration::from_secs(4)));
+    let loose = Limits::start(&ten, Some(Duration::from_secs(40)));
+    assert_eq!(loose.deadline(), Some(now + Duration::from_secs(10)));
+    let only = Limits::start(&RetryPolicy::default(), Some(Duration::from_secs(3)));
+    assert_eq!(only.deadline(), Some(now + Duration::from_secs(3)));
+    assert!(only.bounds_attempts());
+
+    let none = no_limits();
+    assert!(!none.bounds_attempts());
+    assert_eq!(
+        none.wait_end(now, Some(RELEASE_GRACE)),
+        Some(now + RELEASE_GRACE)
+    );
+    assert_eq!(none.wait_end(now, None), None);
+    assert_eq!(none.attempt_end(now), None);
+    assert_eq!(
+        after(now, Duration::MAX),
+        now + Duration::from_secs(86_400 * 365 * 30)
+    );
+}
