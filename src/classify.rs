@@ -293,7 +293,7 @@ impl ProtocolCode {
 /// does nothing: the module's service returns it.
 ///
 /// The layer hands the error inside back to the caller, as the module raised it: a
-/// [`RetryError`](crate::RetryError)'s source is never a `Recognized`, and the reason is
+/// [`RetryError`]'s source is never a `Recognized`, and the reason is
 /// kept in the `RetryError`, so a second layer above still recognises it.
 ///
 /// ```

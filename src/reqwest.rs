@@ -11,7 +11,7 @@
 //! ```
 //!
 //! reqwest's own errors reach the layer already recognised ([`recognize`], handed over as
-//! a [`Recognized`](crate::classify::Recognized) error): a connect error (`is_connect`,
+//! a [`Recognized`] error): a connect error (`is_connect`,
 //! also a connect timeout) proves the server never saw the request; a timeout
 //! (`is_timeout`: reqwest's own, whose type is private, or one underneath) is a retryable
 //! timeout; anything else is judged by what it wraps, so a reset or a closed connection
