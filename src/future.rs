@@ -571,3 +571,6 @@ impl<F, S, B, R> std::fmt::Debug for ResponseFuture<F, S, B, R> {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests;
