@@ -36,7 +36,8 @@ const MAX_TOKENS: f64 = 1_000.0;
 /// failures number 5 more than a tenth of the successes (roughly: more than one attempt in
 /// eleven fails, over a stretch of traffic), and each token lost below the threshold takes
 /// ten successes to win back. A transparent retry (of a request the server provably never
-/// saw) counts neither way.
+/// saw) counts neither way, and neither does a request sent once without classification
+/// ([`RetryPolicy::never`](crate::RetryPolicy::never), `CONNECT`).
 ///
 /// Give it to a layer with [`RetryLayer::throttle`](crate::RetryLayer::throttle) or to a
 /// policy with [`RetryPolicy::throttle`](crate::RetryPolicy::throttle). The count is kept in
