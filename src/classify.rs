@@ -342,6 +342,14 @@ impl Recognized {
     }
 }
 
+/// `error` itself, or the error inside it when it is a [`Recognized`].
+pub(crate) fn unwrap_recognized(error: BoxError) -> BoxError {
+    match error.downcast::<Recognized>() {
+        Ok(recognized) => recognized.into_inner(),
+        Err(error) => error,
+    }
+}
+
 impl fmt::Display for Recognized {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.error, f)
@@ -402,6 +410,12 @@ impl StdError for Recognized {
 /// );
 /// # let _ = policy;
 /// ```
+///
+/// The gates hear of an outcome by its verdict: [`Classification::Success`] refills a
+/// [`Throttle`](crate::Throttle); a retryable verdict or [`Classification::Stop`] drains it;
+/// [`Classification::Done`] counts neither way. A classifier that answers `Done` for its
+/// successes leaves a throttle to drain: fall back to the default (or a protocol's
+/// classifier) for them.
 pub trait Classify: Send + Sync + 'static {
     /// Classifies one outcome of the request whose head is `request`.
     fn classify(&self, request: &request::Parts, outcome: Outcome<'_>) -> Classification;

@@ -159,11 +159,44 @@ const PUSHBACK: HintSource = HintSource::Header("grpc-retry-pushback-ms");
 /// pushback, or not at all when the pushback says stop; `OK` and a committed response
 /// (ordinary headers, no `grpc-status`) are successes; any other code is final; a transport
 /// failure is judged as for HTTP.
-struct GrpcStatus {
+///
+/// A classifier of your own for a gRPC policy falls back to this one, as an HTTP one falls
+/// back to the [`DefaultClassifier`](crate::classify::DefaultClassifier); set it after
+/// [`RetryPolicy::grpc_codes`], which sets this one:
+///
+/// ```
+/// use tonic::Code;
+/// use tower_http_retry::RetryPolicy;
+/// use tower_http_retry::classify::{Classification, Classify, Outcome};
+/// use tower_http_retry::grpc::StatusClassifier;
+///
+/// let grpc = StatusClassifier::new([Code::Unavailable]);
+/// // Also final: an UNAVAILABLE this service marks as a maintenance window.
+/// let policy = RetryPolicy::default()
+///     .grpc_codes([Code::Unavailable])
+///     .classifier(move |head, outcome| match outcome {
+///         Outcome::Response { headers, .. } if headers.contains_key("x-maintenance") => {
+///             Classification::Done
+///         }
+///         _ => grpc.classify(head, outcome),
+///     });
+/// # let _ = policy;
+/// ```
+#[derive(Debug, Clone)]
+pub struct StatusClassifier {
     codes: Arc<[Code]>,
 }
 
-impl Classify for GrpcStatus {
+impl StatusClassifier {
+    /// Retries the Trailers-Only answers whose status is one of `codes`.
+    pub fn new(codes: impl IntoIterator<Item = Code>) -> Self {
+        Self {
+            codes: codes.into_iter().collect(),
+        }
+    }
+}
+
+impl Classify for StatusClassifier {
     fn classify(&self, _request: &request::Parts, outcome: Outcome<'_>) -> Classification {
         match outcome {
             Outcome::Response { headers, .. } => match trailers_only_code(headers) {
@@ -217,6 +250,9 @@ impl RetryPolicy {
     /// the method may be repeated, so the policy's requests are treated as repeatable
     /// ([`RetryPolicy::assume_idempotent`]) and get no idempotency key.
     ///
+    /// The classification is the policy's classifier, a [`StatusClassifier`]: it replaces a
+    /// classifier set before; one set after replaces it, and can fall back to it.
+    ///
     /// It also sends A6's metadata on every attempt (`grpc-previous-rpc-attempts`,
     /// `grpc-timeout`: the time left when the policy has a deadline; a `grpc-timeout` the
     /// caller set is the RPC's deadline too), honours `grpc-retry-pushback-ms` (the exact
@@ -239,13 +275,11 @@ impl RetryPolicy {
     /// ```
     #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
     pub fn grpc_codes(self, codes: impl IntoIterator<Item = Code>) -> Self {
-        self.custom_classifier(GrpcStatus {
-            codes: codes.into_iter().collect(),
-        })
-        .on_attempt(GrpcMetadata)
-        .transparent_retry()
-        .assume_idempotent()
-        .no_idempotency_key()
+        self.custom_classifier(StatusClassifier::new(codes))
+            .on_attempt(GrpcMetadata)
+            .transparent_retry()
+            .assume_idempotent()
+            .no_idempotency_key()
     }
 }
 
@@ -374,9 +408,7 @@ mod tests {
     }
 
     fn classify(headers: &HeaderMap) -> Classification {
-        let classifier = GrpcStatus {
-            codes: Arc::from([Code::Unavailable]),
-        };
+        let classifier = StatusClassifier::new([Code::Unavailable]);
         let outcome = Outcome::Response {
             status: http::StatusCode::OK,
             headers,
@@ -422,6 +454,31 @@ mod tests {
             Classification::Success
         );
         assert_eq!(classify(&HeaderMap::new()), Classification::Success);
+    }
+
+    #[test]
+    fn grpc_codes_sets_the_classifier_and_one_set_after_it_wins() {
+        let done = |_: &request::Parts, _: Outcome<'_>| Classification::Done;
+        let unavailable = trailers_only(&[("grpc-status", "14")]);
+        let verdict = |policy: &RetryPolicy| {
+            let outcome = Outcome::Response {
+                status: http::StatusCode::OK,
+                headers: &unavailable,
+            };
+            let classifier = policy.classifier.as_ref().unwrap();
+            classifier.classify(crate::classify::empty_head(), outcome)
+        };
+        let before = RetryPolicy::default()
+            .classifier(done)
+            .grpc_codes([Code::Unavailable]);
+        assert_eq!(
+            verdict(&before),
+            Classification::Retry(reason(Code::Unavailable))
+        );
+        let after = RetryPolicy::default()
+            .grpc_codes([Code::Unavailable])
+            .classifier(done);
+        assert_eq!(verdict(&after), Classification::Done);
     }
 
     #[test]

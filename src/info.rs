@@ -131,9 +131,10 @@ pub enum StopReason {
     ServerSaidStop,
     /// The retry [`Throttle`](crate::Throttle) refused the retry: too many recent failures.
     Throttled,
-    /// The retry was decided, but the inner service did not become ready for it in time
-    /// (within the attempt timeout); nothing more was sent, and the caller got
-    /// [`ServiceNotReady`](crate::ServiceNotReady).
+    /// The retry was decided, but the inner service did not become ready for it within the
+    /// attempt timeout (the bound of that wait when the request has no deadline; with one,
+    /// the deadline bounds it, and its passing is [`StopReason::Deadline`]); nothing more
+    /// was sent, and the caller got [`ServiceNotReady`](crate::ServiceNotReady).
     ServiceNotReady,
 }
 

@@ -15,6 +15,7 @@ use crate::config::Plans;
 use crate::decision::{self, Limits};
 use crate::future::{Prototype, ResponseFuture, Retrying};
 use crate::head::Head;
+use crate::hook::Hooks;
 use crate::info::{RetryInfo, StopReason};
 use crate::replay::ReplayBody;
 use crate::trace::Trace;
@@ -120,7 +121,9 @@ where
     type Future = ResponseFuture<S::Future, S, B, Response<RB>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(|error| crate::classify::unwrap_recognized(error.into()))
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
@@ -162,21 +165,17 @@ where
             }
             _ => None,
         };
-        if !plan.hooks.is_empty() {
-            let first = decision::first_attempt(&limits);
-            plan.hooks.before_attempt(&first, request.headers_mut());
-        }
-
         if policy.is_never() || request.method() == Method::CONNECT {
             info.stop = StopReason::Disabled;
             info.idempotency_key = stamped
                 .flatten()
                 .or_else(|| field(request.headers(), &plan.key_header).cloned());
+            first_attempt(&plan.hooks, &limits, request.headers_mut());
             let future = self.inner.call(request.map(ReplayBody::passthrough));
             return ResponseFuture::once(future, limits, info, trace);
         }
 
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         // hyper stops sending a body at the request's own `Content-Length` without a last
         // poll; the header is read only when the body does not know its length itself.
         let declared_len = match body.size_hint().exact() {
@@ -185,8 +184,11 @@ where
         };
         let (body, replay) =
             ReplayBody::with_handle(body, self.plans.max_replay_bytes(), declared_len);
+        // Retries start from the caller's head (with its key): the hooks write on each
+        // attempt's own copy.
         let head = Head::copy(&parts, policy.classifier_needs_request());
         info.idempotency_key = stamped.unwrap_or_else(|| head.get(&plan.key_header).cloned());
+        first_attempt(&plan.hooks, &limits, &mut parts.headers);
         // The service that `poll_ready` readied takes the first attempt; retries clone
         // from the prototype, and only if they happen.
         let future = self.inner.call(Request::from_parts(parts, body));
@@ -197,6 +199,13 @@ where
             plan,
         };
         ResponseFuture::first(future, retry, limits, info, trace)
+    }
+}
+
+/// Runs the hooks on the first attempt's headers.
+fn first_attempt(hooks: &Hooks, limits: &Limits, headers: &mut http::HeaderMap) {
+    if !hooks.is_empty() {
+        hooks.before_attempt(&decision::first_attempt(limits), headers);
     }
 }
 

@@ -608,6 +608,51 @@ async fn the_attempt_header_numbers_each_attempt() {
 }
 
 /// The header fields of one request, in order, repeated names included.
+/// Appends one mark per attempt, and a header only the first attempt should carry.
+struct Mark;
+
+impl tower_http_retry::AttemptHook for Mark {
+    fn before_attempt(
+        &self,
+        attempt: &tower_http_retry::AttemptContext,
+        headers: &mut http::HeaderMap,
+    ) {
+        headers.append("x-mark", http::HeaderValue::from(attempt.number));
+        if attempt.kind == tower_http_retry::AttemptKind::First {
+            headers.insert("x-first-only", http::HeaderValue::from_static("yes"));
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_attempt_gets_its_hooks_on_the_callers_head() {
+    let mock = Mock::statuses(&[503, 503, 200]);
+    let layer = RetryLayer::new().policy(
+        RetryPolicy::default()
+            .backoff(Backoff::exponential(100 * MS, 10_000 * MS).jitter(Jitter::None))
+            .on_attempt(Mark),
+    );
+    let response = layer
+        .layer(mock.clone())
+        .oneshot(get("http://h/x"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let seen = mock.seen();
+    for (n, attempt) in seen.iter().enumerate() {
+        // What the hook wrote on an earlier attempt is not carried into a later one.
+        let marks: Vec<_> = attempt.headers.get_all("x-mark").iter().collect();
+        assert_eq!(marks, [(n + 1).to_string().as_str()], "attempt {}", n + 1);
+        assert_eq!(
+            attempt.headers.contains_key("x-first-only"),
+            n == 0,
+            "attempt {}",
+            n + 1
+        );
+    }
+    assert_eq!(seen.len(), 3);
+}
+
 fn fields(headers: &http::HeaderMap) -> Vec<(String, String, bool)> {
     headers
         .iter()

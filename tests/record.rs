@@ -315,3 +315,37 @@ async fn retries_carry_their_attempt_number() {
     assert_eq!(seen, [None, Some(Attempt::new(2)), Some(Attempt::new(3))]);
     assert_eq!(seen[2].unwrap().resend_count(), 2);
 }
+
+/// A service that fails to get ready with an error a client module recognised: the caller
+/// gets the module's own error, as from a call.
+#[derive(Clone)]
+struct BrokenReady;
+
+impl Service<Request<ReplayBody<Full<Bytes>>>> for BrokenReady {
+    type Response = Response<()>;
+    type Error = tower_http_retry::classify::Recognized;
+    type Future = std::future::Pending<Result<Response<()>, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        let error = io::Error::from(io::ErrorKind::ConnectionRefused);
+        Poll::Ready(Err(tower_http_retry::classify::Recognized::new(
+            error,
+            Some(RetryReason::Connect),
+        )))
+    }
+
+    fn call(&mut self, _: Request<ReplayBody<Full<Bytes>>>) -> Self::Future {
+        std::future::pending()
+    }
+}
+
+#[tokio::test]
+async fn a_recognised_readiness_error_reaches_the_caller_as_the_modules_own() {
+    let error = RetryLayer::new()
+        .layer(BrokenReady)
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap_err();
+    let io = error.downcast_ref::<io::Error>().expect("the module's own error");
+    assert_eq!(io.kind(), io::ErrorKind::ConnectionRefused);
+}

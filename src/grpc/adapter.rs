@@ -14,7 +14,7 @@ use tower::BoxError;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::error::{AttemptTimedOut, DeadlineExceeded};
+use crate::error::{AttemptTimedOut, DeadlineExceeded, ServiceNotReady};
 use crate::replay::ReplayBody;
 
 /// Puts a [`TonicBody`] under the retry layer: see [`tonic_body_layer`].
@@ -113,6 +113,7 @@ where
 /// | a `tonic::Status` | that status, code, message, details and metadata as they are |
 /// | [`DeadlineExceeded`] (the layer's overall deadline) | `DEADLINE_EXCEEDED` |
 /// | [`AttemptTimedOut`] (one attempt's timeout, the last attempt's) | `UNAVAILABLE` |
+/// | [`ServiceNotReady`] (the channel was not ready for a retry within the attempt timeout) | `UNAVAILABLE` |
 /// | `tonic::TimeoutExpired` (the `Channel`'s own `grpc-timeout` or `Endpoint::timeout` timer) | `DEADLINE_EXCEEDED` |
 /// | `tonic::ConnectError` | `UNAVAILABLE` |
 /// | with the `hyper` feature: an `h2::Error` with a reason, a hyper timeout or cancellation | as tonic maps them (`REFUSED_STREAM` is `UNAVAILABLE`, `CANCEL` `CANCELLED`, ...) |
@@ -198,7 +199,10 @@ fn find_status(error: &(dyn StdError + 'static)) -> Option<Status> {
         if error.is::<DeadlineExceeded>() || error.is::<tonic::TimeoutExpired>() {
             return Some(Status::deadline_exceeded(error.to_string()));
         }
-        if error.is::<AttemptTimedOut>() || error.is::<tonic::ConnectError>() {
+        if error.is::<AttemptTimedOut>()
+            || error.is::<ServiceNotReady>()
+            || error.is::<tonic::ConnectError>()
+        {
             return Some(Status::unavailable(error.to_string()));
         }
         #[cfg(feature = "hyper")]
@@ -371,6 +375,9 @@ mod tests {
         let status = status_from_error(&timed_out());
         assert_eq!(status.code(), Code::Unavailable);
         assert_eq!(status.message(), "attempt 2 timed out after 500ms");
+        // A retry the channel was not ready for in time: the server's side is down.
+        let not_ready = ServiceNotReady::new(Duration::from_secs(1), 2);
+        assert_eq!(status_from_error(&not_ready).code(), Code::Unavailable);
     }
 
     #[test]
