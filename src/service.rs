@@ -203,6 +203,7 @@ where
 }
 
 /// Runs the hooks on the first attempt's headers.
+#[inline]
 fn first_attempt(hooks: &Hooks, limits: &Limits, headers: &mut http::HeaderMap) {
     if !hooks.is_empty() {
         hooks.before_attempt(&decision::first_attempt(limits), headers);
