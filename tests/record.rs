@@ -346,6 +346,8 @@ async fn a_recognised_readiness_error_reaches_the_caller_as_the_modules_own() {
         .oneshot(get("http://h/"))
         .await
         .unwrap_err();
-    let io = error.downcast_ref::<io::Error>().expect("the module's own error");
+    let io = error
+        .downcast_ref::<io::Error>()
+        .expect("the module's own error");
     assert_eq!(io.kind(), io::ErrorKind::ConnectionRefused);
 }
