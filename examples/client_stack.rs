@@ -166,8 +166,11 @@ async fn main() -> Result<(), BoxError> {
                     .unwrap_or_default();
                 let status = response.status();
                 let _ = response.into_body().collect().await;
-                let reasons: Vec<String> =
-                    info.retries.iter().map(|r| r.reason.to_string()).collect();
+                let reasons: Vec<String> = info
+                    .retries()
+                    .iter()
+                    .map(|r| r.reason.to_string())
+                    .collect();
                 let detail = if reasons.is_empty() {
                     String::new()
                 } else {
@@ -175,7 +178,7 @@ async fn main() -> Result<(), BoxError> {
                 };
                 println!(
                     "{at:5.2}s #{i:<2} {status} after {} attempt(s) in {took:.0?}{detail}",
-                    info.attempts
+                    info.attempts()
                 );
                 ok += 1;
             }

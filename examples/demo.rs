@@ -207,14 +207,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     .get::<RetryInfo>()
                     .cloned()
                     .unwrap_or_default();
-                tally.attempts += info.attempts;
-                tally.retries += info.retries.len();
-                tally.waited += info.total_wait;
+                tally.attempts += info.attempts();
+                tally.retries += info.retries().len();
+                tally.waited += info.total_wait();
                 if status.is_success() {
                     tally.succeeded += 1;
                 }
                 report(status, &info, took);
-                if let Some(key) = &info.idempotency_key {
+                if let Some(key) = &info.idempotency_key() {
                     let applied = state
                         .lock()
                         .unwrap()
@@ -226,7 +226,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                         "     idempotency key {} on every attempt; the server applied the order {applied} time(s)",
                         key.to_str().unwrap_or("?")
                     );
-                    if info.attempts > 1 && applied == 1 {
+                    if info.attempts() > 1 && applied == 1 {
                         println!(
                             "     (the retry was answered from the stored result, not applied again)"
                         );
@@ -252,12 +252,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 }
 
 fn report(status: StatusCode, info: &RetryInfo, took: Duration) {
-    let plural = if info.attempts == 1 { "" } else { "s" };
+    let plural = if info.attempts() == 1 { "" } else { "s" };
     println!(
         "  -> {status} after {} attempt{plural} in {took:.1?}",
-        info.attempts
+        info.attempts()
     );
-    for (i, retry) in info.retries.iter().enumerate() {
+    for (i, retry) in info.retries().iter().enumerate() {
         let source = match retry.hint {
             Some(HintSource::RetryAfter) => "Retry-After",
             Some(HintSource::RateLimit) => "RateLimit field",
@@ -272,10 +272,10 @@ fn report(status: StatusCode, info: &RetryInfo, took: Duration) {
             retry.wait
         );
     }
-    let verdict = match (info.retries.len(), status.is_success()) {
+    let verdict = match (info.retries().len(), status.is_success()) {
         (_, true) => "done".to_string(),
-        (0, false) => format!("not retried: {}", info.stop),
-        (_, false) => format!("gave up: {}", info.stop),
+        (0, false) => format!("not retried: {}", info.stop()),
+        (_, false) => format!("gave up: {}", info.stop()),
     };
     println!("     {verdict}");
 }

@@ -274,14 +274,14 @@ async fn main() -> Result<(), BoxError> {
                 let text = String::from_utf8_lossy(reply.get_ref()).into_owned();
                 println!(
                     "  -> OK {text:?} after {} in {took:.1?}",
-                    plural(info.attempts)
+                    plural(info.attempts())
                 );
             }
             Err(status) => println!(
                 "  -> {:?} \"{}\" after {} in {took:.1?}",
                 status.code(),
                 status.message(),
-                plural(info.attempts)
+                plural(info.attempts())
             ),
         }
         report(&info, result.as_ref().err().map(Status::code));
@@ -292,8 +292,8 @@ async fn main() -> Result<(), BoxError> {
             seen.len(),
             previous.join(", ")
         );
-        attempts += info.attempts;
-        waited += info.total_wait;
+        attempts += info.attempts();
+        waited += info.total_wait();
         println!();
     }
     println!(
@@ -319,8 +319,8 @@ fn plural(attempts: u32) -> String {
 
 /// Every retry with its wait, and why the layer stopped; `failed` is the failed call's code.
 fn report(info: &RetryInfo, failed: Option<Code>) {
-    for (i, retry) in info.retries.iter().enumerate() {
-        let source = match (retry.transparent, retry.hint) {
+    for (i, retry) in info.retries().iter().enumerate() {
+        let source = match (retry.is_transparent(), retry.hint) {
             (true, _) => "transparent: the stream never reached the server",
             (false, Some(HintSource::Header("grpc-retry-pushback-ms"))) => {
                 "the server's pushback, exactly"
@@ -335,13 +335,13 @@ fn report(info: &RetryInfo, failed: Option<Code>) {
             retry.wait
         );
     }
-    let verdict = match (info.retries.len(), failed) {
+    let verdict = match (info.retries().len(), failed) {
         (_, None) => "done".to_string(),
         // The layer sent the time left as `grpc-timeout`; the channel enforces it too, and
         // whichever timer fires first ends the call.
         (_, Some(Code::DeadlineExceeded)) => "out of time: the deadline passed".to_string(),
-        (0, Some(_)) => format!("not retried: {}", info.stop),
-        (_, Some(_)) => format!("gave up: {}", info.stop),
+        (0, Some(_)) => format!("not retried: {}", info.stop()),
+        (_, Some(_)) => format!("gave up: {}", info.stop()),
     };
     println!("     {verdict}");
 }

@@ -159,7 +159,7 @@ async fn main() -> Result<(), BoxError> {
             .cloned()
             .unwrap_or_default();
         println!("{line:<28} {route}");
-        let key = if info.idempotency_key.is_some() {
+        let key = if info.idempotency_key().is_some() {
             "with a key"
         } else {
             "no key"
@@ -167,8 +167,8 @@ async fn main() -> Result<(), BoxError> {
         println!(
             "    -> {} after {} attempt(s), {key}, stop: {}",
             response.status(),
-            info.attempts,
-            info.stop
+            info.attempts(),
+            info.stop()
         );
     }
     println!(

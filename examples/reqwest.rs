@@ -182,9 +182,9 @@ async fn main() -> Result<(), BoxError> {
 }
 
 fn print_record(info: &RetryInfo) {
-    println!("     attempts: {}", info.attempts);
-    for (i, retry) in info.retries.iter().enumerate() {
-        let source = if retry.retry_after {
+    println!("     attempts: {}", info.attempts());
+    for (i, retry) in info.retries().iter().enumerate() {
+        let source = if retry.hint == Some(tower_http_retry::hints::HintSource::RetryAfter) {
             "Retry-After"
         } else {
             "backoff"
@@ -196,7 +196,7 @@ fn print_record(info: &RetryInfo) {
             retry.wait
         );
     }
-    if let Some(key) = &info.idempotency_key {
+    if let Some(key) = &info.idempotency_key() {
         println!(
             "     idempotency key: {}",
             key.to_str().unwrap_or("(not text)")

@@ -15,7 +15,7 @@ use crate::error::{AttemptTimedOut, DeadlineExceeded, ServiceNotReady};
 use crate::gate::{Heard, Refusal, Ticket};
 use crate::hints::Hint;
 use crate::hook::{AttemptContext, AttemptKind};
-use crate::info::{RetryInfo, RetryRecord, StopReason};
+use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
 use crate::policy::RetryPolicy;
 use crate::replay::NotReplayable;
 
@@ -188,7 +188,7 @@ pub(crate) fn decide(
     let policy = &plan.policy;
     let verdict = outcome.verdict;
     // A request the server provably never saw is sent again at once, outside the count.
-    let transparent = transparent(policy.transparent, verdict, &info.retries);
+    let transparent = transparent(policy.transparent, verdict, info.retries());
     // Every gate hears of an outcome once (not again after the body's release), and not of
     // a transparent retry's: the server never saw that attempt.
     let gated = match (transparent, outcome.released) {
@@ -202,9 +202,9 @@ pub(crate) fn decide(
         None => judge(&Judgement {
             verdict,
             may_repeat: outcome.may_repeat,
-            attempts: info.attempts,
+            attempts: info.attempts(),
             max_attempts: policy.max_attempts,
-            previous: &info.retries,
+            previous: info.retries(),
             // The clock is read only for an error under a deadline.
             failed_after_deadline: !outcome.responded
                 && limits.deadline().is_some()
@@ -235,7 +235,7 @@ pub(crate) fn decide(
         Some(course) => course,
         None => start.insert(Course::new(policy)),
     };
-    let n = backoff_number(&info.retries, course.offset);
+    let n = backoff_number(info.retries(), course.offset);
     let backoff = match transparent {
         Some(_) => Duration::ZERO,
         None => course.rng.draw(&policy.backoff, n, course.previous),
@@ -261,7 +261,7 @@ pub(crate) fn decide(
         Ok(record) => record,
         Err(refused) => {
             if refused == StopReason::BudgetExhausted {
-                crate::trace::budget_refused(info.attempts, &reason);
+                crate::trace::budget_refused(info.attempts(), &reason);
             }
             return stop(info, refused);
         }
@@ -269,9 +269,9 @@ pub(crate) fn decide(
     // After an exact hint the backoff starts again from the first retry's; a transparent
     // retry's zero wait is no backoff, so decorrelated jitter goes on from the wait before.
     if hint.is_some_and(|hint| hint.exact) {
-        course.offset = info.retries.len() + 1;
+        course.offset = info.retries().len() + 1;
     }
-    if !record.transparent {
+    if !record.is_transparent() {
         course.previous = record.wait;
     }
     crate::trace::retried(&record);
@@ -283,6 +283,7 @@ pub(crate) fn decide(
 }
 
 /// A success that needed no thought (a 2xx under the default classification): booked.
+#[inline]
 pub(crate) fn succeeded(info: &mut RetryInfo) {
     record_stop(info, StopReason::Final);
 }
@@ -334,16 +335,17 @@ pub(crate) fn ready(
 ) -> Result<AttemptContext, BoxError> {
     if limits.past_deadline(now) {
         record_stop(info, StopReason::Deadline);
-        return Err(limits.deadline_exceeded(info.attempts));
+        return Err(limits.deadline_exceeded(info.attempts()));
     }
-    info.attempts += 1;
-    let kind = match info.retries.last() {
-        Some(record) if record.transparent => AttemptKind::Transparent,
-        _ => AttemptKind::Retry,
+    // Sent: in flight, and dropped if nothing else is booked for it.
+    info.set_outcome(AttemptOutcome::Abandoned);
+    let kind = match info.retries().last() {
+        Some(record) => record.kind,
+        None => AttemptKind::Retry,
     };
     Ok(AttemptContext {
-        number: info.attempts,
-        counted_before: counted_attempts(info.attempts, &info.retries).saturating_sub(1),
+        number: info.attempts(),
+        counted_before: counted_attempts(info.attempts(), info.retries()).saturating_sub(1),
         time_left: limits.time_left(Some(now)),
         kind,
     })
@@ -354,11 +356,11 @@ pub(crate) fn ready(
 pub(crate) fn not_ready(limits: &Limits, now: Instant, info: &mut RetryInfo) -> BoxError {
     if limits.past_deadline(now) {
         record_stop(info, StopReason::Deadline);
-        return limits.deadline_exceeded(info.attempts);
+        return limits.deadline_exceeded(info.attempts());
     }
     record_stop(info, StopReason::ServiceNotReady);
     let timeout = limits.attempt_timeout.unwrap_or_default();
-    Box::new(ServiceNotReady::new(timeout, info.attempts + 1))
+    Box::new(ServiceNotReady::new(timeout, info.attempts() + 1))
 }
 
 /// The retry's service failed to get ready: its error is returned as is, the deadline's
@@ -403,7 +405,7 @@ pub(crate) fn transparent(
     verdict: Classification,
     previous: &[RetryRecord],
 ) -> Option<RetryReason> {
-    if !enabled || previous.iter().any(|record| record.transparent) {
+    if !enabled || previous.iter().any(RetryRecord::is_transparent) {
         return None;
     }
     match verdict {
@@ -421,7 +423,10 @@ pub(crate) fn transparent(
 /// The attempts that count against `max_attempts`: all of them but the transparent
 /// retries among `previous`.
 pub(crate) fn counted_attempts(attempts: u32, previous: &[RetryRecord]) -> u32 {
-    let transparent = previous.iter().filter(|record| record.transparent).count();
+    let transparent = previous
+        .iter()
+        .filter(|record| record.is_transparent())
+        .count();
     attempts.saturating_sub(u32::try_from(transparent).unwrap_or(u32::MAX))
 }
 
@@ -429,7 +434,10 @@ pub(crate) fn counted_attempts(attempts: u32, previous: &[RetryRecord]) -> u32 {
 /// first `offset` ones (those up to the last exact hint), transparent ones not counted.
 pub(crate) fn backoff_number(previous: &[RetryRecord], offset: usize) -> u32 {
     let since = previous.get(offset..).unwrap_or_default();
-    let counted = since.iter().filter(|record| !record.transparent).count();
+    let counted = since
+        .iter()
+        .filter(|record| !record.is_transparent())
+        .count();
     u32::try_from(counted + 1).unwrap_or(u32::MAX)
 }
 
@@ -518,27 +526,42 @@ pub(crate) fn schedule_retry(
         Err(Refusal::Budget) => return Err(StopReason::BudgetExhausted),
         Err(Refusal::Throttle) => return Err(StopReason::Throttled),
     }
-    let source = hint.filter(|_| from_hint).map(|hint| hint.source);
     Ok(RetryRecord {
+        kind: match s.transparent {
+            true => AttemptKind::Transparent,
+            false => AttemptKind::Retry,
+        },
         reason: s.reason,
         wait,
-        retry_after: source == Some(crate::hints::HintSource::RetryAfter),
-        hint: source,
-        transparent: s.transparent,
+        hint: hint.filter(|_| from_hint).map(|hint| hint.source),
+        outcome: AttemptOutcome::NotSent,
     })
 }
 
-/// Books a retry that goes ahead.
+/// Books a retry that goes ahead (not sent yet).
+#[inline]
 pub(crate) fn record_retry(info: &mut RetryInfo, record: RetryRecord) {
-    info.total_wait = info.total_wait.saturating_add(record.wait);
-    info.retries.push(record);
+    info.push_retry(record);
 }
 
 /// Books why retrying stopped.
+#[inline]
 pub(crate) fn record_stop(info: &mut RetryInfo, stop: StopReason) {
-    info.stop = stop;
-    if stop == StopReason::BudgetExhausted {
-        info.budget_exhausted = true;
+    info.set_stop(stop);
+}
+
+/// Books what the attempt now ending got.
+#[inline]
+pub(crate) fn attempt_ended(info: &mut RetryInfo, outcome: AttemptOutcome) {
+    info.set_outcome(outcome);
+}
+
+/// Books whose outcome the caller gets: the last attempt's, unless the layer's own limit
+/// ended the request (`layers_own`).
+#[inline]
+pub(crate) fn returning(info: &mut RetryInfo, layers_own: bool) {
+    if !layers_own {
+        info.set_returned_last();
     }
 }
 

@@ -39,8 +39,8 @@ use crate::info::RetryInfo;
 ///     .await
 ///     .unwrap_err();
 /// let error = error.downcast::<RetryError>().unwrap();
-/// assert_eq!(error.info().attempts, 3);
-/// assert_eq!(error.info().stop, StopReason::MaxAttempts);
+/// assert_eq!(error.info().attempts(), 3);
+/// assert_eq!(error.info().stop(), StopReason::MaxAttempts);
 /// let io = error.into_source().downcast::<std::io::Error>().unwrap();
 /// assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
 /// # }
@@ -99,7 +99,9 @@ impl fmt::Display for RetryError {
         write!(
             f,
             "{} (after {} attempt(s); {})",
-            self.source, self.info.attempts, self.info.stop
+            self.source,
+            self.info.attempts(),
+            self.info.stop()
         )
     }
 }
@@ -136,7 +138,7 @@ impl std::error::Error for RetryError {
 /// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
 /// let error = client.oneshot(request).await.unwrap_err();
 /// let error = error.downcast_ref::<RetryError>().expect("the layer's error");
-/// assert_eq!(error.info().stop, StopReason::Deadline);
+/// assert_eq!(error.info().stop(), StopReason::Deadline);
 /// let deadline = error.get_ref().downcast_ref::<DeadlineExceeded>().expect("the deadline passed");
 /// assert_eq!(deadline.deadline(), Duration::from_secs(2));
 /// assert_eq!(deadline.attempts(), 1);
@@ -285,9 +287,9 @@ impl std::error::Error for AttemptTimedOut {}
 /// let error = client.oneshot(request).await.unwrap_err();
 /// let error = error.downcast_ref::<RetryError>().unwrap();
 /// assert!(error.get_ref().is::<ServiceNotReady>());
-/// assert_eq!(error.info().stop, StopReason::ServiceNotReady);
-/// assert_eq!(error.info().attempts, 1);
-/// assert_eq!(error.info().retries.len(), 1); // the retry the 503 asked for
+/// assert_eq!(error.info().stop(), StopReason::ServiceNotReady);
+/// assert_eq!(error.info().attempts(), 1);
+/// assert_eq!(error.info().retries().len(), 1); // the retry the 503 asked for
 /// # }
 /// ```
 #[derive(Debug, Clone)]

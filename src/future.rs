@@ -37,10 +37,10 @@ use tower_service::Service;
 use crate::classify::Outcome as Seen;
 use crate::config::Plan;
 use crate::decision::{self, Answer, Course, Expired, Facts, Limits, Outcome, RELEASE_GRACE};
-use crate::error::RetryError;
+use crate::error::{DeadlineExceeded, RetryError, ServiceNotReady};
 use crate::head::Head;
 use crate::hints::Hint;
-use crate::info::{Attempt, RetryInfo};
+use crate::info::{Attempt, AttemptOutcome, RetryInfo};
 use crate::replay::{NotReplayable, Replay, ReplayBody};
 use crate::trace::Trace;
 
@@ -248,7 +248,7 @@ fn poll_state<F, S, B, RB, E>(
     state: Pin<&mut State<F, S, B, Response<RB>>>,
     mut timer: Pin<&mut Option<Sleep>>,
     limits: &Limits,
-    info: &RetryInfo,
+    info: &mut RetryInfo,
     cx: &mut Context<'_>,
 ) -> Poll<Step<Response<RB>>>
 where
@@ -257,20 +257,22 @@ where
     S: Service<Request<ReplayBody<B>>, Future = F, Response = Response<RB>, Error = E>,
 {
     let step = match state.project() {
-        StateProj::Once { future } => match ready!(poll_attempt(future, timer, limits, info, cx)) {
-            Attempted::Outcome(result) | Attempted::Deadline(result) => Step::Once(result),
+        StateProj::Once { future } => match ready!(poll_booked(future, timer, limits, info, cx)) {
+            Attempted::Outcome(result)
+            | Attempted::TimedOut(result)
+            | Attempted::Deadline(result) => Step::Once(result),
         },
         StateProj::Attempt { future, retry, .. } => {
-            match ready!(poll_attempt(future, timer, limits, info, cx)) {
+            match ready!(poll_booked(future, timer, limits, info, cx)) {
                 Attempted::Outcome(result) if retry.plan.plain_success(&result) => {
                     Step::Success(result)
                 }
-                Attempted::Outcome(result) => Step::Outcome(result),
+                Attempted::Outcome(result) | Attempted::TimedOut(result) => Step::Outcome(result),
                 Attempted::Deadline(result) => Step::Deadline(result),
             }
         }
         StateProj::Releasing { held, retry, .. } => {
-            let attempt = info.attempts as usize - 1;
+            let attempt = info.attempts() as usize - 1;
             match retry.replay.poll_released(cx, attempt, held.is_ok()) {
                 Poll::Ready(_) => Step::Released(true),
                 Poll::Pending if fired(timer, cx) => Step::Released(false),
@@ -295,10 +297,41 @@ where
 
 /// How an attempt ended.
 enum Attempted<R> {
-    /// With the inner service's response or error, or its attempt timeout.
+    /// With the inner service's response or error.
     Outcome(Result<R, BoxError>),
+    /// With its attempt timeout: an outcome like any other.
+    TimedOut(Result<R, BoxError>),
     /// With the request's deadline.
     Deadline(Result<R, BoxError>),
+}
+
+impl<RB> Attempted<Response<RB>> {
+    /// What the attempt got, for the record.
+    fn outcome(&self) -> AttemptOutcome {
+        match self {
+            Attempted::Outcome(Ok(response)) => AttemptOutcome::Response(response.status()),
+            Attempted::Outcome(Err(_)) => AttemptOutcome::Error,
+            Attempted::TimedOut(_) => AttemptOutcome::TimedOut,
+            Attempted::Deadline(_) => AttemptOutcome::Abandoned,
+        }
+    }
+}
+
+/// Polls an attempt, and books what it got.
+fn poll_booked<F, RB, E>(
+    future: Pin<&mut F>,
+    timer: Pin<&mut Option<Sleep>>,
+    limits: &Limits,
+    info: &mut RetryInfo,
+    cx: &mut Context<'_>,
+) -> Poll<Attempted<Response<RB>>>
+where
+    F: Future<Output = Result<Response<RB>, E>>,
+    E: Into<BoxError>,
+{
+    let attempted = ready!(poll_attempt(future, timer, limits, info, cx));
+    decision::attempt_ended(info, attempted.outcome());
+    Poll::Ready(attempted)
 }
 
 /// Polls an attempt, bounded by `timer`.
@@ -316,9 +349,9 @@ where
     match future.poll(cx) {
         Poll::Ready(result) => Poll::Ready(Attempted::Outcome(result.map_err(Into::into))),
         Poll::Pending if fired(timer, cx) => {
-            match decision::attempt_expired(limits, Instant::now(), info.attempts) {
+            match decision::attempt_expired(limits, Instant::now(), info.attempts()) {
                 Expired::Deadline(error) => Poll::Ready(Attempted::Deadline(Err(error))),
-                Expired::Attempt(error) => Poll::Ready(Attempted::Outcome(Err(error))),
+                Expired::Attempt(error) => Poll::Ready(Attempted::TimedOut(Err(error))),
             }
         }
         Poll::Pending => Poll::Pending,
@@ -409,14 +442,14 @@ where
             verdict: plan.policy.classify(&retry.head, seen),
             responded: result.is_ok(),
             may_repeat: retry.head.method().is_idempotent()
-                || self.info.idempotency_key.is_some()
+                || self.info.idempotency_key().is_some()
                 || plan.policy.assume_idempotent,
             released,
         };
         let mut facts = Lookup {
             result: &result,
             replay: &retry.replay,
-            attempt: self.info.attempts as usize - 1,
+            attempt: self.info.attempts() as usize - 1,
             now: None,
         };
         let course = later.as_deref_mut().map(|later| &mut later.course);
@@ -433,9 +466,9 @@ where
                 None
             }
             Answer::Retry { wait, start } => {
-                if let Some(record) = self.info.retries.last() {
+                if let Some(record) = self.info.retries().last() {
                     let error = result.as_ref().err().map(|e| &**e);
-                    self.trace.retry(self.info.attempts, record, error);
+                    self.trace.retry(self.info.attempts(), record, error);
                 }
                 // The outcome is dropped before the wait: holding a response across it
                 // would keep its connection busy.
@@ -539,6 +572,11 @@ fn finish<RB>(
     trace: &Trace,
     result: Result<Response<RB>, BoxError>,
 ) -> Result<Response<RB>, BoxError> {
+    let layers_own = match &result {
+        Ok(_) => false,
+        Err(error) => error.is::<DeadlineExceeded>() || error.is::<ServiceNotReady>(),
+    };
+    decision::returning(info, layers_own);
     let info = std::mem::take(info);
     match result {
         Ok(mut response) => {
@@ -547,7 +585,7 @@ fn finish<RB>(
             Ok(response)
         }
         Err(error) => {
-            if error.is::<crate::DeadlineExceeded>() {
+            if error.is::<DeadlineExceeded>() {
                 trace.deadline(&*error);
             }
             trace.finish(&info, Some(&*error));

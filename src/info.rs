@@ -3,12 +3,16 @@
 use std::fmt;
 use std::time::Duration;
 
-use http::HeaderValue;
+use http::{HeaderValue, StatusCode};
 
 use crate::classify::RetryReason;
+use crate::hints::HintSource;
+use crate::hook::AttemptKind;
 
 /// The story of one logical request, in the extensions of the response returned to the
-/// caller, whether it succeeded, failed for good, or ran out of retries.
+/// caller (or in the [`RetryError`](crate::RetryError)), whether it succeeded, failed for
+/// good, or ran out of retries: every attempt, what it got, why each retry was sent and how
+/// long the layer waited before it, and why it stopped.
 ///
 /// ```
 /// # use tower_http_retry::RetryInfo;
@@ -18,48 +22,162 @@ use crate::classify::RetryReason;
 /// #     r
 /// # };
 /// let info = response.extensions().get::<RetryInfo>().unwrap();
-/// println!("{} attempt(s), waited {:?}, stopped: {}", info.attempts, info.total_wait, info.stop);
+/// println!("{} attempt(s), waited {:?}, stopped: {}", info.attempts(), info.total_wait(), info.stop());
+/// for retry in info.retries() {
+///     println!("  after {} waited {:?}, got {:?}", retry.reason, retry.wait, retry.outcome);
+/// }
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct RetryInfo {
-    /// Attempts made, the first one included: every time the request was sent, a
-    /// transparent retry ([`RetryRecord::transparent`]) included. The attempts that count
-    /// against `max_attempts` are these less the transparent retries.
-    pub attempts: u32,
-    /// Total time slept between attempts.
-    pub total_wait: Duration,
-    /// Every retry, in order: why it happened and how long it waited first.
-    pub retries: Vec<RetryRecord>,
-    /// Why the layer stopped and returned this response.
-    pub stop: StopReason,
-    /// True when the retry budget refused a retry.
-    pub budget_exhausted: bool,
-    /// The idempotency key every attempt carried, if the request had one.
-    pub idempotency_key: Option<HeaderValue>,
+    /// What the first attempt got.
+    first: AttemptOutcome,
+    /// Every retry decided, in order; only the last may not have been sent.
+    retries: Vec<RetryRecord>,
+    /// The attempt whose outcome the caller got (1 for the first).
+    returned: Option<u32>,
+    stop: StopReason,
+    idempotency_key: Option<HeaderValue>,
 }
 
-/// One retry: why, and how long the layer waited before it.
+impl RetryInfo {
+    /// Attempts sent, the first one included, a transparent retry included. The attempts
+    /// that count against `max_attempts` are these less the transparent retries.
+    pub fn attempts(&self) -> u32 {
+        let unsent = self
+            .retries
+            .last()
+            .is_some_and(|retry| retry.outcome == AttemptOutcome::NotSent);
+        let sent = self.retries.len() - usize::from(unsent);
+        u32::try_from(sent).map_or(u32::MAX, |sent| sent.saturating_add(1))
+    }
+
+    /// What the first attempt got.
+    pub fn first(&self) -> AttemptOutcome {
+        self.first
+    }
+
+    /// Every retry the layer decided on, in order: why, how long it waited first, what it
+    /// got. The last one may not have been sent ([`AttemptOutcome::NotSent`]: its service
+    /// was not ready in time).
+    pub fn retries(&self) -> &[RetryRecord] {
+        &self.retries
+    }
+
+    /// What every attempt sent got, in order, the first included.
+    pub fn outcomes(&self) -> impl Iterator<Item = AttemptOutcome> + '_ {
+        std::iter::once(self.first).chain(
+            self.retries
+                .iter()
+                .map(|retry| retry.outcome)
+                .filter(|outcome| *outcome != AttemptOutcome::NotSent),
+        )
+    }
+
+    /// The attempt (1 for the first) whose outcome the caller got: the response, or the
+    /// attempt's error or timeout. `None` when the layer's own limit ended the request
+    /// ([`DeadlineExceeded`](crate::DeadlineExceeded),
+    /// [`ServiceNotReady`](crate::ServiceNotReady)).
+    pub fn returned(&self) -> Option<u32> {
+        self.returned
+    }
+
+    /// The time the layer waited between attempts, in all: the sum of the retries' waits.
+    pub fn total_wait(&self) -> Duration {
+        self.retries.iter().fold(Duration::ZERO, |total, retry| {
+            total.saturating_add(retry.wait)
+        })
+    }
+
+    /// Why the layer stopped and returned what it returned.
+    pub fn stop(&self) -> StopReason {
+        self.stop
+    }
+
+    /// The idempotency key every attempt carried, if the request had one.
+    pub fn idempotency_key(&self) -> Option<&HeaderValue> {
+        self.idempotency_key.as_ref()
+    }
+
+    #[inline]
+    pub(crate) fn set_stop(&mut self, stop: StopReason) {
+        self.stop = stop;
+    }
+
+    #[inline]
+    pub(crate) fn set_idempotency_key(&mut self, key: Option<HeaderValue>) {
+        self.idempotency_key = key;
+    }
+
+    #[inline]
+    pub(crate) fn push_retry(&mut self, retry: RetryRecord) {
+        self.retries.push(retry);
+    }
+
+    /// Books what the attempt now ending got: the first, or the last retry.
+    #[inline]
+    pub(crate) fn set_outcome(&mut self, outcome: AttemptOutcome) {
+        match self.retries.last_mut() {
+            Some(retry) => retry.outcome = outcome,
+            None => self.first = outcome,
+        }
+    }
+
+    /// Books that the caller gets the outcome of the attempt that ended last (the last one
+    /// sent: an unsent retry ends the request with the layer's own error instead).
+    #[inline]
+    pub(crate) fn set_returned_last(&mut self) {
+        let last = u32::try_from(self.retries.len()).map_or(u32::MAX, |n| n.saturating_add(1));
+        self.returned = Some(last);
+    }
+}
+
+/// What one attempt got.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AttemptOutcome {
+    /// A response with this status.
+    Response(StatusCode),
+    /// An error from the inner service.
+    Error,
+    /// Nothing within the attempt timeout: the layer dropped it
+    /// ([`AttemptTimedOut`](crate::AttemptTimedOut)).
+    TimedOut,
+    /// Still in flight when the request's deadline passed: the layer dropped it.
+    Abandoned,
+    /// Never sent: a retry the layer decided on and waited for, whose service was not
+    /// ready in time (or the deadline passed first).
+    #[default]
+    NotSent,
+}
+
+/// One retry: what kind, why, how long the layer waited before it, and what it got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryRecord {
-    /// The classification of the attempt that failed.
+    /// A retry after an outcome worth retrying, or a transparent retry
+    /// ([`RetryPolicy::transparent_retry`](crate::RetryPolicy::transparent_retry), which
+    /// gRPC policies have): the attempt before it failed in a way that proves the server
+    /// never saw it (`reason` is [`RetryReason::Connect`] or [`RetryReason::RefusedStream`]),
+    /// so it was sent again at once (`wait` is zero), once per logical request, without
+    /// counting against `max_attempts` or for the retry throttle.
+    pub kind: AttemptKind,
+    /// Why: the classification of the attempt before it.
     pub reason: RetryReason,
     /// The wait before the retry.
     pub wait: Duration,
-    /// Whether the wait was set by the server's `Retry-After`, as opposed to the backoff.
-    pub retry_after: bool,
     /// Which hint set the wait (`Retry-After`, a RateLimit field, `X-RateLimit-Reset`, the
-    /// classifier's own), or `None` when the backoff did (no hint, or one shorter than the
-    /// backoff).
-    pub hint: Option<crate::hints::HintSource>,
-    /// A transparent retry ([`RetryPolicy::transparent_retry`](crate::RetryPolicy::transparent_retry),
-    /// which gRPC policies have): the attempt before it failed in a way that proves the
-    /// server never saw it (`reason` is [`RetryReason::Connect`] or
-    /// [`RetryReason::RefusedStream`]), so it was sent again at once (`wait` is zero), once
-    /// per logical request, without counting against `max_attempts` or for the retry
-    /// throttle.
-    pub transparent: bool,
+    /// classifier's own, a protocol's header), or `None` when the backoff did (no hint, or
+    /// one shorter than the backoff).
+    pub hint: Option<HintSource>,
+    /// What it got ([`AttemptOutcome::NotSent`] when it was never sent).
+    pub outcome: AttemptOutcome,
+}
+
+impl RetryRecord {
+    /// A transparent retry ([`AttemptKind::Transparent`]).
+    pub fn is_transparent(&self) -> bool {
+        self.kind == AttemptKind::Transparent
+    }
 }
 
 /// Why the layer stopped retrying and returned what it returned.
@@ -95,9 +213,9 @@ pub struct RetryRecord {
 ///         .unwrap();
 ///     let response = client.clone().oneshot(request).await.unwrap();
 ///     let info = response.extensions().get::<RetryInfo>().unwrap();
-///     assert_eq!(info.stop, expected);
+///     assert_eq!(info.stop(), expected);
 ///     // A stable label for logs and metrics.
-///     println!("{} after {} attempt(s)", info.stop.as_str(), info.attempts);
+///     println!("{} after {} attempt(s)", info.stop().as_str(), info.attempts());
 /// }
 /// # }
 /// ```

@@ -231,7 +231,7 @@ impl<S: Clone> Retry<S> {
     /// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
     /// let response = client.oneshot(request).await.unwrap();
     /// assert_eq!(response.status(), StatusCode::OK);
-    /// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts, 2);
+    /// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts(), 2);
     /// # }
     /// ```
     pub fn new(inner: S) -> Self {

@@ -68,7 +68,7 @@
 //! let response = client.oneshot(request).await?;
 //! assert_eq!(response.status(), StatusCode::OK);
 //! let info = response.extensions().get::<RetryInfo>().unwrap();
-//! assert_eq!(info.attempts, 3); // two 503s, then 200
+//! assert_eq!(info.attempts(), 3); // two 503s, then 200
 //! # Ok(())
 //! # }
 //! ```

@@ -199,7 +199,7 @@ impl RetryPolicy {
     /// let request = Request::get("http://127.0.0.1:3000/cart").body(Full::new(Bytes::new())).unwrap();
     /// let response = client.oneshot(request).await.unwrap();
     /// assert_eq!(response.status(), StatusCode::OK);
-    /// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts, 2); // 409, then 200
+    /// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts(), 2); // 409, then 200
     /// # }
     /// ```
     ///
@@ -371,11 +371,11 @@ impl RetryPolicy {
     ///     .body(Full::new(Bytes::from_static(b"amount=100")))
     ///     .unwrap();
     /// let response = client.oneshot(request).await.unwrap();
-    /// let key = &response.extensions().get::<RetryInfo>().unwrap().idempotency_key;
+    /// let key = response.extensions().get::<RetryInfo>().unwrap().idempotency_key();
     /// // 36 characters: a UUID v4 without the quotes of the default.
-    /// assert_eq!(key.as_ref().map(|key| key.len()), Some(36));
+    /// assert_eq!(key.map(|key| key.len()), Some(36));
     /// # let sent = response.extensions().get::<http::HeaderMap>().unwrap();
-    /// # assert_eq!(sent.get("idempotency-key"), key.as_ref());
+    /// # assert_eq!(sent.get("idempotency-key"), key);
     /// # }
     /// ```
     pub fn idempotency_key(mut self, key: IdempotencyKey) -> Self {
@@ -416,9 +416,9 @@ impl RetryPolicy {
     ///     .unwrap();
     /// let response = client.oneshot(request).await.unwrap();
     /// let info = response.extensions().get::<RetryInfo>().unwrap();
-    /// assert_eq!(info.idempotency_key, None);
-    /// assert_eq!(info.attempts, 1); // the 503 is returned: the POST may have been applied
-    /// assert_eq!(info.stop, StopReason::NotIdempotent);
+    /// assert_eq!(info.idempotency_key(), None);
+    /// assert_eq!(info.attempts(), 1); // the 503 is returned: the POST may have been applied
+    /// assert_eq!(info.stop(), StopReason::NotIdempotent);
     /// # }
     /// ```
     pub fn no_idempotency_key(mut self) -> Self {

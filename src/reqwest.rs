@@ -128,7 +128,7 @@ pub use self::middleware::RetryMiddleware;
 ///     .body(Full::new(Bytes::new()))?;
 /// let response = service.oneshot(request).await?;
 /// assert_eq!(response.status(), 200);
-/// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts, 2); // 503, then 200
+/// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts(), 2); // 503, then 200
 ///
 /// // Back to a `reqwest::Response`, for reqwest's own helpers.
 /// let response = reqwest::Response::from(response);

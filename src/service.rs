@@ -49,7 +49,7 @@ use crate::trace::Trace;
 /// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
 /// let error = Retry::new(inner).oneshot(request).await.unwrap_err();
 /// let error = error.downcast::<RetryError>().expect("every error carries the record");
-/// assert_eq!(error.info().attempts, 1);
+/// assert_eq!(error.info().attempts(), 1);
 /// let error = error.into_source();
 /// if let Some(io) = error.downcast_ref::<io::Error>() {
 ///     // The inner service's error, passed through (not retried: not a connection failure).
@@ -137,10 +137,7 @@ where
         };
         let limits = Limits::start(policy, bound);
         let trace = Trace::new(&request);
-        let mut info = RetryInfo {
-            attempts: 1,
-            ..RetryInfo::default()
-        };
+        let mut info = RetryInfo::default();
 
         // Every logical request is the client's traffic, retried or not.
         plan.gates.on_request();
@@ -166,10 +163,12 @@ where
             _ => None,
         };
         if policy.is_never() || request.method() == Method::CONNECT {
-            info.stop = StopReason::Disabled;
-            info.idempotency_key = stamped
-                .flatten()
-                .or_else(|| field(request.headers(), &plan.key_header).cloned());
+            info.set_stop(StopReason::Disabled);
+            info.set_idempotency_key(
+                stamped
+                    .flatten()
+                    .or_else(|| field(request.headers(), &plan.key_header).cloned()),
+            );
             first_attempt(&plan.hooks, &limits, request.headers_mut());
             let future = self.inner.call(request.map(ReplayBody::passthrough));
             return ResponseFuture::once(future, limits, info, trace);
@@ -187,7 +186,7 @@ where
         // Retries start from the caller's head (with its key): the hooks write on each
         // attempt's own copy.
         let head = Head::copy(&parts, policy.classifier_needs_request());
-        info.idempotency_key = stamped.unwrap_or_else(|| head.get(&plan.key_header).cloned());
+        info.set_idempotency_key(stamped.unwrap_or_else(|| head.get(&plan.key_header).cloned()));
         first_attempt(&plan.hooks, &limits, &mut parts.headers);
         // The service that `poll_ready` readied takes the first attempt; retries clone
         // from the prototype, and only if they happen.

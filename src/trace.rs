@@ -38,9 +38,8 @@ mod imp {
                 resend_count = attempt,
                 reason = %record.reason,
                 wait_ms = record.wait.as_secs_f64() * 1e3,
-                retry_after = record.retry_after,
                 hint = record.hint.map(|source| source.as_str()),
-                transparent = record.transparent,
+                transparent = record.is_transparent(),
                 error = error.map(tracing::field::display),
                 "retrying",
             );
@@ -52,9 +51,9 @@ mod imp {
             error: Option<&(dyn StdError + Send + Sync)>,
         ) {
             tracing::debug!(
-                attempts = info.attempts,
-                stop = %info.stop,
-                total_wait_ms = info.total_wait.as_secs_f64() * 1e3,
+                attempts = info.attempts(),
+                stop = %info.stop(),
+                total_wait_ms = info.total_wait().as_secs_f64() * 1e3,
                 error = error.map(tracing::field::display),
                 "done",
             );

@@ -225,7 +225,7 @@ fn the_request_and_the_services_behave_as_assumed() {
     let mut ours = RetryLayer::new().layer(drain_all);
     let response = ours.call(get(0)).now_or_never().unwrap().unwrap();
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.attempts, 1);
+    assert_eq!(info.attempts(), 1);
     assert!(response.extensions().get::<ConnInfo>().is_some());
     // Draining reads the whole 1 KiB.
     let replay = ReplayBody::new(Full::new(Bytes::from(vec![1u8; 1024])), 64 * 1024);
@@ -386,7 +386,7 @@ fn post_with_a_key_is_counted_too() {
     let mut svc = RetryLayer::new().layer(NOOP);
     let response = svc.call(post(0)).now_or_never().unwrap().unwrap();
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert!(info.idempotency_key.is_some(), "{info:?}");
+    assert!(info.idempotency_key().is_some(), "{info:?}");
     assert!(
         ours > bare && tower > bare,
         "bare {bare}, tower {tower}, ours {ours}"
@@ -454,7 +454,7 @@ fn replaying_a_64_kib_body_allocates_no_buffer_of_its_size() {
     println!("64 KiB replay: {seen:?}");
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(
-        response.extensions().get::<RetryInfo>().unwrap().attempts,
+        response.extensions().get::<RetryInfo>().unwrap().attempts(),
         2
     );
     assert_eq!(calls.load(Ordering::SeqCst), 2);

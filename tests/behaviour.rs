@@ -44,12 +44,12 @@ async fn retryable_statuses_are_retried_up_to_max_attempts() {
             "last {code} is returned as is"
         );
         let info = info(&response);
-        assert_eq!(info.attempts, 3, "{code}");
+        assert_eq!(info.attempts(), 3, "{code}");
         assert_eq!(mock.calls(), 3, "{code}");
-        assert_eq!(info.stop, StopReason::MaxAttempts);
+        assert_eq!(info.stop(), StopReason::MaxAttempts);
         let status = StatusCode::from_u16(code).unwrap();
         assert!(
-            info.retries
+            info.retries()
                 .iter()
                 .all(|r| r.reason == RetryReason::Status(status))
         );
@@ -66,7 +66,7 @@ async fn a_500_is_retried_at_most_once() {
         .unwrap();
     assert_eq!(response.status(), 500);
     assert_eq!(mock.calls(), 2);
-    assert_eq!(info(&response).stop, StopReason::Final);
+    assert_eq!(info(&response).stop(), StopReason::Final);
 
     // A 500 after another retryable failure still gets its one retry.
     let mock = Mock::statuses(&[503, 500, 200]);
@@ -93,7 +93,7 @@ async fn final_statuses_are_returned_as_is_after_one_attempt() {
         assert_eq!(response.status().as_u16(), code);
         assert_eq!(mock.calls(), 1, "{code}");
         let info = info(&response);
-        assert_eq!((info.attempts, info.stop), (1, StopReason::Final));
+        assert_eq!((info.attempts(), info.stop()), (1, StopReason::Final));
     }
 }
 
@@ -160,9 +160,9 @@ async fn retryable_errors_are_retried() {
             .unwrap();
         assert_eq!(response.status(), 200, "{reason:?}");
         let info = info(&response);
-        assert_eq!(info.attempts, 3, "{reason:?}");
+        assert_eq!(info.attempts(), 3, "{reason:?}");
         assert_eq!(
-            info.retries.iter().map(|r| r.reason).collect::<Vec<_>>(),
+            info.retries().iter().map(|r| r.reason).collect::<Vec<_>>(),
             [reason, reason]
         );
     }
@@ -245,7 +245,7 @@ async fn max_attempts_counts_the_first_try() {
             .await
             .unwrap();
         assert_eq!(mock.calls(), max as usize);
-        assert_eq!(info(&response).attempts, max);
+        assert_eq!(info(&response).attempts(), max);
     }
 }
 
@@ -264,9 +264,9 @@ async fn waits_follow_the_backoff_exactly() {
     assert_eq!(gaps, [200 * MS, 400 * MS, 800 * MS]);
     assert_eq!(start.elapsed(), 1400 * MS);
     let info = info(&response);
-    assert_eq!(info.total_wait, 1400 * MS);
+    assert_eq!(info.total_wait(), 1400 * MS);
     assert_eq!(
-        info.retries.iter().map(|r| r.wait).collect::<Vec<_>>(),
+        info.retries().iter().map(|r| r.wait).collect::<Vec<_>>(),
         gaps
     );
 }
@@ -278,7 +278,7 @@ async fn full_jitter_waits_stay_under_the_ceiling_and_differ_between_requests() 
     for _ in 0..2 {
         let mock = Mock::statuses(&[503, 503, 503]);
         let response = layer.layer(mock).oneshot(get("http://h/")).await.unwrap();
-        let waits: Vec<_> = info(&response).retries.iter().map(|r| r.wait).collect();
+        let waits: Vec<_> = info(&response).retries().iter().map(|r| r.wait).collect();
         for (n, wait) in waits.iter().enumerate() {
             assert!(*wait <= 100 * MS * 2u32.pow(n as u32 + 1), "{waits:?}");
         }
@@ -318,7 +318,7 @@ async fn post_without_a_key_is_not_retried_after_a_503() {
         .unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(mock.calls(), 1);
-    assert_eq!(info(&response).stop, StopReason::NotIdempotent);
+    assert_eq!(info(&response).stop(), StopReason::NotIdempotent);
     assert!(mock.seen()[0].headers.get("idempotency-key").is_none());
 }
 
@@ -377,7 +377,7 @@ async fn post_with_the_callers_key_is_retried_and_the_key_kept() {
         .map(|s| s.headers["idempotency-key"].clone())
         .collect();
     assert_eq!(keys, ["caller-key-1"; 3]);
-    assert_eq!(info(&response).idempotency_key.unwrap(), "caller-key-1");
+    assert_eq!(info(&response).idempotency_key().unwrap(), "caller-key-1");
 }
 
 #[tokio::test(start_paused = true)]
@@ -422,7 +422,7 @@ async fn a_streaming_body_over_the_cap_is_sent_complete_once() {
     assert_eq!(response.status(), 503);
     assert_eq!(mock.calls(), 1);
     assert_eq!(mock.seen()[0].body.as_ref(), &expected[..]);
-    assert_eq!(info(&response).stop, StopReason::BodyNotReplayable);
+    assert_eq!(info(&response).stop(), StopReason::BodyNotReplayable);
 }
 
 #[tokio::test(start_paused = true)]
@@ -450,7 +450,7 @@ async fn a_response_before_the_body_was_sent_is_not_retried() {
     let response = fixed(3).layer(mock.clone()).oneshot(req).await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(mock.calls(), 1);
-    assert_eq!(info(&response).stop, StopReason::BodyNotReplayable);
+    assert_eq!(info(&response).stop(), StopReason::BodyNotReplayable);
 }
 
 /// A transport that reads at most `limits[n]` bytes of attempt `n`'s body, answers 503 and
@@ -532,8 +532,8 @@ async fn an_early_response_to_a_retry_is_not_retried_though_an_earlier_attempt_s
         let info = info(&response);
         let sent = transport.sent.lock().unwrap().clone();
         assert_eq!(sent, [b"abcdef".to_vec(), b"abc".to_vec()], "{declared:?}");
-        assert_eq!(info.attempts, 2, "{declared:?}");
-        assert_eq!(info.stop, StopReason::BodyNotReplayable, "{declared:?}");
+        assert_eq!(info.attempts(), 2, "{declared:?}");
+        assert_eq!(info.stop(), StopReason::BodyNotReplayable, "{declared:?}");
     }
 }
 
@@ -548,7 +548,7 @@ async fn never_and_one_attempt_send_once() {
         .unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(mock.calls(), 1);
-    assert_eq!(info(&response).stop, StopReason::Disabled);
+    assert_eq!(info(&response).stop(), StopReason::Disabled);
 
     // A policy in the request's extensions overrides the layer's.
     let mock = Mock::statuses(&[503, 200]);
@@ -585,7 +585,7 @@ async fn a_custom_classifier_replaces_the_default() {
     assert_eq!(response.status(), 503);
     assert_eq!(mock.calls(), 2);
     assert_eq!(
-        info(&response).retries[0].reason,
+        info(&response).retries()[0].reason,
         RetryReason::Custom("conflict")
     );
 }
@@ -759,7 +759,7 @@ async fn a_key_the_caller_set_on_an_idempotent_request_is_reported() {
         .insert("idempotency-key", "caller-get-key".parse().unwrap());
     let mock = Mock::statuses(&[503]);
     let response = fixed(3).layer(mock.clone()).oneshot(req).await.unwrap();
-    assert_eq!(info(&response).idempotency_key.unwrap(), "caller-get-key");
+    assert_eq!(info(&response).idempotency_key().unwrap(), "caller-get-key");
     assert_eq!(mock.seen()[1].headers["idempotency-key"], "caller-get-key");
 
     let mock = Mock::statuses(&[]);
@@ -768,7 +768,7 @@ async fn a_key_the_caller_set_on_an_idempotent_request_is_reported() {
         .oneshot(get("http://h/report"))
         .await
         .unwrap();
-    assert_eq!(info(&response).idempotency_key, None);
+    assert_eq!(info(&response).idempotency_key(), None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -777,7 +777,7 @@ async fn a_seeded_policy_repeats_its_waits_and_draws_anew_for_each_retry() {
         let layer = RetryLayer::new().policy(RetryPolicy::default().max_attempts(4).rng_seed(42));
         let mock = Mock::statuses(&[503, 503, 503]);
         let response = layer.layer(mock).oneshot(get("http://h/")).await.unwrap();
-        info(&response).retries.iter().map(|r| r.wait).collect()
+        info(&response).retries().iter().map(|r| r.wait).collect()
     }
     let first = waits().await;
     assert_eq!(first.len(), 3);

@@ -543,26 +543,26 @@ async fn chaos(h2: bool) {
         match outcome {
             Outcome::Response { status, info, body } => {
                 tally.responses += 1;
-                *tally.stops.entry(info.stop.as_str()).or_default() += 1;
-                tally.budget_refusals += usize::from(info.budget_exhausted);
+                *tally.stops.entry(info.stop().as_str()).or_default() += 1;
+                tally.budget_refusals += usize::from(info.stop() == StopReason::BudgetExhausted);
                 assert!(
-                    (1..=MAX_ATTEMPTS).contains(&info.attempts),
+                    (1..=MAX_ATTEMPTS).contains(&info.attempts()),
                     "request {id}: {info:?}"
                 );
                 assert_eq!(
-                    info.retries.len() as u32,
-                    info.attempts - 1,
+                    info.retries().len() as u32,
+                    info.attempts() - 1,
                     "request {id}: {info:?}"
                 );
                 assert!(
-                    booked.len() <= info.attempts as usize,
+                    booked.len() <= info.attempts() as usize,
                     "request {id}: the server saw more attempts than RetryInfo counts"
                 );
-                lost_in_transit += info.attempts as usize - booked.len();
-                tally.retries += u64::from(info.attempts - 1);
+                lost_in_transit += info.attempts() as usize - booked.len();
+                tally.retries += u64::from(info.attempts() - 1);
                 let last = booked
                     .iter()
-                    .find(|b| b.attempt == info.attempts)
+                    .find(|b| b.attempt == info.attempts())
                     .unwrap_or_else(|| panic!("request {id}: the answering attempt is unbooked"));
                 assert_eq!(
                     Some(*status),
@@ -571,12 +571,12 @@ async fn chaos(h2: bool) {
                     last.fault
                 );
                 if matches!(*status, 200 | 201) {
-                    assert_eq!(info.stop, StopReason::Final, "request {id}");
+                    assert_eq!(info.stop(), StopReason::Final, "request {id}");
                 } else {
                     // A retryable answer was returned: each reason that applies is a right
                     // one to stop for; the budget is asked only when none does.
                     let mut reasons = Vec::new();
-                    if info.attempts == MAX_ATTEMPTS {
+                    if info.attempts() == MAX_ATTEMPTS {
                         reasons.push(StopReason::MaxAttempts);
                     }
                     if over_cap {
@@ -587,12 +587,16 @@ async fn chaos(h2: bool) {
                     }
                     if reasons.is_empty() {
                         reasons.push(StopReason::BudgetExhausted);
-                        assert!(info.budget_exhausted, "request {id}: {info:?}");
+                        assert_eq!(
+                            info.stop(),
+                            StopReason::BudgetExhausted,
+                            "request {id}: {info:?}"
+                        );
                     }
                     assert!(
-                        reasons.contains(&info.stop),
+                        reasons.contains(&info.stop()),
                         "request {id}: stopped for {:?}, expected one of {reasons:?}: {info:?}",
-                        info.stop
+                        info.stop()
                     );
                 }
                 if method == Method::POST && *status == 201 {

@@ -204,7 +204,7 @@ async fn retry_sent_at_the_deadline() {
     assert_eq!(response.status(), 503);
     assert_eq!(start.elapsed(), Duration::ZERO);
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.stop, tower_http_retry::StopReason::Deadline);
+    assert_eq!(info.stop(), tower_http_retry::StopReason::Deadline);
 }
 
 /// `RetryLayer`'s docs: the layer needs a tokio runtime with time enabled. Without it, a

@@ -37,10 +37,10 @@ async fn two_503s_then_200_takes_three_attempts_on_both_sides() {
     let response = svc.oneshot(req).await.unwrap();
     assert_eq!(response.status(), 200);
     let info = response.extensions().get::<RetryInfo>().unwrap().clone();
-    assert_eq!(info.attempts, 3);
+    assert_eq!(info.attempts(), 3);
     assert_eq!(server.count(), 3);
     assert_eq!(
-        info.retries.iter().map(|r| r.reason).collect::<Vec<_>>(),
+        info.retries().iter().map(|r| r.reason).collect::<Vec<_>>(),
         [RetryReason::Status(http::StatusCode::SERVICE_UNAVAILABLE); 2]
     );
     let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -70,7 +70,7 @@ async fn a_closed_connection_is_retried_for_put_with_the_same_body() {
             .all(|h| h.body == Bytes::from_static(b"version 2"))
     );
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.retries[0].reason, RetryReason::ConnectionClosed);
+    assert_eq!(info.retries()[0].reason, RetryReason::ConnectionClosed);
 }
 
 #[tokio::test]
@@ -124,7 +124,7 @@ async fn a_keyless_post_is_retried_when_the_connection_was_refused() {
     let response = call.await.unwrap().unwrap();
     assert_eq!(response.status(), 201);
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.retries[0].reason, RetryReason::Connect);
+    assert_eq!(info.retries()[0].reason, RetryReason::Connect);
     assert_eq!(server.hits().len(), 1);
     assert_eq!(server.hits()[0].body, Bytes::from_static(b"{\"sku\":1}"));
     assert!(server.hits()[0].headers.get("idempotency-key").is_none());
@@ -145,7 +145,7 @@ async fn a_404_is_returned_after_one_attempt() {
     assert_eq!(response.status(), 404);
     assert_eq!(server.count(), 1);
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!((info.attempts, info.stop), (1, StopReason::Final));
+    assert_eq!((info.attempts(), info.stop()), (1, StopReason::Final));
 }
 
 #[tokio::test]
@@ -193,7 +193,7 @@ async fn a_503_asking_for_an_hour_comes_back_at_once() {
     assert!(start.elapsed() < Duration::from_secs(1));
     assert_eq!(server.count(), 1);
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!((info.attempts, info.stop), (1, StopReason::HintTooLong));
+    assert_eq!((info.attempts(), info.stop()), (1, StopReason::HintTooLong));
 }
 
 #[tokio::test]

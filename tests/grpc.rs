@@ -171,7 +171,7 @@ async fn the_current_layer_with_a_grpc_classifier_retries_unavailable() {
     let reply = unary(client, UNARY, b"again").await.unwrap();
     assert_eq!(&reply.get_ref()[..], b"again");
     // The http response's extensions become the tonic response's.
-    assert_eq!(reply.extensions().get::<RetryInfo>().unwrap().attempts, 3);
+    assert_eq!(reply.extensions().get::<RetryInfo>().unwrap().attempts(), 3);
 
     let seen = server.seen();
     assert_eq!(seen.len(), 3);
@@ -230,7 +230,7 @@ async fn the_layers_deadline_is_deadline_exceeded() {
     let retry = source
         .downcast_ref::<tower_http_retry::RetryError>()
         .expect("the layer's RetryError");
-    assert_eq!(retry.info().stop, tower_http_retry::StopReason::Deadline);
+    assert_eq!(retry.info().stop(), tower_http_retry::StopReason::Deadline);
     assert!(retry.get_ref().is::<tower_http_retry::DeadlineExceeded>());
 
     let status = unary(bare_stack(server.channel().await, policy()), UNARY, b"x")
@@ -299,7 +299,7 @@ async fn response_headers_are_a_failed_calls_only_channel_to_the_caller() {
             let attempts = response
                 .extensions()
                 .get::<RetryInfo>()
-                .map_or(1, |info| info.attempts);
+                .map_or(1, |info| info.attempts());
             grpc::set_previous_rpc_attempts(response.headers_mut(), attempts - 1);
             response
         })

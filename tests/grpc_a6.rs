@@ -37,13 +37,13 @@ async fn unavailable_then_ok_with_a6_headers_and_no_keys() {
         .unwrap();
     assert_eq!(&reply.get_ref()[..], b"hello");
     let info = reply.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.attempts, 3);
+    assert_eq!(info.attempts(), 3);
     assert!(
-        info.retries
+        info.retries()
             .iter()
             .all(|r| r.reason == grpc::reason(Code::Unavailable))
     );
-    assert!(info.idempotency_key.is_none());
+    assert!(info.idempotency_key().is_none());
     let seen = server.seen();
     assert_eq!(seen.len(), 3);
     let previous: Vec<_> = seen
@@ -107,9 +107,9 @@ async fn pushback_is_the_exact_wait_and_a_negative_one_stops() {
     .unwrap();
     assert!(start.elapsed() >= Duration::from_millis(300));
     let info = reply.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.retries[0].wait, Duration::from_millis(300));
+    assert_eq!(info.retries()[0].wait, Duration::from_millis(300));
     assert_eq!(
-        info.retries[0].hint,
+        info.retries()[0].hint,
         Some(HintSource::Header("grpc-retry-pushback-ms"))
     );
 
@@ -131,7 +131,7 @@ async fn pushback_is_the_exact_wait_and_a_negative_one_stops() {
     .unwrap();
     assert!(start.elapsed() < Duration::from_secs(4));
     assert_eq!(
-        reply.extensions().get::<RetryInfo>().unwrap().retries[0].wait,
+        reply.extensions().get::<RetryInfo>().unwrap().retries()[0].wait,
         Duration::from_millis(20)
     );
 
@@ -199,8 +199,8 @@ async fn the_throttle_refused_retry_is_reported() {
         .unwrap();
     let response = tower::ServiceExt::oneshot(client, request).await.unwrap();
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.stop, StopReason::Throttled);
-    assert_eq!(info.attempts, 1, "2 -> 1 token is already at half");
+    assert_eq!(info.stop(), StopReason::Throttled);
+    assert_eq!(info.attempts(), 1, "2 -> 1 token is already at half");
 }
 
 #[tokio::test]
@@ -287,13 +287,13 @@ fn a_refused_stream_is_sent_again_at_once_outside_the_attempt_count() {
             assert_eq!(&reply.get_ref()[..], b"hello");
 
             let info = reply.extensions().get::<RetryInfo>().unwrap();
-            assert_eq!((info.attempts, info.stop), (2, StopReason::Final));
-            assert_eq!(info.retries.len(), 1);
-            let retry = info.retries[0];
-            assert!(retry.transparent);
+            assert_eq!((info.attempts(), info.stop()), (2, StopReason::Final));
+            assert_eq!(info.retries().len(), 1);
+            let retry = info.retries()[0];
+            assert!(retry.is_transparent());
             assert_eq!(retry.reason, RetryReason::RefusedStream);
             assert_eq!(retry.wait, Duration::ZERO);
-            assert_eq!(info.total_wait, Duration::ZERO);
+            assert_eq!(info.total_wait(), Duration::ZERO);
 
             assert_eq!(server.log.seen(), 2);
             let applied = server.log.applied();
@@ -321,9 +321,9 @@ fn a_second_refusal_is_judged_by_the_normal_rules() {
             assert_eq!(status.code(), Code::Unavailable, "{status:?}");
             let error = status.source().and_then(|e| e.downcast_ref::<RetryError>());
             let info = error.expect("the layer's error is the source").info();
-            assert_eq!((info.attempts, info.stop), (2, StopReason::MaxAttempts));
-            assert_eq!(info.retries.len(), 1);
-            assert!(info.retries[0].transparent);
+            assert_eq!((info.attempts(), info.stop()), (2, StopReason::MaxAttempts));
+            assert_eq!(info.retries().len(), 1);
+            assert!(info.retries()[0].is_transparent());
             assert_eq!((server.log.seen(), server.log.applied().len()), (2, 0));
             // The second refusal is a failure of a retryable kind: one token.
             assert_eq!(throttle.tokens(), 7.0);
@@ -334,11 +334,11 @@ fn a_second_refusal_is_judged_by_the_normal_rules() {
             let reply = unary(client, UNARY, b"y").await.unwrap();
             assert_eq!(&reply.get_ref()[..], b"y");
             let info = reply.extensions().get::<RetryInfo>().unwrap();
-            assert_eq!((info.attempts, info.stop), (3, StopReason::Final));
+            assert_eq!((info.attempts(), info.stop()), (3, StopReason::Final));
             let kinds: Vec<_> = info
-                .retries
+                .retries()
                 .iter()
-                .map(|r| (r.reason, r.transparent))
+                .map(|r| (r.reason, r.is_transparent()))
                 .collect();
             assert_eq!(
                 kinds,
@@ -348,7 +348,7 @@ fn a_second_refusal_is_judged_by_the_normal_rules() {
                 ]
             );
             // `quick()`'s backoff, without jitter: the first retry's ceiling, 2 ms.
-            assert_eq!(info.retries[1].wait, Duration::from_millis(2));
+            assert_eq!(info.retries()[1].wait, Duration::from_millis(2));
             let applied = server.log.applied();
             assert_eq!(applied.len(), 1);
             assert_eq!(header(&applied[0], "grpc-previous-rpc-attempts"), Some("1"));
@@ -377,9 +377,9 @@ fn a_refused_connection_gets_one_transparent_retry() {
             assert_eq!(status.code(), Code::Unavailable, "{status:?}");
             let error = status.source().and_then(|e| e.downcast_ref::<RetryError>());
             let info = error.expect("the layer's error is the source").info();
-            assert_eq!((info.attempts, info.stop), (2, StopReason::MaxAttempts));
-            assert_eq!(info.retries[0].reason, RetryReason::Connect);
-            assert!(info.retries[0].transparent);
+            assert_eq!((info.attempts(), info.stop()), (2, StopReason::MaxAttempts));
+            assert_eq!(info.retries()[0].reason, RetryReason::Connect);
+            assert!(info.retries()[0].is_transparent());
             assert_eq!(throttle.tokens(), 7.0, "the second refusal only");
         })
     });
@@ -408,9 +408,9 @@ fn plain_policies_count_a_refused_stream_as_an_attempt() {
                 .await
                 .unwrap();
             let info = reply.extensions().get::<RetryInfo>().unwrap();
-            assert_eq!(info.attempts, 2);
-            assert!(!info.retries[0].transparent);
-            assert_eq!(info.retries[0].reason, RetryReason::RefusedStream);
+            assert_eq!(info.attempts(), 2);
+            assert!(!info.retries()[0].is_transparent());
+            assert_eq!(info.retries()[0].reason, RetryReason::RefusedStream);
         })
     });
 }
@@ -451,8 +451,8 @@ fn a_failure_is_counted_once_when_the_retry_waits_for_the_body() {
                 .unwrap();
             let response = retrying.oneshot(request).await.unwrap();
             let info = response.extensions().get::<RetryInfo>().unwrap();
-            assert_eq!(info.attempts, 2);
-            assert_eq!(info.retries[0].reason, RetryReason::ConnectionClosed);
+            assert_eq!(info.attempts(), 2);
+            assert_eq!(info.retries()[0].reason, RetryReason::ConnectionClosed);
             assert_eq!(server.log.applied()[0].body, Script::bytes(&steps));
             // 8 - 1 for the reset + 0.5 for the answer (committed: no grpc-status).
             assert_eq!(throttle.tokens(), 7.5);
@@ -507,8 +507,8 @@ async fn a_service_config_gives_each_route_its_policy_and_one_throttle() {
     ]);
     let reply = unary(client.clone(), UNARY, b"a").await.unwrap();
     let info = reply.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.attempts, 4);
-    for (retry, ceiling_us) in info.retries.iter().zip([1_000, 1_500, 2_250]) {
+    assert_eq!(info.attempts(), 4);
+    for (retry, ceiling_us) in info.retries().iter().zip([1_000, 1_500, 2_250]) {
         assert!(retry.wait <= Duration::from_micros(ceiling_us), "{info:?}");
     }
     let previous: Vec<_> = calls(0).into_iter().map(|(_, p)| p).collect();
@@ -534,7 +534,7 @@ async fn a_service_config_gives_each_route_its_policy_and_one_throttle() {
         Step::Fail(Code::Unavailable),
     ]);
     let reply = unary(client.clone(), ECHO, b"c").await.unwrap();
-    assert_eq!(reply.extensions().get::<RetryInfo>().unwrap().attempts, 2);
+    assert_eq!(reply.extensions().get::<RetryInfo>().unwrap().attempts(), 2);
     let status = unary(client.clone(), ECHO, b"d").await.unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted);
     let status = unary(client.clone(), ECHO, b"e").await.unwrap_err();
@@ -576,7 +576,7 @@ async fn a_service_config_gives_each_route_its_policy_and_one_throttle() {
         .unwrap();
     let response = tower::ServiceExt::oneshot(bare, request).await.unwrap();
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!((info.attempts, info.stop), (1, StopReason::Throttled));
+    assert_eq!((info.attempts(), info.stop()), (1, StopReason::Throttled));
     assert_eq!(throttle.tokens(), 4.0);
 }
 
@@ -660,7 +660,7 @@ async fn retries_are_told_the_time_left_of_the_callers_timeout() {
     )
     .await
     .unwrap();
-    assert_eq!(reply.extensions().get::<RetryInfo>().unwrap().attempts, 3);
+    assert_eq!(reply.extensions().get::<RetryInfo>().unwrap().attempts(), 3);
     let sent: Vec<_> = server.seen().iter().map(sent_timeout).collect();
     assert!(sent[0] <= Duration::from_secs(10), "{sent:?}");
     // Each retry waited 20 ms first: the time left shrinks by at least that much.

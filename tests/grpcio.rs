@@ -367,9 +367,9 @@ async fn unavailable_twice_then_ok_with_a6_metadata_seen_by_grpcio() {
         .expect("the third attempt succeeds");
     assert_eq!(&reply.get_ref()[..], b"hello");
     let info = reply.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.attempts, 3);
+    assert_eq!(info.attempts(), 3);
     assert!(
-        info.retries
+        info.retries()
             .iter()
             .all(|r| r.reason == grpc::reason(Code::Unavailable)),
         "{info:?}"
@@ -456,10 +456,10 @@ async fn grpcios_pushback_is_the_exact_wait() {
         .expect("the retry succeeds");
     assert!(start.elapsed() >= Duration::from_millis(300));
     let info = reply.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.attempts, 2);
-    assert_eq!(info.retries[0].wait, Duration::from_millis(300));
+    assert_eq!(info.attempts(), 2);
+    assert_eq!(info.retries()[0].wait, Duration::from_millis(300));
     assert_eq!(
-        info.retries[0].hint,
+        info.retries()[0].hint,
         Some(HintSource::Header("grpc-retry-pushback-ms"))
     );
     let seen = server.seen().await;
@@ -482,7 +482,7 @@ async fn grpcios_pushback_is_the_exact_wait() {
         .expect("the retry succeeds");
     assert!(start.elapsed() < Duration::from_secs(4));
     let info = reply.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.retries[0].wait, Duration::from_millis(20));
+    assert_eq!(info.retries()[0].wait, Duration::from_millis(20));
     assert_eq!(server.seen().await.len(), 2);
 }
 
@@ -523,8 +523,8 @@ async fn a_negative_pushback_from_grpcio_stops_retrying() {
         Some(Code::Unavailable)
     );
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.stop, StopReason::ServerSaidStop, "{info:?}");
-    assert_eq!(info.attempts, 1);
+    assert_eq!(info.stop(), StopReason::ServerSaidStop, "{info:?}");
+    assert_eq!(info.attempts(), 1);
     assert_eq!(server.seen().await.len(), 1);
 }
 
@@ -574,7 +574,7 @@ async fn a_client_stream_is_replayed_to_grpcio_byte_for_byte() {
         .await
         .expect("the retry succeeds");
     assert_eq!(&reply.get_ref()[..], &messages.concat()[..]);
-    assert_eq!(reply.extensions().get::<RetryInfo>().unwrap().attempts, 2);
+    assert_eq!(reply.extensions().get::<RetryInfo>().unwrap().attempts(), 2);
     let seen = server.seen().await;
     assert_eq!(seen.len(), 2);
     for call in &seen {
@@ -617,7 +617,7 @@ async fn a_grpcio_server_slower_than_the_deadline_is_deadline_exceeded() {
         .and_then(|e| e.downcast_ref::<tower_http_retry::RetryError>())
         .expect("the layer's RetryError is the status's source");
     assert_eq!(
-        retry.info().stop,
+        retry.info().stop(),
         StopReason::Deadline,
         "{:?}",
         retry.info()

@@ -41,14 +41,14 @@ async fn a_failed_request_carries_its_record_and_the_last_error() {
         .unwrap_err();
     let error = error.downcast::<RetryError>().expect("a RetryError");
     let info = error.info().clone();
-    assert_eq!((info.attempts, info.stop), (3, StopReason::MaxAttempts));
-    assert_eq!(info.retries.len(), 2);
+    assert_eq!((info.attempts(), info.stop()), (3, StopReason::MaxAttempts));
+    assert_eq!(info.retries().len(), 2);
     assert!(
-        info.retries
+        info.retries()
             .iter()
             .all(|r| r.reason == RetryReason::Connect)
     );
-    assert_eq!(info.total_wait, Duration::from_millis(20));
+    assert_eq!(info.total_wait(), Duration::from_millis(20));
     // The source is the inner error unchanged, also through `std::error::Error::source`.
     let source = std::error::Error::source(&*error).unwrap();
     assert_eq!(
@@ -70,13 +70,13 @@ async fn a_second_layer_classifies_through_the_first() {
     // The outer layer saw the inner one's RetryError, walked to the reset and retried it.
     assert_eq!(mock.calls(), 4);
     let outer_error = error.downcast_ref::<RetryError>().unwrap();
-    assert_eq!(outer_error.info().attempts, 2);
+    assert_eq!(outer_error.info().attempts(), 2);
     assert_eq!(
-        outer_error.info().retries[0].reason,
+        outer_error.info().retries()[0].reason,
         RetryReason::ConnectionClosed
     );
     let inner_error = outer_error.get_ref().downcast_ref::<RetryError>().unwrap();
-    assert_eq!(inner_error.info().attempts, 2);
+    assert_eq!(inner_error.info().attempts(), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -91,7 +91,7 @@ async fn the_caller_gets_the_record_of_a_request_sent_once_too() {
         .unwrap_err();
     let error = error.downcast_ref::<RetryError>().unwrap();
     assert_eq!(
-        (error.info().attempts, error.info().stop),
+        (error.info().attempts(), error.info().stop()),
         (1, StopReason::Disabled)
     );
 }
@@ -122,8 +122,8 @@ async fn decorrelated_jitter_grows_from_the_wait_actually_slept() {
             .await
             .unwrap();
         let info = response.extensions().get::<RetryInfo>().unwrap();
-        assert_eq!(info.retries[0].wait, Duration::from_secs(10));
-        let second = info.retries[1].wait;
+        assert_eq!(info.retries()[0].wait, Duration::from_secs(10));
+        let second = info.retries()[1].wait;
         assert!(
             second >= Duration::from_millis(100) && second <= Duration::from_secs(30),
             "{second:?}"
@@ -191,8 +191,8 @@ async fn a_post_gets_its_key_whether_retries_are_on_or_not() {
                 .extensions()
                 .get::<RetryInfo>()
                 .unwrap()
-                .idempotency_key,
-            sent
+                .idempotency_key(),
+            sent.as_ref()
         );
     }
 }
@@ -256,9 +256,12 @@ async fn readiness_is_bounded_by_the_attempt_timeout_without_a_deadline() {
     );
     assert!(!error.get_ref().is::<AttemptTimedOut>(), "{error}");
     let info = error.info();
-    assert_eq!(info.stop, StopReason::ServiceNotReady);
-    assert_eq!((info.attempts, inner.calls.load(Ordering::SeqCst)), (1, 1));
-    let reasons: Vec<_> = info.retries.iter().map(|r| r.reason).collect();
+    assert_eq!(info.stop(), StopReason::ServiceNotReady);
+    assert_eq!(
+        (info.attempts(), inner.calls.load(Ordering::SeqCst)),
+        (1, 1)
+    );
+    let reasons: Vec<_> = info.retries().iter().map(|r| r.reason).collect();
     assert_eq!(
         reasons,
         [RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE)]
@@ -283,8 +286,8 @@ async fn readiness_is_bounded_by_the_deadline_when_there_is_one() {
     assert_eq!(start.elapsed(), Duration::from_secs(5));
     let error = error.downcast_ref::<RetryError>().unwrap();
     assert!(error.get_ref().is::<DeadlineExceeded>(), "{error}");
-    assert_eq!(error.info().stop, StopReason::Deadline);
-    assert_eq!(error.info().retries.len(), 1);
+    assert_eq!(error.info().stop(), StopReason::Deadline);
+    assert_eq!(error.info().retries().len(), 1);
     assert_eq!(inner.calls.load(Ordering::SeqCst), 1);
 }
 

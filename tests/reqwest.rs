@@ -318,9 +318,9 @@ async fn get_after_two_503s_takes_three_attempts() {
     let response = svc.oneshot(get(server.url("/items/1"))).await.unwrap();
     assert_eq!(response.status(), 200);
     let info = response.extensions().get::<RetryInfo>().unwrap().clone();
-    assert_eq!(info.attempts, 3);
+    assert_eq!(info.attempts(), 3);
     assert_eq!(
-        info.retries.iter().map(|r| r.reason).collect::<Vec<_>>(),
+        info.retries().iter().map(|r| r.reason).collect::<Vec<_>>(),
         [RetryReason::Status(http::StatusCode::SERVICE_UNAVAILABLE); 2]
     );
     assert_eq!(server.count(), 3);
@@ -337,8 +337,8 @@ async fn put_after_a_reset_is_sent_again_with_the_same_body() {
     let response = svc.oneshot(request).await.unwrap();
     assert_eq!(response.status(), 200);
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.attempts, 2);
-    assert_eq!(info.retries[0].reason, RetryReason::ConnectionClosed);
+    assert_eq!(info.attempts(), 2);
+    assert_eq!(info.retries()[0].reason, RetryReason::ConnectionClosed);
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }
 
@@ -365,7 +365,7 @@ async fn post_carries_one_key_on_every_attempt() {
         .collect();
     assert_eq!(keys[0], keys[1]);
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.idempotency_key.as_ref(), Some(&keys[0]));
+    assert_eq!(info.idempotency_key(), Some(&keys[0]));
     assert!(
         hits.iter()
             .all(|h| h.body == Bytes::from_static(b"{\"sku\":1}"))
@@ -405,7 +405,7 @@ async fn keyless_post_is_retried_when_the_connection_was_refused() {
     let response = call.await.unwrap().unwrap();
     assert_eq!(response.status(), 201);
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.retries[0].reason, RetryReason::Connect);
+    assert_eq!(info.retries()[0].reason, RetryReason::Connect);
     let hits = server.hits();
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].body, Bytes::from_static(b"{\"sku\":1}"));
@@ -509,8 +509,11 @@ async fn retry_after_is_honoured() {
     assert!(elapsed >= Duration::from_secs(1), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert!(info.retries[0].retry_after);
-    assert!(info.total_wait >= Duration::from_secs(1));
+    assert_eq!(
+        info.retries()[0].hint,
+        Some(tower_http_retry::hints::HintSource::RetryAfter)
+    );
+    assert!(info.total_wait() >= Duration::from_secs(1));
     assert_eq!(server.count(), 2);
 }
 
@@ -536,7 +539,7 @@ async fn spawned_requests_are_each_retried() {
         let response = task.await.unwrap().unwrap();
         assert_eq!(response.status(), 200);
         assert_eq!(
-            response.extensions().get::<RetryInfo>().unwrap().attempts,
+            response.extensions().get::<RetryInfo>().unwrap().attempts(),
             2
         );
     }
@@ -565,8 +568,8 @@ async fn many_resets_under_streaming_uploads_never_refuse_a_safe_retry() {
             let response = task.await.unwrap().unwrap();
             assert_eq!(response.status(), 200);
             let info = response.extensions().get::<RetryInfo>().unwrap().clone();
-            assert_eq!(info.attempts, 2);
-            assert_eq!(info.retries[0].reason, RetryReason::ConnectionClosed);
+            assert_eq!(info.attempts(), 2);
+            assert_eq!(info.retries()[0].reason, RetryReason::ConnectionClosed);
             // The server echoes what it read: the whole body, replayed.
             let body = response.into_body().collect().await.unwrap().to_bytes();
             assert_eq!(body, Bytes::from_static(b"alpha,beta,gamma"));
@@ -595,8 +598,8 @@ async fn reqwest_timeout_is_retried() {
     let response = svc.oneshot(get(server.url("/slow"))).await.unwrap();
     assert_eq!(response.status(), 200);
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!(info.attempts, 2);
-    assert_eq!(info.retries[0].reason, RetryReason::Timeout);
+    assert_eq!(info.attempts(), 2);
+    assert_eq!(info.retries()[0].reason, RetryReason::Timeout);
     // The retry did not wait for the slow answer.
     assert!(start.elapsed() < Duration::from_millis(700));
     assert_eq!(server.count(), 2);
@@ -638,7 +641,7 @@ async fn response_converts_back_to_a_reqwest_response() {
     let response = reqwest::Response::from(response);
     assert_eq!(response.url().as_str(), url);
     assert_eq!(
-        response.extensions().get::<RetryInfo>().unwrap().attempts,
+        response.extensions().get::<RetryInfo>().unwrap().attempts(),
         2
     );
     assert_eq!(response.text().await.unwrap(), "status 200");

@@ -42,7 +42,7 @@ async fn ready_then_call_inside_spawn() {
     let response = task.await.unwrap().unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(
-        response.extensions().get::<RetryInfo>().unwrap().attempts,
+        response.extensions().get::<RetryInfo>().unwrap().attempts(),
         2
     );
     assert!(
@@ -70,7 +70,7 @@ async fn a_spawned_call_fails_with_the_record_and_hyper_in_its_chain() {
     });
     let error = task.await.unwrap().unwrap_err();
     let retry = error.downcast_ref::<RetryError>().expect("a RetryError");
-    assert_eq!(retry.info().attempts, 3);
+    assert_eq!(retry.info().attempts(), 3);
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&*error);
     let mut connect = false;
     while let Some(e) = source {

@@ -48,8 +48,11 @@ async fn retry_after_is_a_floor_over_the_backoff() {
     assert_eq!(response.status(), 200);
     assert_eq!(start.elapsed(), 2000 * MS);
     let first = info(&response);
-    assert_eq!(first.retries[0].wait, 2000 * MS);
-    assert!(first.retries[0].retry_after);
+    assert_eq!(first.retries()[0].wait, 2000 * MS);
+    assert_eq!(
+        first.retries()[0].hint,
+        Some(tower_http_retry::hints::HintSource::RetryAfter)
+    );
 
     // Backoff 2 s, hint 1 s: the backoff wins.
     let mock = Mock::new([with_retry_after(429, "1")]);
@@ -60,7 +63,10 @@ async fn retry_after_is_a_floor_over_the_backoff() {
         .await
         .unwrap();
     assert_eq!(start.elapsed(), 2000 * MS);
-    assert!(!info(&response).retries[0].retry_after);
+    assert_ne!(
+        info(&response).retries()[0].hint,
+        Some(tower_http_retry::hints::HintSource::RetryAfter)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -77,7 +83,10 @@ async fn a_hint_above_the_cap_returns_at_once() {
     assert_eq!(start.elapsed(), Duration::ZERO, "no pointless sleep");
     assert_eq!(mock.calls(), 1);
     let record = info(&response);
-    assert_eq!((record.attempts, record.stop), (1, StopReason::HintTooLong));
+    assert_eq!(
+        (record.attempts(), record.stop()),
+        (1, StopReason::HintTooLong)
+    );
 
     // A higher cap lets the same hint through.
     let mock = Mock::new([with_retry_after(503, "120")]);
@@ -152,7 +161,7 @@ async fn no_wait_starts_that_would_end_after_the_deadline() {
     assert_eq!(response.status(), 503, "the last outcome is returned");
     assert_eq!(start.elapsed(), 800 * MS);
     assert_eq!(mock.calls(), 2);
-    assert_eq!(info(&response).stop, StopReason::Deadline);
+    assert_eq!(info(&response).stop(), StopReason::Deadline);
 }
 
 #[tokio::test(start_paused = true)]
@@ -166,7 +175,7 @@ async fn a_hint_that_would_end_after_the_deadline_returns_at_once() {
         .unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(start.elapsed(), Duration::ZERO);
-    assert_eq!(info(&response).stop, StopReason::HintTooLong);
+    assert_eq!(info(&response).stop(), StopReason::HintTooLong);
 }
 
 #[tokio::test(start_paused = true)]
@@ -209,7 +218,7 @@ async fn a_slow_attempt_times_out_and_is_retried() {
         "1 s timeout, then a 200 ms wait"
     );
     let record = info(&response);
-    assert_eq!(record.retries[0].reason, RetryReason::Timeout);
+    assert_eq!(record.retries()[0].reason, RetryReason::Timeout);
     assert_eq!(mock.calls(), 2);
 }
 
@@ -316,8 +325,8 @@ async fn a_final_error_at_the_deadline_is_recorded_as_the_deadline() {
     let retry = err
         .downcast_ref::<tower_http_retry::RetryError>()
         .expect("a RetryError");
-    assert_eq!(retry.info().stop, StopReason::Deadline);
-    assert_eq!(retry.info().attempts, 1);
+    assert_eq!(retry.info().stop(), StopReason::Deadline);
+    assert_eq!(retry.info().attempts(), 1);
     assert_eq!(common::last(&err).to_string(), "inner timer expired");
     assert_eq!(mock.calls(), 1);
 
@@ -334,5 +343,5 @@ async fn a_final_error_at_the_deadline_is_recorded_as_the_deadline() {
     let retry = err
         .downcast_ref::<tower_http_retry::RetryError>()
         .expect("a RetryError");
-    assert_eq!(retry.info().stop, StopReason::Final);
+    assert_eq!(retry.info().stop(), StopReason::Final);
 }

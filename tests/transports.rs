@@ -78,12 +78,12 @@ fn assert_retried(
     };
     let info = info(&response);
     assert_eq!(
-        (response.status().as_u16(), info.attempts, info.stop),
+        (response.status().as_u16(), info.attempts(), info.stop()),
         (200, attempts, StopReason::Final),
         "{context}: {info:?}"
     );
     assert!(
-        info.retries.iter().all(|r| r.reason == reason),
+        info.retries().iter().all(|r| r.reason == reason),
         "{context}: {info:?}"
     );
     let applied = server.log.applied();
@@ -288,11 +288,11 @@ fn a_503_after_a_content_length_stream_is_retried() {
                 let response = result.unwrap_or_else(|e| panic!("{context}: {e}"));
                 let info = info(&response);
                 assert_eq!(
-                    (response.status().as_u16(), info.attempts),
+                    (response.status().as_u16(), info.attempts()),
                     (200, 2),
                     "{context}: {info:?}"
                 );
-                assert_eq!(info.retries[0].reason, status);
+                assert_eq!(info.retries()[0].reason, status);
                 let applied = server.log.applied();
                 assert_eq!(applied.len(), 2, "{context}");
                 assert!(
@@ -363,7 +363,7 @@ fn h2_an_early_503_to_a_retry_is_not_retried_though_the_first_attempt_sent_it_al
                 .unwrap_or_else(|e| panic!("{context}: {e}"));
             let info = info(&response);
             assert_eq!(
-                (response.status().as_u16(), info.attempts, info.stop),
+                (response.status().as_u16(), info.attempts(), info.stop()),
                 (503, 2, StopReason::BodyNotReplayable),
                 "{context}: {info:?}"
             );
@@ -404,7 +404,7 @@ fn a_503_after_a_body_with_trailers_is_retried_with_the_trailers() {
                 let context = format!("{proto:?} {mode:?} run {run}");
                 let response = result.unwrap_or_else(|e| panic!("{context}: {e}"));
                 assert_eq!(
-                    (response.status().as_u16(), info(&response).attempts),
+                    (response.status().as_u16(), info(&response).attempts()),
                     (200, 2),
                     "{context}"
                 );
@@ -472,7 +472,7 @@ fn a_retry_after_a_close_following_the_trailers_carries_them() {
             let context = format!("H2 {mode:?} run {run}");
             let response = result.unwrap_or_else(|e| panic!("{context}: {e}"));
             assert_eq!(
-                (response.status().as_u16(), info(&response).attempts),
+                (response.status().as_u16(), info(&response).attempts()),
                 (200, 2),
                 "{context}"
             );
@@ -535,7 +535,7 @@ fn goaway_after_processing_retries_what_may_be_repeated_and_never_a_keyless_post
             let response = result.unwrap_or_else(|e| panic!("{context}: GET: {e}"));
             let info = info(&response);
             assert_eq!(
-                (response.status().as_u16(), info.attempts),
+                (response.status().as_u16(), info.attempts()),
                 (200, 2),
                 "{context}: {info:?}"
             );
@@ -581,13 +581,13 @@ fn retried_once_after_goaway(
     let response = result.unwrap_or_else(|e| panic!("{context}: {e}"));
     let info = info(&response);
     assert_eq!(
-        (response.status().as_u16(), info.attempts),
+        (response.status().as_u16(), info.attempts()),
         (200, 2),
         "{context}: {info:?}"
     );
     assert!(
         matches!(
-            info.retries[0].reason,
+            info.retries()[0].reason,
             RetryReason::GoAway | RetryReason::ConnectionClosed
         ),
         "{context}: {info:?}"
@@ -686,7 +686,7 @@ fn control_a_503_then_200_over_h1_and_h2() {
                 let response =
                     result.unwrap_or_else(|e| panic!("{proto:?} {mode:?} run {run}: {e}"));
                 assert_eq!(
-                    (response.status().as_u16(), info(&response).attempts),
+                    (response.status().as_u16(), info(&response).attempts()),
                     (200, 2)
                 );
             })
@@ -770,12 +770,12 @@ fn dispatch_task_gone_retries_a_get_and_not_a_keyless_post() {
                     let response = result.unwrap_or_else(|e| panic!("{context}: {e}"));
                     let info = info(&response);
                     assert_eq!(
-                        (response.status().as_u16(), info.attempts),
+                        (response.status().as_u16(), info.attempts()),
                         (200, 2),
                         "{context}"
                     );
                     assert_eq!(
-                        info.retries[0].reason,
+                        info.retries()[0].reason,
                         RetryReason::ConnectionClosed,
                         "{context}"
                     );

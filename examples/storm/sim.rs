@@ -271,8 +271,8 @@ pub struct Storm {
 pub struct LayerCount {
     /// Logical requests this layer answered.
     pub requests: usize,
-    /// Retries its budget or throttle refused: answers marked `budget_exhausted`, or
-    /// stopped with `StopReason::Throttled`.
+    /// Retries its budget or throttle refused: answers stopped with
+    /// `StopReason::BudgetExhausted` or `StopReason::Throttled`.
     pub refused: usize,
 }
 
@@ -390,7 +390,7 @@ fn succeeded<RB>(response: &Response<RB>) -> bool {
 }
 
 /// Wraps a retrying layer's service to count what it answers: every answer ends one of its
-/// logical requests, and one marked `budget_exhausted`, or stopped as `Throttled`, is a retry
+/// logical requests, and one marked `stopped as `BudgetExhausted` or `Throttled`, is a retry
 /// its budget or throttle refused.
 fn counted<S, RB>(
     service: S,
@@ -402,7 +402,12 @@ fn counted<S, RB>(
         if response
             .extensions()
             .get::<RetryInfo>()
-            .is_some_and(|info| info.budget_exhausted || info.stop == StopReason::Throttled)
+            .is_some_and(|info| {
+                matches!(
+                    info.stop(),
+                    StopReason::BudgetExhausted | StopReason::Throttled
+                )
+            })
         {
             count.refused += 1;
         }

@@ -79,10 +79,12 @@ fn outcome(verdict: Classification) -> Outcome {
 }
 
 fn first() -> RetryInfo {
-    RetryInfo {
-        attempts: 1,
-        ..RetryInfo::default()
-    }
+    RetryInfo::default()
+}
+
+/// The retry just decided is sent: the attempt after it is in flight.
+fn sent(info: &mut RetryInfo) {
+    attempt_ended(info, AttemptOutcome::Abandoned);
 }
 
 fn no_limits() -> Limits {
@@ -109,15 +111,15 @@ fn a_success_or_a_final_outcome_is_returned() {
     for verdict in [Classification::Success, Classification::Done] {
         let (answer, info) = once(&plan, &no_limits(), outcome(verdict), &mut World::new());
         assert!(matches!(answer, Answer::Return), "{verdict:?}");
-        assert_eq!(info.stop, StopReason::Final);
-        assert!(info.retries.is_empty());
+        assert_eq!(info.stop(), StopReason::Final);
+        assert!(info.retries().is_empty());
     }
     let mut info = first();
     succeeded(&mut info);
-    assert_eq!(info.stop, StopReason::Final);
+    assert_eq!(info.stop(), StopReason::Final);
     let mut info = first();
     caller_body_failed(&mut info);
-    assert_eq!(info.stop, StopReason::Final);
+    assert_eq!(info.stop(), StopReason::Final);
 }
 
 #[tokio::test(start_paused = true)]
@@ -132,10 +134,10 @@ async fn a_final_error_at_the_deadline_is_the_deadlines_doing() {
     };
     let (answer, info) = once(&plan, &limits, error, &mut world);
     assert!(matches!(answer, Answer::Return));
-    assert_eq!(info.stop, StopReason::Deadline);
+    assert_eq!(info.stop(), StopReason::Deadline);
     // A final response at the same moment is final, not late.
     let (_, info) = once(&plan, &limits, outcome(Classification::Done), &mut world);
-    assert_eq!(info.stop, StopReason::Final);
+    assert_eq!(info.stop(), StopReason::Final);
 }
 
 #[test]
@@ -159,12 +161,12 @@ fn a_retryable_outcome_waits_the_backoff_and_starts_the_course() {
         panic!("a first retry with its course: {answer:?}");
     };
     assert_eq!(wait, 200 * MS);
-    assert_eq!(info.retries.len(), 1);
-    assert_eq!(info.retries[0].reason, S503);
-    assert_eq!(info.total_wait, 200 * MS);
+    assert_eq!(info.retries().len(), 1);
+    assert_eq!(info.retries()[0].reason, S503);
+    assert_eq!(info.total_wait(), 200 * MS);
     assert_eq!(world.replays_checked, 1);
     // The second retry goes on from the course: the next ceiling, and no new course.
-    info.attempts = 2;
+    sent(&mut info);
     let answer = decide(
         &plan,
         &no_limits(),
@@ -174,9 +176,9 @@ fn a_retryable_outcome_waits_the_backoff_and_starts_the_course() {
         &mut info,
     );
     assert!(matches!(answer, Answer::Retry { wait, start: None } if wait == 400 * MS));
-    assert_eq!(info.total_wait, 600 * MS);
+    assert_eq!(info.total_wait(), 600 * MS);
     // The third outcome has no attempt left.
-    info.attempts = 3;
+    sent(&mut info);
     let answer = decide(
         &plan,
         &no_limits(),
@@ -186,7 +188,7 @@ fn a_retryable_outcome_waits_the_backoff_and_starts_the_course() {
         &mut info,
     );
     assert!(matches!(answer, Answer::Return));
-    assert_eq!(info.stop, StopReason::MaxAttempts);
+    assert_eq!(info.stop(), StopReason::MaxAttempts);
 }
 
 #[test]
@@ -203,7 +205,7 @@ fn the_request_must_be_repeatable_unless_the_server_never_saw_it() {
         &mut World::new(),
     );
     assert!(matches!(answer, Answer::Return));
-    assert_eq!(info.stop, StopReason::NotIdempotent);
+    assert_eq!(info.stop(), StopReason::NotIdempotent);
     for proof in [RetryReason::Connect, RetryReason::RefusedStream] {
         let (answer, _) = once(
             &plan,
@@ -219,8 +221,8 @@ fn the_request_must_be_repeatable_unless_the_server_never_saw_it() {
 fn a_500_is_retried_once() {
     let plan = plan(policy());
     let mut info = first();
-    info.retries.push(record(S500));
-    info.attempts = 2;
+    info.push_retry(record(S500));
+    sent(&mut info);
     let answer = decide(
         &plan,
         &no_limits(),
@@ -230,7 +232,7 @@ fn a_500_is_retried_once() {
         &mut info,
     );
     assert!(matches!(answer, Answer::Return));
-    assert_eq!(info.stop, StopReason::Final);
+    assert_eq!(info.stop(), StopReason::Final);
 }
 
 #[test]
@@ -243,7 +245,7 @@ fn the_server_saying_stop_stops_after_the_other_rules() {
         &mut World::new(),
     );
     assert!(matches!(answer, Answer::Return));
-    assert_eq!(info.stop, StopReason::ServerSaidStop);
+    assert_eq!(info.stop(), StopReason::ServerSaidStop);
     // No attempts left: that is the reason, whatever the server said.
     let one = plan_one();
     let (_, info) = once(
@@ -252,7 +254,7 @@ fn the_server_saying_stop_stops_after_the_other_rules() {
         outcome(Classification::Stop(S503)),
         &mut World::new(),
     );
-    assert_eq!(info.stop, StopReason::MaxAttempts);
+    assert_eq!(info.stop(), StopReason::MaxAttempts);
 }
 
 fn plan_one() -> Plan {
@@ -280,7 +282,7 @@ fn the_throttle_hears_each_outcome_once_and_its_refusal_comes_after_the_limits()
         &mut World::new(),
     );
     assert!(matches!(answer, Answer::Return));
-    assert_eq!(info.stop, StopReason::Throttled);
+    assert_eq!(info.stop(), StopReason::Throttled);
     assert_eq!(throttle.tokens(), 2.0);
     // The limits' own stop is the reason, but the failure is still counted.
     let one = gated(policy().max_attempts(1), None, Some(throttle.clone()));
@@ -290,7 +292,7 @@ fn the_throttle_hears_each_outcome_once_and_its_refusal_comes_after_the_limits()
         outcome(Classification::Retry(S503)),
         &mut World::new(),
     );
-    assert_eq!(info.stop, StopReason::MaxAttempts);
+    assert_eq!(info.stop(), StopReason::MaxAttempts);
     assert_eq!(throttle.tokens(), 1.0);
     // A success gives back; a final failure counts neither way.
     once(
@@ -337,7 +339,7 @@ fn a_body_that_cannot_be_sent_again_stops_or_is_waited_for() {
             &mut world,
         );
         assert!(matches!(answer, Answer::Return), "{cause:?}");
-        assert_eq!(info.stop, StopReason::BodyNotReplayable);
+        assert_eq!(info.stop(), StopReason::BodyNotReplayable);
     }
     // Still held by the transport: wait for it to let go, once.
     let mut world = World::new();
@@ -349,14 +351,14 @@ fn a_body_that_cannot_be_sent_again_stops_or_is_waited_for() {
         &mut world,
     );
     assert!(matches!(answer, Answer::AwaitRelease));
-    assert!(info.retries.is_empty());
+    assert!(info.retries().is_empty());
     let released = Outcome {
         released: true,
         ..outcome(Classification::Retry(S503))
     };
     let (answer, info) = once(&plan, &no_limits(), released, &mut world);
     assert!(matches!(answer, Answer::Return));
-    assert_eq!(info.stop, StopReason::BodyNotReplayable);
+    assert_eq!(info.stop(), StopReason::BodyNotReplayable);
     // A final outcome never asks about the body.
     let mut world = World::new();
     once(
@@ -381,8 +383,8 @@ fn the_classifiers_hint_comes_first_then_the_servers() {
         &mut world,
     );
     assert_eq!(wait_of(&answer), Some(Duration::from_secs(2)));
-    assert_eq!(info.retries[0].hint, Some(HintSource::RetryAfter));
-    assert!(info.retries[0].retry_after);
+    assert_eq!(info.retries()[0].hint, Some(HintSource::RetryAfter));
+    assert_eq!(info.retries()[0].hint, Some(HintSource::RetryAfter));
     // Below the backoff it changes nothing, and the record says the backoff decided.
     world.hint = Some(Hint::new(50 * MS, HintSource::RateLimit));
     let (answer, info) = once(
@@ -392,7 +394,7 @@ fn the_classifiers_hint_comes_first_then_the_servers() {
         &mut world,
     );
     assert_eq!(wait_of(&answer), Some(200 * MS));
-    assert_eq!(info.retries[0].hint, None);
+    assert_eq!(info.retries()[0].hint, None);
     // The classifier's own: the server's headers are not even read.
     let mut world = World::new();
     world.hint = Some(Hint::new(Duration::from_secs(9), HintSource::RetryAfter));
@@ -404,7 +406,7 @@ fn the_classifiers_hint_comes_first_then_the_servers() {
         &mut world,
     );
     assert_eq!(wait_of(&answer), Some(Duration::from_secs(1)));
-    assert_eq!(info.retries[0].hint, Some(HintSource::Classifier));
+    assert_eq!(info.retries()[0].hint, Some(HintSource::Classifier));
     assert_eq!(world.hints_read, 0);
     // An error has no headers to read.
     let error = Outcome {
@@ -424,7 +426,7 @@ fn an_exact_hint_is_the_wait_bounded_only_by_the_deadline_and_restarts_the_backo
         let verdict = Classification::RetryWithHint(S503, Hint::exact(wait, pushback));
         let (answer, info) = once(&plan, &no_limits(), outcome(verdict), &mut World::new());
         assert_eq!(wait_of(&answer), Some(wait));
-        assert_eq!(info.retries[0].hint, Some(pushback));
+        assert_eq!(info.retries()[0].hint, Some(pushback));
     }
     // After it, the backoff counts from the first retry again.
     let mut info = first();
@@ -444,7 +446,7 @@ fn an_exact_hint_is_the_wait_bounded_only_by_the_deadline_and_restarts_the_backo
     else {
         panic!("{answer:?}");
     };
-    info.attempts = 2;
+    sent(&mut info);
     let answer = decide(
         &plan,
         &no_limits(),
@@ -465,7 +467,7 @@ fn an_exact_hint_is_the_wait_bounded_only_by_the_deadline_and_restarts_the_backo
         Classification::RetryWithHint(S503, Hint::exact(Duration::from_secs(6), pushback));
     let (answer, info) = once(&limited, &limits, outcome(verdict), &mut World::new());
     assert!(matches!(answer, Answer::Return));
-    assert_eq!(info.stop, StopReason::HintTooLong);
+    assert_eq!(info.stop(), StopReason::HintTooLong);
 }
 
 #[test]
@@ -479,7 +481,7 @@ fn a_hint_too_long_or_a_wait_past_the_deadline_stops() {
         outcome(Classification::Retry(S503)),
         &mut world,
     );
-    assert_eq!(info.stop, StopReason::HintTooLong);
+    assert_eq!(info.stop(), StopReason::HintTooLong);
     // The deadline leaves 150 ms: a hint past it is too long; the backoff past it is the
     // deadline.
     let limited = self::plan(policy().deadline(150 * MS));
@@ -492,14 +494,14 @@ fn a_hint_too_long_or_a_wait_past_the_deadline_stops() {
         outcome(Classification::Retry(S503)),
         &mut world,
     );
-    assert_eq!(info.stop, StopReason::HintTooLong);
+    assert_eq!(info.stop(), StopReason::HintTooLong);
     let (_, info) = once(
         &limited,
         &limits,
         outcome(Classification::Retry(S503)),
         &mut World::new(),
     );
-    assert_eq!(info.stop, StopReason::Deadline);
+    assert_eq!(info.stop(), StopReason::Deadline);
 }
 
 #[test]
@@ -521,8 +523,8 @@ fn the_budget_is_asked_last_and_its_refusal_is_recorded() {
         &mut World::new(),
     );
     assert!(matches!(answer, Answer::Return));
-    assert_eq!(info.stop, StopReason::BudgetExhausted);
-    assert!(info.budget_exhausted);
+    assert_eq!(info.stop(), StopReason::BudgetExhausted);
+    assert_eq!(info.stop(), StopReason::BudgetExhausted);
     // A retry that cannot happen for another reason spends nothing.
     budget.deposit();
     let mut world = World::new();
@@ -564,12 +566,12 @@ fn a_transparent_retry_waits_nothing_is_not_counted_and_is_paid_for() {
         panic!("{answer:?}");
     };
     assert_eq!(wait, Duration::ZERO);
-    assert!(info.retries[0].transparent);
-    assert_eq!(info.retries[0].hint, None, "no hint is read for it");
+    assert!(info.retries()[0].is_transparent());
+    assert_eq!(info.retries()[0].hint, None, "no hint is read for it");
     assert_eq!(throttle.tokens(), 10.0, "outside the throttle");
     assert_eq!(budget.tokens(), 4.0, "paid for by the budget");
     // A second refusal goes by the normal rules: one attempt counted, none left.
-    info.attempts = 2;
+    sent(&mut info);
     let answer = decide(
         &plan,
         &no_limits(),
@@ -579,12 +581,12 @@ fn a_transparent_retry_waits_nothing_is_not_counted_and_is_paid_for() {
         &mut info,
     );
     assert!(matches!(answer, Answer::Return));
-    assert_eq!(info.stop, StopReason::MaxAttempts);
+    assert_eq!(info.stop(), StopReason::MaxAttempts);
     assert_eq!(throttle.tokens(), 9.0, "heard as a failure");
     // Without the policy flag a refusal is a normal retry.
     let plain = plan_one();
     let (_, info) = once(&plain, &no_limits(), refused, &mut World::new());
-    assert_eq!(info.stop, StopReason::MaxAttempts);
+    assert_eq!(info.stop(), StopReason::MaxAttempts);
 }
 
 #[test]
@@ -625,7 +627,7 @@ fn decorrelated_jitter_goes_on_from_the_wait_slept_not_a_transparent_one() {
         responded: false,
         ..outcome(Classification::Retry(RetryReason::Connect))
     };
-    info.attempts = 2;
+    sent(&mut info);
     decide(
         &plan,
         &no_limits(),
@@ -634,7 +636,7 @@ fn decorrelated_jitter_goes_on_from_the_wait_slept_not_a_transparent_one() {
         Some(&mut course),
         &mut info,
     );
-    assert!(info.retries[1].transparent);
+    assert!(info.retries()[1].is_transparent());
     assert_eq!(
         course.previous,
         Duration::from_secs(3),
@@ -671,7 +673,7 @@ async fn an_expired_attempt_is_the_deadline_or_a_retryable_timeout() {
     }
     let mut info = first();
     deadline_passed(&mut info);
-    assert_eq!(info.stop, StopReason::Deadline);
+    assert_eq!(info.stop(), StopReason::Deadline);
 }
 
 #[tokio::test(start_paused = true)]
@@ -683,9 +685,9 @@ async fn a_body_never_released_is_the_deadline_or_not_replayable() {
     let now = Instant::now();
     let mut info = first();
     release_timed_out(&limits, now, &mut info);
-    assert_eq!(info.stop, StopReason::BodyNotReplayable);
+    assert_eq!(info.stop(), StopReason::BodyNotReplayable);
     release_timed_out(&limits, now + Duration::from_secs(1), &mut info);
-    assert_eq!(info.stop, StopReason::Deadline);
+    assert_eq!(info.stop(), StopReason::Deadline);
 }
 
 #[tokio::test(start_paused = true)]
@@ -697,7 +699,7 @@ async fn readiness_sends_the_next_attempt_or_ends_the_request() {
     let now = Instant::now();
     // Ready in time: attempt 2, one earlier attempt counted, 7 s left.
     let mut info = first();
-    info.retries.push(record(S503));
+    info.push_retry(record(S503));
     let attempt = ready(&limits, now + Duration::from_secs(3), &mut info).unwrap();
     assert_eq!(
         attempt,
@@ -708,12 +710,9 @@ async fn readiness_sends_the_next_attempt_or_ends_the_request() {
             kind: AttemptKind::Retry,
         }
     );
-    assert_eq!(info.attempts, 2);
+    assert_eq!(info.attempts(), 2);
     // After a transparent retry: numbered on the wire, not counted.
-    info.retries.push(RetryRecord {
-        transparent: true,
-        ..record(RetryReason::RefusedStream)
-    });
+    info.push_retry(transparent_record(RetryReason::RefusedStream));
     let attempt = ready(&limits, now, &mut info).unwrap();
     assert_eq!((attempt.number, attempt.counted_before), (3, 1));
     assert_eq!(attempt.kind, AttemptKind::Transparent);
@@ -721,29 +720,29 @@ async fn readiness_sends_the_next_attempt_or_ends_the_request() {
     let mut late = first();
     let error = ready(&limits, now + Duration::from_secs(10), &mut late).unwrap_err();
     assert!(error.is::<DeadlineExceeded>());
-    assert_eq!((late.attempts, late.stop), (1, StopReason::Deadline));
+    assert_eq!((late.attempts(), late.stop()), (1, StopReason::Deadline));
     // Never ready: the service's fault, with the attempt that was to be sent, or the
     // deadline's when that came first.
     let mut info = first();
-    info.retries.push(record(S503));
+    info.push_retry(record(S503));
     let error = not_ready(&limits, now + Duration::from_secs(2), &mut info);
     let not = error.downcast_ref::<ServiceNotReady>().unwrap();
     assert_eq!((not.attempt(), not.timeout()), (2, Duration::from_secs(2)));
-    assert_eq!(info.stop, StopReason::ServiceNotReady);
+    assert_eq!(info.stop(), StopReason::ServiceNotReady);
     assert_eq!(
-        info.retries.len(),
+        info.retries().len(),
         1,
         "the retry that asked stays in the record"
     );
     let error = not_ready(&limits, now + Duration::from_secs(10), &mut info);
     assert!(error.is::<DeadlineExceeded>());
-    assert_eq!(info.stop, StopReason::Deadline);
+    assert_eq!(info.stop(), StopReason::Deadline);
     // Failed to get ready: the stop says the deadline only when it had passed.
     let mut info = first();
     ready_failed(&limits, || now, &mut info);
-    assert_eq!(info.stop, StopReason::Final);
+    assert_eq!(info.stop(), StopReason::Final);
     ready_failed(&limits, || now + Duration::from_secs(11), &mut info);
-    assert_eq!(info.stop, StopReason::Deadline);
+    assert_eq!(info.stop(), StopReason::Deadline);
     // The first attempt: the whole deadline, no clock read.
     assert_eq!(
         first_attempt(&limits),
@@ -770,11 +769,11 @@ fn judgement(verdict: Classification) -> Judgement<'static> {
 
 fn record(reason: RetryReason) -> RetryRecord {
     RetryRecord {
+        kind: AttemptKind::Retry,
         reason,
         wait: Duration::ZERO,
-        retry_after: false,
         hint: None,
-        transparent: false,
+        outcome: AttemptOutcome::NotSent,
     }
 }
 
@@ -840,7 +839,7 @@ fn judge_follows_the_verdict_the_method_and_the_attempts() {
 
 fn transparent_record(reason: RetryReason) -> RetryRecord {
     RetryRecord {
-        transparent: true,
+        kind: AttemptKind::Transparent,
         ..record(reason)
     }
 }
@@ -977,8 +976,14 @@ fn the_gates_are_asked_last_and_only_then() {
 }
 
 #[test]
-fn the_record_adds_waits_and_marks_budget_refusals() {
+fn the_record_keeps_every_attempt_what_it_got_and_whose_outcome_was_returned() {
     let mut info = RetryInfo::default();
+    assert_eq!(info.attempts(), 1);
+    // Attempt 1 gets a 503; a retry is decided after 5 ms, sent, and gets a reset.
+    attempt_ended(
+        &mut info,
+        AttemptOutcome::Response(StatusCode::SERVICE_UNAVAILABLE),
+    );
     record_retry(
         &mut info,
         RetryRecord {
@@ -986,20 +991,64 @@ fn the_record_adds_waits_and_marks_budget_refusals() {
             ..record(S503)
         },
     );
+    assert_eq!(info.attempts(), 1, "decided, not sent");
+    assert_eq!(info.retries()[0].outcome, AttemptOutcome::NotSent);
+    sent(&mut info);
+    assert_eq!(info.attempts(), 2);
+    attempt_ended(&mut info, AttemptOutcome::Error);
+    // A transparent retry, sent at once, which times out.
+    record_retry(&mut info, transparent_record(RetryReason::RefusedStream));
+    sent(&mut info);
+    attempt_ended(&mut info, AttemptOutcome::TimedOut);
+    // A last retry that is never sent.
     record_retry(
         &mut info,
         RetryRecord {
             wait: Duration::MAX,
-            ..record(S503)
+            ..record(RetryReason::Timeout)
         },
     );
-    assert_eq!(info.total_wait, Duration::MAX, "saturates");
-    assert_eq!(info.retries.len(), 2);
-    record_stop(&mut info, StopReason::BudgetExhausted);
-    assert!(info.budget_exhausted);
-    let mut other = RetryInfo::default();
-    record_stop(&mut other, StopReason::MaxAttempts);
-    assert!(!other.budget_exhausted);
+    record_stop(&mut info, StopReason::ServiceNotReady);
+    returning(&mut info, true);
+
+    assert_eq!(info.attempts(), 3);
+    assert_eq!(
+        info.first(),
+        AttemptOutcome::Response(StatusCode::SERVICE_UNAVAILABLE)
+    );
+    let kinds: Vec<_> = info.retries().iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            AttemptKind::Retry,
+            AttemptKind::Transparent,
+            AttemptKind::Retry
+        ]
+    );
+    let outcomes: Vec<_> = info.outcomes().collect();
+    assert_eq!(
+        outcomes,
+        [
+            AttemptOutcome::Response(StatusCode::SERVICE_UNAVAILABLE),
+            AttemptOutcome::Error,
+            AttemptOutcome::TimedOut,
+        ],
+        "every attempt sent, the unsent retry left out"
+    );
+    assert_eq!(info.retries()[2].outcome, AttemptOutcome::NotSent);
+    assert_eq!(info.total_wait(), Duration::MAX, "saturates");
+    assert_eq!(info.stop(), StopReason::ServiceNotReady);
+    assert_eq!(info.returned(), None, "the layer's own error ended it");
+
+    // A request whose second attempt answered: that answer is what the caller got.
+    let mut info = RetryInfo::default();
+    attempt_ended(&mut info, AttemptOutcome::TimedOut);
+    record_retry(&mut info, record(RetryReason::Timeout));
+    sent(&mut info);
+    attempt_ended(&mut info, AttemptOutcome::Response(StatusCode::OK));
+    returning(&mut info, false);
+    assert_eq!(info.returned(), Some(2));
+    assert_eq!(info.attempts(), 2);
 }
 
 #[tokio::test(start_paused = true)]

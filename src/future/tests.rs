@@ -99,7 +99,7 @@ async fn a_retry_goes_through_waiting_and_readying_to_its_attempt() {
     assert_eq!(state(&future), "done");
     assert_eq!(response.status(), 200);
     let info = response.extensions().get::<RetryInfo>().unwrap();
-    assert_eq!((info.attempts, info.stop), (2, StopReason::Final));
+    assert_eq!((info.attempts(), info.stop()), (2, StopReason::Final));
     assert_eq!(script.calls.load(Ordering::SeqCst), 2);
 }
 
@@ -133,7 +133,7 @@ async fn a_request_sent_once_is_its_one_attempt() {
     let response = result.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(
-        response.extensions().get::<RetryInfo>().unwrap().stop,
+        response.extensions().get::<RetryInfo>().unwrap().stop(),
         StopReason::Disabled
     );
     assert_eq!(state(&future), "done");

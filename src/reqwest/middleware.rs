@@ -89,7 +89,7 @@ use crate::{AttemptTimedOut, DeadlineExceeded, ReplayBody, RetryLayer, RetryPoli
 ///
 /// let response = client.get(format!("http://{addr}/greeting")).send().await?;
 /// assert_eq!(response.status(), 200);
-/// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts, 2); // 503, then 200
+/// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts(), 2); // 503, then 200
 /// assert_eq!(response.text().await?, "hello");
 /// # Ok(())
 /// # }
