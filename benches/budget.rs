@@ -3,7 +3,7 @@
 //!
 //! Each iteration is one pair: `deposit()` then `withdraw()`, as one logical request that
 //! failed once and asks for a retry. Both budgets keep 10% of requests as retries with a
-//! floor of 10 per second (ours: `RetryBudget::new(0.1, 10, 100)`; tower's:
+//! floor of 10 per second (ours: `RetryBudget::builder().ratio(0.1).min_per_sec(10).max_tokens(100).build()`; tower's:
 //! `TpsBudget::new(10 s, 10, 0.1)`). Every sample gets a fresh budget, so each starts from
 //! its initial reserve and soon settles where one withdrawal in ten succeeds.
 //!
@@ -53,11 +53,19 @@ impl Bucket for RetryBudget {
     const NAME: &'static str = "ours";
 
     fn fresh() -> Self {
-        RetryBudget::new(0.1, 10, 100)
+        RetryBudget::builder()
+            .ratio(0.1)
+            .min_per_sec(10)
+            .max_tokens(100)
+            .build()
     }
 
     fn with_tokens(tokens: u32) -> Self {
-        RetryBudget::new(0.1, 10, tokens)
+        RetryBudget::builder()
+            .ratio(0.1)
+            .min_per_sec(10)
+            .max_tokens(tokens)
+            .build()
     }
 
     fn put(&self) {

@@ -16,7 +16,7 @@
 //! Both retrying clients make at most 3 attempts, retry a 503 at once (ours with a zero
 //! `Backoff`, tower's policy with a ready future), deposit into a budget per request and
 //! withdraw per retry; both budgets are given room for a retry per request (ours
-//! `RetryBudget::new(1.0, 10, 100)`, tower's `TpsBudget::new(10 s, 10, 1.0)`), so neither
+//! `RetryBudget::builder().ratio(1.0).min_per_sec(10).max_tokens(100).build()`, tower's `TpsBudget::new(10 s, 10, 1.0)`), so neither
 //! runs dry and both retry every 503 (the bench prints the 503s left at the end: the
 //! requests whose three attempts all drew a 503). The retry-heavy traffic is about 11
 //! attempts per 10 requests.
@@ -319,7 +319,13 @@ where
 fn ours() -> Ours {
     RetryLayer::new()
         .policy(RetryPolicy::new().backoff(Backoff::exponential(Duration::ZERO, Duration::ZERO)))
-        .budget(RetryBudget::new(1.0, 10, 100))
+        .budget(
+            RetryBudget::builder()
+                .ratio(1.0)
+                .min_per_sec(10)
+                .max_tokens(100)
+                .build(),
+        )
         .layer(client())
 }
 

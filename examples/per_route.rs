@@ -87,8 +87,16 @@ async fn main() -> Result<(), BoxError> {
     println!("per-route policies against http://{addr}\n");
 
     let quick = Backoff::exponential(Duration::from_millis(10), Duration::from_millis(100));
-    let shared = RetryBudget::new(0.1, 10, 100);
-    let payments = RetryBudget::new(0.2, 5, 20);
+    let shared = RetryBudget::builder()
+        .ratio(0.1)
+        .min_per_sec(10)
+        .max_tokens(100)
+        .build();
+    let payments = RetryBudget::builder()
+        .ratio(0.2)
+        .min_per_sec(5)
+        .max_tokens(20)
+        .build();
     let base = RetryPolicy::default()
         .backoff(quick)
         .deadline(Duration::from_secs(2));

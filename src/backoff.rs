@@ -275,17 +275,17 @@ impl Backoff {
     }
 
     /// The base delay.
-    pub fn base(&self) -> Duration {
+    pub fn get_base(&self) -> Duration {
         self.base
     }
 
-    /// The cap no wait exceeds.
-    pub fn cap(&self) -> Duration {
+    /// The cap no wait exceeds ([`Jitter::Proportional`] aside).
+    pub fn get_cap(&self) -> Duration {
         self.cap
     }
 
     /// The kind of jitter.
-    pub fn jitter_kind(&self) -> Jitter {
+    pub fn get_jitter(&self) -> Jitter {
         self.jitter
     }
 
@@ -325,7 +325,12 @@ impl Backoff {
 
     /// The wait before retry `n` (1 for the first retry), given the previous wait (`base`
     /// before the first retry; only [`Jitter::Decorrelated`] uses it).
-    pub fn delay<R: Rng + ?Sized>(&self, n: u32, previous: Duration, rng: &mut R) -> Duration {
+    pub(crate) fn delay<R: Rng + ?Sized>(
+        &self,
+        n: u32,
+        previous: Duration,
+        rng: &mut R,
+    ) -> Duration {
         match self.jitter {
             Jitter::None => self.ceiling(n),
             Jitter::Full => {
@@ -537,13 +542,13 @@ mod tests {
         // An initial backoff above the maximum: every ceiling is the maximum.
         let over = Backoff::from_initial(5000 * MS, 1000 * MS);
         assert_eq!(over.ceiling(1), 1000 * MS);
-        assert!(over.base() <= over.cap());
+        assert!(over.get_base() <= over.get_cap());
         // Doubling from the first ceiling, and the base under it.
         let doubling = Backoff::from_initial(100 * MS, 10_000 * MS).jitter(Jitter::None);
         assert_eq!(doubling.ceiling(1), 100 * MS);
         assert_eq!(doubling.ceiling(3), 400 * MS);
-        assert_eq!(doubling.base(), 50 * MS);
-        assert_eq!(doubling.multiplier(4.0).base(), 25 * MS);
+        assert_eq!(doubling.get_base(), 50 * MS);
+        assert_eq!(doubling.multiplier(4.0).get_base(), 25 * MS);
         assert_eq!(doubling.multiplier(4.0).ceiling(1), 100 * MS);
     }
 
@@ -694,7 +699,7 @@ mod tests {
             let raised = initial.as_nanos() as f64 * multiplier.powi(n as i32 - 1);
             let a6 = Duration::from_nanos(raised.min(max.as_nanos() as f64).round() as u64);
             prop_assert_eq!(backoff.ceiling(n), a6);
-            prop_assert!(backoff.base() <= max);
+            prop_assert!(backoff.get_base() <= max);
             let mut rng = SmallRng::seed_from_u64(seed);
             prop_assert!(backoff.delay(n, initial, &mut rng) <= a6);
             let near = backoff.jitter(Jitter::Proportional).delay(n, initial, &mut rng);

@@ -93,8 +93,8 @@ impl Plan {
 
     pub(crate) fn resolve(policy: RetryPolicy, config: &Config) -> Self {
         let gates = Gates {
-            budget: policy.budget.clone().or_else(|| config.budget.clone()),
-            throttle: policy.throttle.clone().or_else(|| config.throttle.clone()),
+            budget: policy.budget.or_layer(config.budget.as_ref()),
+            throttle: policy.throttle.or_layer(config.throttle.as_ref()),
         };
         let (key, key_header) = match &policy.key {
             PolicyKey::Own(key) => (Some(key.clone()), key.header().clone()),

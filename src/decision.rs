@@ -123,7 +123,7 @@ impl Course {
     pub(crate) fn new(policy: &RetryPolicy) -> Self {
         Self {
             rng: policy.jitter_rng(),
-            previous: policy.backoff.base(),
+            previous: policy.backoff.get_base(),
             offset: 0,
             ticket: Ticket::default(),
         }

@@ -329,8 +329,9 @@ impl std::error::Error for ServiceNotReady {}
 /// A configuration value was refused at construction: the one error type of every `try_`
 /// constructor ([`RetryPolicy::try_max_attempts`](crate::RetryPolicy::try_max_attempts),
 /// [`Backoff::try_exponential`](crate::Backoff::try_exponential),
-/// [`RetryBudget::try_new`](crate::RetryBudget::try_new),
-/// [`Throttle::try_new`](crate::Throttle::try_new), the header-name setters).
+/// [`BudgetBuilder::try_build`](crate::BudgetBuilder::try_build),
+/// [`ThrottleBuilder::try_build`](crate::ThrottleBuilder::try_build), the header-name
+/// setters).
 ///
 /// The plain constructors panic with the same message. Its `Display` names the value at
 /// fault; the predicates tell the kinds apart:
@@ -338,7 +339,7 @@ impl std::error::Error for ServiceNotReady {}
 /// ```
 /// use tower_http_retry::{RetryBudget, RetryPolicy};
 ///
-/// let error = RetryBudget::try_new(f64::NAN, 10, 100).unwrap_err();
+/// let error = RetryBudget::builder().ratio(f64::NAN).min_per_sec(10).max_tokens(100).try_build().unwrap_err();
 /// assert!(error.is_budget() && !error.is_attempts());
 /// let error = RetryPolicy::default().try_max_attempts(0).unwrap_err();
 /// assert!(error.is_attempts());

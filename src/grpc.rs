@@ -293,7 +293,7 @@ impl RetryLayer {
     /// use tower_http_retry::grpc::Throttle;
     ///
     /// let layer = RetryLayer::grpc()
-    ///     .throttle(Throttle::new(10.0, 0.1))
+    ///     .throttle(Throttle::builder().max_tokens(10.0).token_ratio(0.1).build())
     ///     .route(
     ///         RouteMatch::post().path_prefix("/shop.Orders/Get"),
     ///         RetryPolicy::default()

@@ -29,7 +29,7 @@ use crate::service::Retry;
 /// use std::time::Duration;
 /// use tower_http_retry::{RetryBudget, RetryLayer, RetryPolicy, RouteMatch};
 ///
-/// let budget = RetryBudget::new(0.1, 10, 100);
+/// let budget = RetryBudget::builder().ratio(0.1).min_per_sec(10).max_tokens(100).build();
 /// let base = RetryPolicy::default().max_attempts(3).deadline(Duration::from_secs(10));
 /// let layer = RetryLayer::new()
 ///     .policy(base.clone())
@@ -77,7 +77,7 @@ impl RetryLayer {
     /// use tower_http_retry::{RetryLayer, Throttle};
     ///
     /// // gRPC's A6 example: 10 tokens, a tenth of one back per success.
-    /// let layer = RetryLayer::new().throttle(Throttle::new(10.0, 0.1));
+    /// let layer = RetryLayer::new().throttle(Throttle::builder().max_tokens(10.0).token_ratio(0.1).build());
     /// # let _ = layer;
     /// ```
     pub fn throttle(self, throttle: Throttle) -> Self {

@@ -136,7 +136,7 @@ pub use crate::config::DEFAULT_MAX_REPLAY_BYTES;
 pub use crate::error::{
     AttemptTimedOut, DeadlineExceeded, InvalidConfig, RetryError, ServiceNotReady,
 };
-pub use crate::gate::{RetryBudget, Throttle};
+pub use crate::gate::{BudgetBuilder, RetryBudget, Throttle, ThrottleBuilder};
 pub use crate::hook::{AttemptContext, AttemptHook, AttemptKind};
 pub use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey, MakeIdempotencyKey, UuidV4};
 pub use crate::info::{Attempt, RetryInfo, RetryRecord, StopReason};

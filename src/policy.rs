@@ -55,13 +55,33 @@ pub struct RetryPolicy {
     pub(crate) attempt_timeout: Option<Duration>,
     pub(crate) max_retry_after: Duration,
     pub(crate) classifier: Option<Arc<dyn Classify>>,
-    pub(crate) budget: Option<RetryBudget>,
+    pub(crate) budget: Layered<RetryBudget>,
     pub(crate) seed: Option<Arc<SeedSequence>>,
     pub(crate) assume_idempotent: bool,
     pub(crate) key: PolicyKey,
-    pub(crate) throttle: Option<Throttle>,
+    pub(crate) throttle: Layered<Throttle>,
     pub(crate) hooks: Hooks,
     pub(crate) transparent: bool,
+}
+
+/// A setting a policy takes from the layer unless it has its own, or none at all.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Layered<T> {
+    #[default]
+    Layer,
+    Own(T),
+    Off,
+}
+
+impl<T: Clone> Layered<T> {
+    /// The policy's own, else the layer's, or none when the policy turned it off.
+    pub(crate) fn or_layer(&self, layer: Option<&T>) -> Option<T> {
+        match self {
+            Layered::Layer => layer.cloned(),
+            Layered::Own(own) => Some(own.clone()),
+            Layered::Off => None,
+        }
+    }
 }
 
 /// A policy's own idempotency-key configuration.
@@ -83,11 +103,11 @@ impl Default for RetryPolicy {
             attempt_timeout: None,
             max_retry_after: Duration::from_secs(30),
             classifier: None,
-            budget: None,
+            budget: Layered::Layer,
             seed: None,
             assume_idempotent: false,
             key: PolicyKey::Layer,
-            throttle: None,
+            throttle: Layered::Layer,
             hooks: Hooks::default(),
             transparent: false,
         }
@@ -162,6 +182,12 @@ impl RetryPolicy {
         self
     }
 
+    /// Removes the per-attempt timeout.
+    pub fn no_attempt_timeout(mut self) -> Self {
+        self.attempt_timeout = None;
+        self
+    }
+
     /// The longest `Retry-After` the layer is willing to wait; a longer hint stops retrying
     /// and returns that response at once. Default 30 s.
     pub fn max_retry_after(mut self, max: Duration) -> Self {
@@ -227,7 +253,14 @@ impl RetryPolicy {
 
     /// Spends this policy's retries from `budget` instead of the layer's shared one.
     pub fn budget(mut self, budget: RetryBudget) -> Self {
-        self.budget = Some(budget);
+        self.budget = Layered::Own(budget);
+        self
+    }
+
+    /// No budget for this policy's retries, whatever the layer has: only the attempt
+    /// limit, the deadline (and a throttle, if any) bound them.
+    pub fn no_budget(mut self) -> Self {
+        self.budget = Layered::Off;
         self
     }
 
@@ -319,7 +352,13 @@ impl RetryPolicy {
     /// [`Throttle`] of its own, instead of the layer's
     /// ([`RetryLayer::throttle`](crate::RetryLayer::throttle)).
     pub fn throttle(mut self, throttle: Throttle) -> Self {
-        self.throttle = Some(throttle);
+        self.throttle = Layered::Own(throttle);
+        self
+    }
+
+    /// No throttle for this policy's retries, whatever the layer has.
+    pub fn no_throttle(mut self) -> Self {
+        self.throttle = Layered::Off;
         self
     }
 

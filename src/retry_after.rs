@@ -127,29 +127,13 @@ pub fn parse(value: &HeaderValue, date: Option<&HeaderValue>, now: SystemTime) -
     parse_bytes(value.as_bytes(), date.map(HeaderValue::as_bytes), now)
 }
 
-/// Same as [`parse`], for header values already available as strings.
-///
-/// For the crate's tests and fuzz targets, hence hidden from the docs. The
-/// result is identical to that of [`parse`] on header values holding the
-/// same bytes.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::{Duration, UNIX_EPOCH};
-///
-/// use tower_http_retry::retry_after::parse_str;
-///
-/// let now = UNIX_EPOCH;
-/// assert_eq!(parse_str(" 5 ", None, now), Some(Duration::from_secs(5)));
-/// assert_eq!(parse_str("-5", None, now), None);
-/// ```
-#[doc(hidden)]
-pub fn parse_str(value: &str, date: Option<&str>, now: SystemTime) -> Option<Duration> {
+/// Same as [`parse`], for the crate's own tests: values as text.
+#[cfg(test)]
+pub(crate) fn parse_str(value: &str, date: Option<&str>, now: SystemTime) -> Option<Duration> {
     parse_bytes(value.as_bytes(), date.map(str::as_bytes), now)
 }
 
-/// Shared implementation of [`parse`] and [`parse_str`].
+/// The implementation of [`parse`].
 fn parse_bytes(value: &[u8], date: Option<&[u8]>, now: SystemTime) -> Option<Duration> {
     let value = trim_ows(value);
     if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {

@@ -35,7 +35,11 @@ fn check(
         .build()
         .unwrap();
     runtime.block_on(async {
-        let budget = RetryBudget::new(f64::from(ratio_milli) / 1000.0, per_sec, max_tokens);
+        let budget = RetryBudget::builder()
+            .ratio(f64::from(ratio_milli) / 1000.0)
+            .min_per_sec(per_sec)
+            .max_tokens(max_tokens)
+            .build();
         let (mut deposits, mut granted, mut elapsed_ms) = (0u64, 0u64, 0u64);
         for step in steps {
             match step {

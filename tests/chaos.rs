@@ -423,11 +423,13 @@ async fn chaos(h2: bool) {
                         )
                         .rng_seed(SEED),
                 )
-                .budget(RetryBudget::new(
-                    lane.ratio,
-                    lane.min_per_sec,
-                    lane.max_tokens,
-                ))
+                .budget(
+                    RetryBudget::builder()
+                        .ratio(lane.ratio)
+                        .min_per_sec(lane.min_per_sec)
+                        .max_tokens(lane.max_tokens)
+                        .build(),
+                )
                 .max_replay_bytes(MAX_REPLAY_BYTES)
                 .attempt_header("retry-attempt")
                 .layer(client.clone())

@@ -159,7 +159,7 @@ fn attempt_header_panics_on_a_bad_name() {
     let _ = RetryLayer::new().attempt_header("bad\nname");
 }
 
-// ---- RetryBudget::try_new ----
+// ---- RetryBudget::builder().try_build() ----
 
 /// A bad budget, and what its message must mention: the parameter and the value.
 struct BadBudget {
@@ -212,7 +212,12 @@ const BAD_BUDGETS: [BadBudget; 5] = [
 fn bad_budgets_are_refused_with_a_message_that_names_the_value() {
     for bad in &BAD_BUDGETS {
         let what = bad.what;
-        let err = match RetryBudget::try_new(bad.ratio, bad.min_per_sec, bad.max_tokens) {
+        let err = match RetryBudget::builder()
+            .ratio(bad.ratio)
+            .min_per_sec(bad.min_per_sec)
+            .max_tokens(bad.max_tokens)
+            .try_build()
+        {
             Ok(_) => panic!("a budget with a {what} was accepted"),
             Err(err) => err,
         };
@@ -233,7 +238,12 @@ fn sound_budgets_are_accepted() {
         (1.0, 1_000, 10_000),
     ] {
         assert!(
-            RetryBudget::try_new(ratio, min_per_sec, max_tokens).is_ok(),
+            RetryBudget::builder()
+                .ratio(ratio)
+                .min_per_sec(min_per_sec)
+                .max_tokens(max_tokens)
+                .try_build()
+                .is_ok(),
             "({ratio}, {min_per_sec}, {max_tokens}) was refused"
         );
     }
@@ -242,25 +252,41 @@ fn sound_budgets_are_accepted() {
 #[test]
 #[should_panic(expected = "ratio")]
 fn budget_new_panics_on_a_nan_ratio() {
-    let _ = RetryBudget::new(f64::NAN, 10, 100);
+    let _ = RetryBudget::builder()
+        .ratio(f64::NAN)
+        .min_per_sec(10)
+        .max_tokens(100)
+        .build();
 }
 
 #[test]
 #[should_panic(expected = "ratio")]
 fn budget_new_panics_on_an_infinite_ratio() {
-    let _ = RetryBudget::new(f64::INFINITY, 10, 100);
+    let _ = RetryBudget::builder()
+        .ratio(f64::INFINITY)
+        .min_per_sec(10)
+        .max_tokens(100)
+        .build();
 }
 
 #[test]
 #[should_panic(expected = "ratio")]
 fn budget_new_panics_on_a_negative_ratio() {
-    let _ = RetryBudget::new(-0.5, 10, 100);
+    let _ = RetryBudget::builder()
+        .ratio(-0.5)
+        .min_per_sec(10)
+        .max_tokens(100)
+        .build();
 }
 
 #[test]
 #[should_panic(expected = "max")]
 fn budget_new_panics_on_zero_max_tokens() {
-    let _ = RetryBudget::new(0.1, 10, 0);
+    let _ = RetryBudget::builder()
+        .ratio(0.1)
+        .min_per_sec(10)
+        .max_tokens(0)
+        .build();
 }
 
 // ---- the panicking twins say exactly what the `try_` versions say ----
@@ -300,8 +326,16 @@ fn every_panic_message_is_the_error_message() {
     for bad in &BAD_BUDGETS {
         let (ratio, min_per_sec, max_tokens) = (bad.ratio, bad.min_per_sec, bad.max_tokens);
         assert_eq!(
-            panic_message(move || RetryBudget::new(ratio, min_per_sec, max_tokens)),
-            RetryBudget::try_new(ratio, min_per_sec, max_tokens)
+            panic_message(move || RetryBudget::builder()
+                .ratio(ratio)
+                .min_per_sec(min_per_sec)
+                .max_tokens(max_tokens)
+                .build()),
+            RetryBudget::builder()
+                .ratio(ratio)
+                .min_per_sec(min_per_sec)
+                .max_tokens(max_tokens)
+                .try_build()
                 .err()
                 .unwrap()
                 .to_string(),

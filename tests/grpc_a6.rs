@@ -157,7 +157,10 @@ async fn pushback_is_the_exact_wait_and_a_negative_one_stops() {
 async fn the_throttle_engages_under_a_total_outage() {
     // A6's example: maxTokens 10, tokenRatio 0.1. Each failed attempt takes a token;
     // retries stop once the bucket is at half (5) or below.
-    let throttle = Throttle::new(10.0, 0.1);
+    let throttle = Throttle::builder()
+        .max_tokens(10.0)
+        .token_ratio(0.1)
+        .build();
     let server = GrpcServer::start((0..100).map(|_| Step::Fail(Code::Unavailable))).await;
     let layer = RetryLayer::grpc()
         .throttle(throttle.clone())
@@ -184,7 +187,7 @@ async fn the_throttle_engages_under_a_total_outage() {
 
 #[tokio::test]
 async fn the_throttle_refused_retry_is_reported() {
-    let throttle = Throttle::new(2.0, 0.1);
+    let throttle = Throttle::builder().max_tokens(2.0).token_ratio(0.1).build();
     let server = GrpcServer::start((0..10).map(|_| Step::Fail(Code::Unavailable))).await;
     let layer = RetryLayer::grpc().throttle(throttle).policy(quick());
     let client = ServiceBuilder::new()
@@ -255,7 +258,10 @@ async fn refusing(refusals: usize) -> Server {
 /// A throttle of 10 tokens that is 2 down, earning 0.5 per success: any failure it is told
 /// of shows in its count.
 fn drained_throttle() -> Throttle {
-    let throttle = Throttle::new(10.0, 0.5);
+    let throttle = Throttle::builder()
+        .max_tokens(10.0)
+        .token_ratio(0.5)
+        .build();
     throttle.record_failure();
     throttle.record_failure();
     assert_eq!(throttle.tokens(), 8.0);

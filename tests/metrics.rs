@@ -23,9 +23,13 @@ async fn retries_refusals_and_waits_are_recorded() {
             .jitter(Jitter::None),
     );
     // One token: the first request spends it on one retry, its second retry is refused.
-    let layer = RetryLayer::new()
-        .policy(policy)
-        .budget(RetryBudget::new(0.0, 0, 1));
+    let layer = RetryLayer::new().policy(policy).budget(
+        RetryBudget::builder()
+            .ratio(0.0)
+            .min_per_sec(0)
+            .max_tokens(1)
+            .build(),
+    );
     let mock = Mock::new([
         common::Reply::Status(503),
         common::Reply::error(|| std::io::Error::from(std::io::ErrorKind::ConnectionReset)),

@@ -141,7 +141,11 @@ async fn decorrelated_jitter_grows_from_the_wait_actually_slept() {
 /// DESIGN 1.7: requests under `never()`, `max_attempts(1)` and CONNECT deposit too.
 #[tokio::test(start_paused = true)]
 async fn requests_that_are_never_retried_still_deposit() {
-    let budget = RetryBudget::new(0.5, 0, 10);
+    let budget = RetryBudget::builder()
+        .ratio(0.5)
+        .min_per_sec(0)
+        .max_tokens(10)
+        .build();
     while budget.withdraw() {}
     let before = budget.tokens();
     let layer = RetryLayer::new().budget(budget.clone());

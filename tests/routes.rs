@@ -118,8 +118,16 @@ async fn a_policy_in_the_request_overrides_its_route() {
 #[tokio::test(start_paused = true)]
 async fn routes_with_their_own_budgets_do_not_drain_each_other() {
     // Two retries' worth each; no refill, no deposits.
-    let payments = RetryBudget::new(0.0, 0, 2);
-    let search = RetryBudget::new(0.0, 0, 2);
+    let payments = RetryBudget::builder()
+        .ratio(0.0)
+        .min_per_sec(0)
+        .max_tokens(2)
+        .build();
+    let search = RetryBudget::builder()
+        .ratio(0.0)
+        .min_per_sec(0)
+        .max_tokens(2)
+        .build();
     let layer = RetryLayer::new()
         .route(
             RouteMatch::post().path_prefix("/pay"),
@@ -152,7 +160,11 @@ async fn routes_with_their_own_budgets_do_not_drain_each_other() {
 
 #[tokio::test(start_paused = true)]
 async fn clones_of_one_service_share_one_budget() {
-    let budget = RetryBudget::new(0.0, 0, 3);
+    let budget = RetryBudget::builder()
+        .ratio(0.0)
+        .min_per_sec(0)
+        .max_tokens(3)
+        .build();
     let svc = RetryLayer::new()
         .policy(policy(3))
         .budget(budget.clone())

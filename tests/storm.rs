@@ -150,11 +150,11 @@ fn partial_outage_three_layers_matches_the_arithmetic() {
 #[test]
 fn the_arithmetic_uses_the_default_budget_settings() {
     let (default, stated) = sim::paused(async {
-        let stated = tower_http_retry::RetryBudget::new(
-            sim::RATIO,
-            sim::MIN_PER_SEC as u32,
-            sim::MAX_TOKENS as u32,
-        );
+        let stated = tower_http_retry::RetryBudget::builder()
+            .ratio(sim::RATIO)
+            .min_per_sec(sim::MIN_PER_SEC as u32)
+            .max_tokens(sim::MAX_TOKENS as u32)
+            .build();
         (
             format!("{:?}", tower_http_retry::RetryBudget::default()),
             format!("{stated:?}"),

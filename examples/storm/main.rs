@@ -149,8 +149,8 @@ fn partial_outage_table(layers: usize) {
     let backoff = sim::partial_backoff();
     println!(
         "    probability p (seeded); 3 attempts per layer, backoff {:?} base, {:?} cap, full jitter.",
-        backoff.base(),
-        backoff.cap()
+        backoff.get_base(),
+        backoff.get_cap()
     );
     println!(
         "    goodput: share of requests that succeed; load: attempts at the server per request;"
@@ -164,7 +164,7 @@ fn partial_outage_table(layers: usize) {
     );
     #[cfg(feature = "grpc")]
     println!(
-        "    Throttle::new({}, {}) (A6's example), no budget (A6 has none); the server answers",
+        "    Throttle::builder().max_tokens({}).token_ratio({}).build() (A6's example), no budget (A6 has none); the server answers",
         sim::THROTTLE_MAX_TOKENS,
         sim::THROTTLE_RATIO
     );

@@ -159,7 +159,7 @@ pub async fn amplification(layers: usize, budget: bool, requests: usize, per_sec
 }
 
 /// The default budget's settings, for the arithmetic: `RetryBudget::default()` is
-/// `RetryBudget::new(RATIO, MIN_PER_SEC, MAX_TOKENS)`.
+/// `RetryBudget::builder().ratio(RATIO).min_per_sec(MIN_PER_SEC).max_tokens(MAX_TOKENS).build()`.
 pub const RATIO: f64 = 0.1;
 /// See [`RATIO`].
 pub const MIN_PER_SEC: f64 = 10.0;
@@ -168,7 +168,7 @@ pub const MAX_TOKENS: f64 = 100.0;
 
 #[cfg(feature = "grpc")]
 /// A6's example `retryThrottling`: `maxTokens` 10, `tokenRatio` 0.1. The throttle rows use
-/// `Throttle::new(THROTTLE_MAX_TOKENS, THROTTLE_RATIO)`.
+/// `Throttle::builder().max_tokens(THROTTLE_MAX_TOKENS).token_ratio(THROTTLE_RATIO).build()`.
 pub const THROTTLE_MAX_TOKENS: f64 = 10.0;
 #[cfg(feature = "grpc")]
 /// See [`THROTTLE_MAX_TOKENS`].
@@ -496,7 +496,12 @@ impl Storm {
             Retries::Throttle => RetryLayer::grpc()
                 .no_budget()
                 .policy(policy.grpc_codes([tonic::Code::Unavailable]))
-                .throttle(Throttle::new(THROTTLE_MAX_TOKENS, THROTTLE_RATIO)),
+                .throttle(
+                    Throttle::builder()
+                        .max_tokens(THROTTLE_MAX_TOKENS)
+                        .token_ratio(THROTTLE_RATIO)
+                        .build(),
+                ),
         }
     }
 

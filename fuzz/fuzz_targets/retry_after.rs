@@ -1,4 +1,4 @@
-//! Fuzzes `retry_after::parse` and `parse_str`: no input may panic, both agree, and
+//! Fuzzes `retry_after::parse`: no input may panic, the same input gets the same answer, and
 //! delta-seconds and HTTP-dates round-trip.
 //!
 //! Input layout: a flag byte (bit 0: the response has a `Date`), a split point (2 bytes),

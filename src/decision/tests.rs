@@ -263,7 +263,7 @@ fn plan_one() -> Plan {
 
 #[test]
 fn the_throttle_hears_each_outcome_once_and_its_refusal_comes_after_the_limits() {
-    let throttle = Throttle::new(4.0, 1.0);
+    let throttle = Throttle::builder().max_tokens(4.0).token_ratio(1.0).build();
     let plan = gated(policy(), None, Some(throttle.clone()));
     // 3 tokens left: above half, retried.
     let (answer, _) = once(
@@ -506,7 +506,11 @@ fn a_hint_too_long_or_a_wait_past_the_deadline_stops() {
 
 #[test]
 fn the_budget_is_asked_last_and_its_refusal_is_recorded() {
-    let budget = RetryBudget::new(0.0, 0, 1);
+    let budget = RetryBudget::builder()
+        .ratio(0.0)
+        .min_per_sec(0)
+        .max_tokens(1)
+        .build();
     let plan = gated(policy(), Some(budget.clone()), None);
     let (answer, _) = once(
         &plan,
@@ -529,7 +533,17 @@ fn the_budget_is_asked_last_and_its_refusal_is_recorded() {
     budget.deposit();
     let mut world = World::new();
     world.replay = Err(NotReplayable::TooLarge);
-    let refill = gated(policy(), Some(RetryBudget::new(1.0, 0, 1)), None);
+    let refill = gated(
+        policy(),
+        Some(
+            RetryBudget::builder()
+                .ratio(1.0)
+                .min_per_sec(0)
+                .max_tokens(1)
+                .build(),
+        ),
+        None,
+    );
     let before = refill.gates.budget.as_ref().unwrap().tokens();
     once(
         &refill,
@@ -542,8 +556,15 @@ fn the_budget_is_asked_last_and_its_refusal_is_recorded() {
 
 #[test]
 fn a_transparent_retry_waits_nothing_is_not_counted_and_is_paid_for() {
-    let budget = RetryBudget::new(0.0, 0, 5);
-    let throttle = Throttle::new(10.0, 1.0);
+    let budget = RetryBudget::builder()
+        .ratio(0.0)
+        .min_per_sec(0)
+        .max_tokens(5)
+        .build();
+    let throttle = Throttle::builder()
+        .max_tokens(10.0)
+        .token_ratio(1.0)
+        .build();
     let plan = gated(
         policy().max_attempts(1).transparent_retry(),
         Some(budget.clone()),

@@ -89,14 +89,14 @@ const MAX_RATIO: f64 = 1_000.0;
 ///
 /// Balances are kept in thousandths of a token and time in whole
 /// milliseconds, which limits `max_tokens` to 67 108 and rounds `ratio` down
-/// to thousandths; see [`RetryBudget::try_new`].
+/// to thousandths; see [`BudgetBuilder::try_build`].
 ///
 /// # Clone
 ///
 /// `RetryBudget` is a cheap handle (a reference-counted pointer): cloning it
 /// does not create a new bucket, and every clone draws from and deposits into
 /// the same one. Clone it into every service or task that should share the
-/// budget; create a new one with [`RetryBudget::new`] for an independent
+/// budget; build a new one ([`RetryBudget::builder`]) for an independent
 /// budget.
 ///
 /// # Example
@@ -106,7 +106,7 @@ const MAX_RATIO: f64 = 1_000.0;
 ///
 /// // 10% of requests, no refill over time (keeping this example independent
 /// // of the clock), at most 2 retries saved up.
-/// let budget = RetryBudget::new(0.1, 0, 2);
+/// let budget = RetryBudget::builder().ratio(0.1).min_per_sec(0).max_tokens(2).build();
 /// let shared = budget.clone();
 ///
 /// assert!(shared.withdraw());
@@ -128,83 +128,21 @@ struct Inner {
 }
 
 impl RetryBudget {
-    /// Creates a budget that allows `ratio` retries per request (deposit),
-    /// plus `min_per_sec` retries per second, with at most `max_tokens`
-    /// retries saved up. The bucket starts full.
-    ///
-    /// `ratio` is counted in thousandths of a token: it is rounded down to a
-    /// multiple of 0.001 (a value that is such a multiple up to floating-point
-    /// error, like 0.57, counts as that multiple).
-    ///
-    /// # Panics
-    ///
-    /// Panics if [`RetryBudget::try_new`] would refuse the values: if `ratio`
-    /// is NaN, infinite, negative, positive but below 0.001, or above 1000, or
-    /// if `max_tokens` is 0 or above 67 108. The panic message is the
-    /// [`InvalidConfig`] error's, naming the value at fault.
-    ///
-    /// # Example
+    /// A builder of a budget, from the defaults: `ratio` 0.1, `min_per_sec` 10,
+    /// `max_tokens` 100. Every setting is named, so none can be swapped for another.
     ///
     /// ```
     #[doc = concat!("use ", env!("CARGO_CRATE_NAME"), "::RetryBudget;")]
     ///
-    /// let budget = RetryBudget::new(0.1, 10, 100);
-    /// assert_eq!(budget.tokens(), 100.0);
+    /// let budget = RetryBudget::builder().ratio(0.2).min_per_sec(5).max_tokens(50).build();
+    /// assert_eq!(budget.tokens(), 50.0);
     /// ```
-    #[must_use]
-    #[track_caller]
-    pub fn new(ratio: f64, min_per_sec: u32, max_tokens: u32) -> RetryBudget {
-        match RetryBudget::try_new(ratio, min_per_sec, max_tokens) {
-            Ok(budget) => budget,
-            Err(error) => panic!("{error}"),
+    pub fn builder() -> BudgetBuilder {
+        BudgetBuilder {
+            ratio: 0.1,
+            min_per_sec: 10,
+            max_tokens: 100,
         }
-    }
-
-    /// Creates a budget like [`RetryBudget::new`], or says which value is
-    /// invalid and why.
-    ///
-    /// # Errors
-    ///
-    /// Returns [`InvalidConfig`] if `ratio` is NaN or infinite, negative,
-    /// positive but below 0.001 (the budget counts thousandths of a token; use
-    /// 0 for no deposits), or above 1000; or if `max_tokens` is 0, or above
-    /// 67 108 (the most the budget's 26-bit balance of thousandths can hold).
-    /// Every `min_per_sec` is valid, including 0 (no refill over time).
-    ///
-    /// # Example
-    ///
-    /// ```
-    #[doc = concat!("use ", env!("CARGO_CRATE_NAME"), "::RetryBudget;")]
-    ///
-    /// let error = RetryBudget::try_new(f64::NAN, 10, 100).unwrap_err();
-    /// assert!(error.to_string().contains("ratio is NaN"));
-    /// assert!(RetryBudget::try_new(0.2, 0, 10).is_ok());
-    /// ```
-    pub fn try_new(
-        ratio: f64,
-        min_per_sec: u32,
-        max_tokens: u32,
-    ) -> Result<RetryBudget, InvalidConfig> {
-        let deposit_units = deposit_units(ratio)?;
-        if max_tokens == 0 {
-            return Err(InvalidBudget {
-                kind: Invalid::ZeroMaxTokens,
-            }
-            .into());
-        }
-        if max_tokens > MAX_TOKENS {
-            return Err(InvalidBudget {
-                kind: Invalid::MaxTokensTooLarge(max_tokens),
-            }
-            .into());
-        }
-        Ok(RetryBudget::from_bucket(
-            Bucket::full(
-                u64::from(max_tokens) * UNITS_PER_TOKEN,
-                u64::from(min_per_sec),
-            ),
-            deposit_units,
-        ))
     }
 
     fn from_bucket(bucket: Bucket, deposit_units: u64) -> RetryBudget {
@@ -258,11 +196,98 @@ impl RetryBudget {
     }
 }
 
+/// Builds a [`RetryBudget`]: see [`RetryBudget::builder`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[must_use = "a builder does nothing until it is built"]
+pub struct BudgetBuilder {
+    ratio: f64,
+    min_per_sec: u32,
+    max_tokens: u32,
+}
+
+impl BudgetBuilder {
+    /// Tokens every logical request deposits when it starts (default 0.1: retries under
+    /// a tenth of the requests). Counted in thousandths of a token: rounded down to a
+    /// multiple of 0.001 (a value that is such a multiple up to floating-point error,
+    /// like 0.57, counts as that multiple); 0 for no deposits.
+    pub fn ratio(mut self, ratio: f64) -> Self {
+        self.ratio = ratio;
+        self
+    }
+
+    /// Tokens the bucket also gains per second, whatever the traffic (default 10), so a
+    /// quiet client can still retry; 0 for none.
+    pub fn min_per_sec(mut self, min_per_sec: u32) -> Self {
+        self.min_per_sec = min_per_sec;
+        self
+    }
+
+    /// The most tokens the bucket holds, and where it starts (default 100).
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// The budget.
+    ///
+    /// # Panics
+    ///
+    /// When [`BudgetBuilder::try_build`] would refuse the settings, with its error's
+    /// message naming the value at fault.
+    #[must_use]
+    #[track_caller]
+    pub fn build(self) -> RetryBudget {
+        match self.try_build() {
+            Ok(budget) => budget,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// The budget, or which setting is invalid and why.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] when the ratio is NaN or infinite, negative, positive but below
+    /// 0.001 (the budget counts thousandths of a token; use 0 for no deposits), or above
+    /// 1000; or when `max_tokens` is 0, or above 67 108 (the most the budget's 26-bit
+    /// balance of thousandths can hold). Every `min_per_sec` is valid.
+    ///
+    /// ```
+    #[doc = concat!("use ", env!("CARGO_CRATE_NAME"), "::RetryBudget;")]
+    ///
+    /// let error = RetryBudget::builder().ratio(f64::NAN).try_build().unwrap_err();
+    /// assert!(error.to_string().contains("ratio is NaN"));
+    /// assert!(RetryBudget::builder().ratio(0.2).min_per_sec(0).max_tokens(10).try_build().is_ok());
+    /// ```
+    pub fn try_build(self) -> Result<RetryBudget, InvalidConfig> {
+        let deposit_units = deposit_units(self.ratio)?;
+        if self.max_tokens == 0 {
+            return Err(InvalidBudget {
+                kind: Invalid::ZeroMaxTokens,
+            }
+            .into());
+        }
+        if self.max_tokens > MAX_TOKENS {
+            return Err(InvalidBudget {
+                kind: Invalid::MaxTokensTooLarge(self.max_tokens),
+            }
+            .into());
+        }
+        Ok(RetryBudget::from_bucket(
+            Bucket::full(
+                u64::from(self.max_tokens) * UNITS_PER_TOKEN,
+                u64::from(self.min_per_sec),
+            ),
+            deposit_units,
+        ))
+    }
+}
+
 impl Default for RetryBudget {
     /// A budget of 10% of requests (`ratio` 0.1), plus 10 retries per second,
     /// with at most 100 retries saved up.
     fn default() -> Self {
-        RetryBudget::new(0.1, 10, 100)
+        RetryBudget::builder().build()
     }
 }
 
@@ -320,7 +345,7 @@ fn deposit_units(ratio: f64) -> Result<u64, InvalidBudget> {
     Ok(units as u64)
 }
 
-/// The error returned by [`RetryBudget::try_new`] for a value the budget
+/// The error returned by [`BudgetBuilder::try_build`] for a value the budget
 /// cannot use. Its [`Display`](fmt::Display) names the value and says what
 /// would be accepted.
 ///
@@ -329,7 +354,7 @@ fn deposit_units(ratio: f64) -> Result<u64, InvalidBudget> {
 /// ```
 #[doc = concat!("use ", env!("CARGO_CRATE_NAME"), "::RetryBudget;")]
 ///
-/// let error = RetryBudget::try_new(0.1, 10, 0).unwrap_err();
+/// let error = RetryBudget::builder().ratio(0.1).min_per_sec(10).max_tokens(0).try_build().unwrap_err();
 /// assert_eq!(
 ///     error.to_string(),
 ///     "invalid retry budget: max_tokens is 0; it must be at least 1",
@@ -409,7 +434,11 @@ mod tests {
     }
 
     fn message(ratio: f64, min_per_sec: u32, max_tokens: u32) -> String {
-        RetryBudget::try_new(ratio, min_per_sec, max_tokens)
+        RetryBudget::builder()
+            .ratio(ratio)
+            .min_per_sec(min_per_sec)
+            .max_tokens(max_tokens)
+            .try_build()
             .expect_err("these values must be refused")
             .to_string()
     }
@@ -434,7 +463,11 @@ mod tests {
 
     #[test]
     fn each_deposit_adds_the_ratio() {
-        let budget = RetryBudget::new(0.25, 0, 5);
+        let budget = RetryBudget::builder()
+            .ratio(0.25)
+            .min_per_sec(0)
+            .max_tokens(5)
+            .build();
         assert_eq!(drain_at(&budget, 0), 5);
         for _ in 0..3 {
             budget.deposit();
@@ -448,7 +481,11 @@ mod tests {
 
     #[test]
     fn a_thousandth_short_of_a_token_is_refused() {
-        let budget = RetryBudget::new(0.999, 1, 2);
+        let budget = RetryBudget::builder()
+            .ratio(0.999)
+            .min_per_sec(1)
+            .max_tokens(2)
+            .build();
         assert_eq!(drain_at(&budget, 0), 2);
         budget.deposit();
         assert_eq!(budget.units_at(0), 999);
@@ -460,7 +497,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn refill_follows_the_paused_tokio_clock() {
-        let budget = RetryBudget::new(0.0, 10, 3);
+        let budget = RetryBudget::builder()
+            .ratio(0.0)
+            .min_per_sec(10)
+            .max_tokens(3)
+            .build();
         for _ in 0..3 {
             assert!(budget.withdraw());
         }
@@ -477,7 +518,11 @@ mod tests {
 
     #[test]
     fn the_largest_values_fit_the_bucket() {
-        let budget = RetryBudget::new(MAX_RATIO, u32::MAX, MAX_TOKENS);
+        let budget = RetryBudget::builder()
+            .ratio(MAX_RATIO)
+            .min_per_sec(u32::MAX)
+            .max_tokens(MAX_TOKENS)
+            .build();
         assert_eq!(MAX_TOKENS, 67_108);
         assert_eq!(budget.inner.bucket.cap_units(), 67_108_000);
         assert!(budget.withdraw_at(0));
@@ -525,8 +570,22 @@ mod tests {
         );
         assert!(text.contains("at least 0.001"), "{text}");
         // Zero is not "too small": it means no deposits.
-        assert!(RetryBudget::try_new(0.0, 10, 100).is_ok());
-        assert!(RetryBudget::try_new(0.001, 10, 100).is_ok());
+        assert!(
+            RetryBudget::builder()
+                .ratio(0.0)
+                .min_per_sec(10)
+                .max_tokens(100)
+                .try_build()
+                .is_ok()
+        );
+        assert!(
+            RetryBudget::builder()
+                .ratio(0.001)
+                .min_per_sec(10)
+                .max_tokens(100)
+                .try_build()
+                .is_ok()
+        );
     }
 
     #[test]
@@ -535,7 +594,14 @@ mod tests {
             message(1_000.5, 10, 100),
             "invalid retry budget: ratio is 1000.5; it must be at most 1000"
         );
-        assert!(RetryBudget::try_new(1_000.0, 10, 100).is_ok());
+        assert!(
+            RetryBudget::builder()
+                .ratio(1_000.0)
+                .min_per_sec(10)
+                .max_tokens(100)
+                .try_build()
+                .is_ok()
+        );
     }
 
     #[test]
@@ -554,13 +620,24 @@ mod tests {
             "{text}"
         );
         assert!(message(0.1, 10, u32::MAX).contains("max_tokens is 4294967295"));
-        assert!(RetryBudget::try_new(0.1, 10, 67_108).is_ok());
+        assert!(
+            RetryBudget::builder()
+                .ratio(0.1)
+                .min_per_sec(10)
+                .max_tokens(67_108)
+                .try_build()
+                .is_ok()
+        );
     }
 
     #[test]
     #[should_panic(expected = "invalid retry budget: max_tokens is 0")]
     fn new_panics_with_the_error_message() {
-        let _ = RetryBudget::new(0.1, 10, 0);
+        let _ = RetryBudget::builder()
+            .ratio(0.1)
+            .min_per_sec(10)
+            .max_tokens(0)
+            .build();
     }
 
     #[test]
@@ -578,7 +655,11 @@ mod tests {
 
     #[test]
     fn clones_share_one_bucket() {
-        let first = RetryBudget::new(1.0, 0, 2);
+        let first = RetryBudget::builder()
+            .ratio(1.0)
+            .min_per_sec(0)
+            .max_tokens(2)
+            .build();
         let second = first.clone();
         assert!(first.withdraw_at(0));
         assert!(second.withdraw_at(0));
@@ -600,7 +681,11 @@ mod tests {
         }
 
         // No refill, so the real clock these calls read does not matter.
-        let budget = RetryBudget::new(0.5, 0, 1);
+        let budget = RetryBudget::builder()
+            .ratio(0.5)
+            .min_per_sec(0)
+            .max_tokens(1)
+            .build();
         // Full: the deposit is clipped, the withdrawal takes the one token.
         assert!(through_trait(&budget));
         assert_eq!(budget.tokens(), 0.0);
@@ -615,7 +700,11 @@ mod tests {
 
     #[test]
     fn debug_shows_the_settings_and_the_balance() {
-        let budget = RetryBudget::new(0.25, 7, 3);
+        let budget = RetryBudget::builder()
+            .ratio(0.25)
+            .min_per_sec(7)
+            .max_tokens(3)
+            .build();
         assert_eq!(
             format!("{budget:?}"),
             "RetryBudget { ratio: 0.25, min_per_sec: 7, max_tokens: 3, tokens: 3.0 }"

@@ -15,8 +15,8 @@ mod bucket;
 mod budget;
 mod throttle;
 
-pub use self::budget::RetryBudget;
-pub use self::throttle::Throttle;
+pub use self::budget::{BudgetBuilder, RetryBudget};
+pub use self::throttle::{Throttle, ThrottleBuilder};
 
 use crate::classify::{Classification, FailureKind};
 
@@ -140,7 +140,13 @@ mod tests {
     #[test]
     fn the_budget_is_paid_on_request_and_on_retry_and_hears_no_outcome() {
         let gates = Gates {
-            budget: Some(RetryBudget::new(0.5, 0, 1)),
+            budget: Some(
+                RetryBudget::builder()
+                    .ratio(0.5)
+                    .min_per_sec(0)
+                    .max_tokens(1)
+                    .build(),
+            ),
             throttle: None,
         };
         assert!(!gates.hears_successes());
@@ -172,7 +178,7 @@ mod tests {
 
     #[test]
     fn the_throttle_hears_failures_and_successes_and_is_not_asked() {
-        let throttle = Throttle::new(4.0, 1.0);
+        let throttle = Throttle::builder().max_tokens(4.0).token_ratio(1.0).build();
         let gates = Gates {
             budget: None,
             throttle: Some(throttle.clone()),

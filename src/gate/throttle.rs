@@ -56,7 +56,7 @@ const MAX_TOKENS: f64 = 1_000.0;
 /// ```
 /// use tower_http_retry::Throttle;
 ///
-/// let throttle = Throttle::new(10.0, 0.1);
+/// let throttle = Throttle::builder().max_tokens(10.0).token_ratio(0.1).build();
 /// let shared = throttle.clone();
 /// assert!(throttle.allows_retry());
 ///
@@ -88,74 +88,20 @@ struct Inner {
 }
 
 impl Throttle {
-    /// A throttle of `max_tokens` tokens (A6's `maxTokens`) that earns `token_ratio` tokens
-    /// per successful RPC (A6's `tokenRatio`). It starts full.
-    ///
-    /// Both values are counted in thousandths of a token: digits past the third decimal
-    /// place are dropped, as A6 allows.
-    ///
-    /// # Panics
-    ///
-    /// When [`Throttle::try_new`] refuses the values, with its error's message.
-    #[must_use]
-    #[track_caller]
-    pub fn new(max_tokens: f64, token_ratio: f64) -> Throttle {
-        match Throttle::try_new(max_tokens, token_ratio) {
-            Ok(throttle) => throttle,
-            Err(error) => panic!("{error}"),
-        }
-    }
-
-    /// Like [`Throttle::new`], or says which value is invalid and why.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidConfig`] when `max_tokens` is not in `(0, 1000]` (A6's range; NaN and
-    /// infinities are outside it) or is below 0.001, or when `token_ratio` is not a finite
-    /// number greater than 0, or is below 0.001 (it would round to no tokens at all). A
-    /// ratio above `max_tokens` is accepted: one success then fills the count.
+    /// A builder of a throttle, from A6's example: `max_tokens` 10, `token_ratio` 0.1.
+    /// Both settings are named, so neither can be swapped for the other.
     ///
     /// ```
     /// use tower_http_retry::Throttle;
     ///
-    /// let error = Throttle::try_new(0.0, 0.1).unwrap_err();
-    /// assert!(error.to_string().contains("max_tokens is 0"), "{error}");
-    /// let error = Throttle::try_new(10.0, f64::NAN).unwrap_err();
-    /// assert!(error.to_string().contains("token_ratio is NaN"), "{error}");
-    /// assert!(Throttle::try_new(1000.0, 0.001).is_ok());
+    /// let throttle = Throttle::builder().max_tokens(20.0).token_ratio(0.5).build();
+    /// assert_eq!((throttle.max_tokens(), throttle.token_ratio()), (20.0, 0.5));
     /// ```
-    pub fn try_new(max_tokens: f64, token_ratio: f64) -> Result<Throttle, InvalidConfig> {
-        let refuse = |message: String| {
-            Err(InvalidConfig::new(
-                ConfigKind::Throttle,
-                format!("throttle {message}"),
-            ))
-        };
-        if max_tokens.is_nan() || max_tokens <= 0.0 || max_tokens > MAX_TOKENS {
-            return refuse(format!(
-                "max_tokens is {max_tokens}; it must be greater than 0 and at most {MAX_TOKENS}"
-            ));
+    pub fn builder() -> ThrottleBuilder {
+        ThrottleBuilder {
+            max_tokens: 10.0,
+            token_ratio: 0.1,
         }
-        let max_units = thousandths(max_tokens);
-        if max_units == 0 {
-            return refuse(format!(
-                "max_tokens is {max_tokens}; it must be at least 0.001, since the throttle \
-                 counts thousandths of a token"
-            ));
-        }
-        if !token_ratio.is_finite() || token_ratio <= 0.0 {
-            return refuse(format!(
-                "token_ratio is {token_ratio}; it must be a finite number greater than 0"
-            ));
-        }
-        let ratio_units = thousandths(token_ratio);
-        if ratio_units == 0 {
-            return refuse(format!(
-                "token_ratio is {token_ratio}; it must be at least 0.001, since the throttle \
-                 counts thousandths of a token"
-            ));
-        }
-        Ok(Throttle::from_units(max_units, ratio_units.min(max_units)))
     }
 
     fn from_units(max_units: u32, ratio_units: u32) -> Throttle {
@@ -233,6 +179,99 @@ impl Throttle {
     }
 }
 
+/// Builds a [`Throttle`]: see [`Throttle::builder`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[must_use = "a builder does nothing until it is built"]
+pub struct ThrottleBuilder {
+    max_tokens: f64,
+    token_ratio: f64,
+}
+
+impl ThrottleBuilder {
+    /// The tokens the throttle holds, and starts with (A6's `maxTokens`, default 10). Counted
+    /// in thousandths: digits past the third decimal place are dropped, as A6 allows.
+    pub fn max_tokens(mut self, max_tokens: f64) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// The tokens a success gives back (A6's `tokenRatio`, default 0.1), in thousandths.
+    pub fn token_ratio(mut self, token_ratio: f64) -> Self {
+        self.token_ratio = token_ratio;
+        self
+    }
+
+    /// The throttle.
+    ///
+    /// # Panics
+    ///
+    /// When [`ThrottleBuilder::try_build`] refuses the settings, with its error's message.
+    #[must_use]
+    #[track_caller]
+    pub fn build(self) -> Throttle {
+        match self.try_build() {
+            Ok(throttle) => throttle,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// The throttle, or which setting is invalid and why.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] when `max_tokens` is not in `(0, 1000]` (A6's range; NaN and
+    /// infinities are outside it) or is below 0.001, or when `token_ratio` is not a finite
+    /// number greater than 0, or is below 0.001 (it would round to no tokens at all). A
+    /// ratio above `max_tokens` is accepted: one success then fills the count.
+    ///
+    /// ```
+    /// use tower_http_retry::Throttle;
+    ///
+    /// let error = Throttle::builder().max_tokens(0.0).try_build().unwrap_err();
+    /// assert!(error.to_string().contains("max_tokens is 0"), "{error}");
+    /// let error = Throttle::builder().token_ratio(f64::NAN).try_build().unwrap_err();
+    /// assert!(error.to_string().contains("token_ratio is NaN"), "{error}");
+    /// assert!(Throttle::builder().max_tokens(1000.0).token_ratio(0.001).try_build().is_ok());
+    /// ```
+    pub fn try_build(self) -> Result<Throttle, InvalidConfig> {
+        let ThrottleBuilder {
+            max_tokens,
+            token_ratio,
+        } = self;
+        let refuse = |message: String| {
+            Err(InvalidConfig::new(
+                ConfigKind::Throttle,
+                format!("throttle {message}"),
+            ))
+        };
+        if max_tokens.is_nan() || max_tokens <= 0.0 || max_tokens > MAX_TOKENS {
+            return refuse(format!(
+                "max_tokens is {max_tokens}; it must be greater than 0 and at most {MAX_TOKENS}"
+            ));
+        }
+        let max_units = thousandths(max_tokens);
+        if max_units == 0 {
+            return refuse(format!(
+                "max_tokens is {max_tokens}; it must be at least 0.001, since the throttle \
+                 counts thousandths of a token"
+            ));
+        }
+        if !token_ratio.is_finite() || token_ratio <= 0.0 {
+            return refuse(format!(
+                "token_ratio is {token_ratio}; it must be a finite number greater than 0"
+            ));
+        }
+        let ratio_units = thousandths(token_ratio);
+        if ratio_units == 0 {
+            return refuse(format!(
+                "token_ratio is {token_ratio}; it must be at least 0.001, since the throttle \
+                 counts thousandths of a token"
+            ));
+        }
+        Ok(Throttle::from_units(max_units, ratio_units.min(max_units)))
+    }
+}
+
 impl fmt::Debug for Throttle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Throttle")
@@ -266,7 +305,10 @@ mod tests {
 
     #[test]
     fn starts_full_and_stops_retries_at_half() {
-        let throttle = Throttle::new(10.0, 0.1);
+        let throttle = Throttle::builder()
+            .max_tokens(10.0)
+            .token_ratio(0.1)
+            .build();
         assert_eq!(throttle.tokens(), 10.0);
         assert!(throttle.allows_retry());
         let answers: Vec<bool> = (0..7).map(|_| throttle.record_failure()).collect();
@@ -282,7 +324,7 @@ mod tests {
 
     #[test]
     fn never_goes_below_zero_or_above_the_maximum() {
-        let throttle = Throttle::new(2.0, 0.5);
+        let throttle = Throttle::builder().max_tokens(2.0).token_ratio(0.5).build();
         for _ in 0..10 {
             assert!(!throttle.record_failure() || throttle.tokens() > 1.0);
         }
@@ -295,7 +337,10 @@ mod tests {
 
     #[test]
     fn recovers_above_the_threshold_with_successes() {
-        let throttle = Throttle::new(10.0, 0.1);
+        let throttle = Throttle::builder()
+            .max_tokens(10.0)
+            .token_ratio(0.1)
+            .build();
         while throttle.record_failure() {}
         assert_eq!(throttle.tokens(), 5.0);
         assert!(!throttle.allows_retry());
@@ -308,7 +353,7 @@ mod tests {
     #[test]
     fn an_odd_maximum_has_an_exact_half() {
         // max 3: threshold 1.5; 2 tokens allow, 1 does not.
-        let throttle = Throttle::new(3.0, 0.5);
+        let throttle = Throttle::builder().max_tokens(3.0).token_ratio(0.5).build();
         assert!(throttle.record_failure()); // 2
         assert!(!throttle.record_failure()); // 1
         throttle.record_success(); // 1.5: not above 1.5
@@ -319,20 +364,29 @@ mod tests {
 
     #[test]
     fn fractional_values_count_in_thousandths() {
-        let throttle = Throttle::new(10.5, 0.57);
+        let throttle = Throttle::builder()
+            .max_tokens(10.5)
+            .token_ratio(0.57)
+            .build();
         assert_eq!(throttle.inner.bucket.cap_units(), 10_500);
         assert_eq!(throttle.inner.ratio_units, 570);
         assert_eq!(throttle.max_tokens(), 10.5);
         assert_eq!(throttle.token_ratio(), 0.57);
         // Digits past the third decimal place are dropped.
-        let throttle = Throttle::new(1.0009, 0.0019);
+        let throttle = Throttle::builder()
+            .max_tokens(1.0009)
+            .token_ratio(0.0019)
+            .build();
         assert_eq!(throttle.inner.bucket.cap_units(), 1_000);
         assert_eq!(throttle.inner.ratio_units, 1);
     }
 
     #[test]
     fn a_ratio_above_the_maximum_fills_the_count() {
-        let throttle = Throttle::new(4.0, 1e300);
+        let throttle = Throttle::builder()
+            .max_tokens(4.0)
+            .token_ratio(1e300)
+            .build();
         assert_eq!(throttle.token_ratio(), 4.0);
         while throttle.record_failure() {}
         throttle.record_success();
@@ -341,18 +395,21 @@ mod tests {
 
     #[test]
     fn clones_share_one_count_and_new_ones_do_not() {
-        let throttle = Throttle::new(4.0, 1.0);
+        let throttle = Throttle::builder().max_tokens(4.0).token_ratio(1.0).build();
         let clone = throttle.clone();
         assert!(clone.record_failure());
         assert_eq!(throttle.tokens(), 3.0);
         assert!(throttle.same_as(&clone));
-        let other = Throttle::new(4.0, 1.0);
+        let other = Throttle::builder().max_tokens(4.0).token_ratio(1.0).build();
         assert!(!other.same_as(&throttle));
         assert_eq!(other.tokens(), 4.0);
     }
 
     fn message(max_tokens: f64, token_ratio: f64) -> String {
-        Throttle::try_new(max_tokens, token_ratio)
+        Throttle::builder()
+            .max_tokens(max_tokens)
+            .token_ratio(token_ratio)
+            .try_build()
             .expect_err("these values must be refused")
             .to_string()
     }
@@ -388,18 +445,41 @@ mod tests {
     #[test]
     #[should_panic(expected = "invalid retry configuration: throttle max_tokens is -1")]
     fn new_panics_with_the_same_message() {
-        let _ = Throttle::new(-1.0, 0.1);
+        let _ = Throttle::builder()
+            .max_tokens(-1.0)
+            .token_ratio(0.1)
+            .build();
     }
 
     #[test]
     fn accepts_the_edges_of_the_range() {
-        assert_eq!(Throttle::new(1000.0, 0.001).max_tokens(), 1000.0);
-        assert_eq!(Throttle::new(0.001, 0.001).max_tokens(), 0.001);
+        assert_eq!(
+            Throttle::builder()
+                .max_tokens(1000.0)
+                .token_ratio(0.001)
+                .build()
+                .max_tokens(),
+            1000.0
+        );
+        assert_eq!(
+            Throttle::builder()
+                .max_tokens(0.001)
+                .token_ratio(0.001)
+                .build()
+                .max_tokens(),
+            0.001
+        );
     }
 
     #[test]
     fn debug_shows_the_count() {
-        let text = format!("{:?}", Throttle::new(10.0, 0.1));
+        let text = format!(
+            "{:?}",
+            Throttle::builder()
+                .max_tokens(10.0)
+                .token_ratio(0.1)
+                .build()
+        );
         assert_eq!(
             text,
             "Throttle { tokens: 10.0, max_tokens: 10.0, token_ratio: 0.1 }"
@@ -417,7 +497,10 @@ mod tests {
             // failure and two successes (net zero), so at any moment each thread is at
             // most one token away from where it started: the four together stay far from
             // 0 and 1000, and nothing may be clipped.
-            let throttle = Throttle::new(1000.0, 0.5);
+            let throttle = Throttle::builder()
+                .max_tokens(1000.0)
+                .token_ratio(0.5)
+                .build();
             for _ in 0..500 {
                 throttle.record_failure();
             }
@@ -454,7 +537,10 @@ mod tests {
     #[test]
     fn racing_failures_answer_as_some_sequential_order() {
         for _ in 0..20 {
-            let throttle = Throttle::new(100.0, 1.0);
+            let throttle = Throttle::builder()
+                .max_tokens(100.0)
+                .token_ratio(1.0)
+                .build();
             let handles: Vec<_> = (0..4)
                 .map(|_| {
                     let throttle = throttle.clone();
@@ -497,7 +583,7 @@ mod tests {
         ) {
             let max = f64::from(max_tokens);
             let ratio = f64::from(eighths) / 8.0;
-            let throttle = Throttle::new(max, ratio);
+            let throttle = Throttle::builder().max_tokens(max).token_ratio(ratio).build();
             let mut model = max;
             for op in ops {
                 match op {
@@ -523,7 +609,7 @@ mod tests {
             token_ratio in prop_oneof![any::<f64>(), 0.0..2.0f64],
             failures in 0usize..50,
         ) {
-            match Throttle::try_new(max_tokens, token_ratio) {
+            match Throttle::builder().max_tokens(max_tokens).token_ratio(token_ratio).try_build() {
                 Ok(throttle) => {
                     prop_assert!(max_tokens > 0.0 && max_tokens <= 1000.0);
                     prop_assert!(token_ratio > 0.0);

@@ -71,12 +71,13 @@ const MAX_DURATION_SECONDS: u64 = 315_576_000_000;
 ///   "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
 /// }"#).unwrap();
 ///
-/// let retry = config.retry_for_path("/shop.Cart/Add").unwrap();
+/// let entry = &config.methods()[0];
+/// let retry = entry.retry().unwrap();
 /// assert_eq!(retry.max_attempts, 4);
 /// assert_eq!(retry.initial_backoff, Duration::from_millis(100));
 /// assert!(retry.retries(Code::Unavailable));
-/// assert!(config.retry_for_path("/shop.Stock/Get").is_some());
-/// assert!(config.retry_for_path("/shop.Stock/Put").is_none());
+/// assert!(entry.names()[1].matches("/shop.Stock/Get"));
+/// assert!(!entry.names().iter().any(|name| name.matches("/shop.Stock/Put")));
 /// assert_eq!(config.throttle().unwrap().max_tokens(), 10.0);
 ///
 /// let error = service_config(r#"{"methodConfig": [{"name": [{}],
@@ -160,8 +161,10 @@ impl ServiceConfig {
 
     /// The method config that applies to a request path (`/package.Service/Method`), by
     /// gRPC's precedence: the entry naming the method, else the one naming its service,
-    /// else the default one.
-    pub fn method_for_path(&self, path: &str) -> Option<&MethodConfig> {
+    /// else the default one. The tests' reading of the precedence, against which the
+    /// order of [`ServiceConfig::routes`] is checked.
+    #[cfg(test)]
+    pub(crate) fn method_for_path(&self, path: &str) -> Option<&MethodConfig> {
         let (service, _method) = split_path(path)?;
         let mut by_service = None;
         let mut by_default = None;
@@ -185,7 +188,8 @@ impl ServiceConfig {
     /// The retry parameters for a request path: those of [`Self::method_for_path`]'s
     /// config, `None` when it has no retry policy (a more specific entry without one
     /// turns retries off for its methods) or when no entry applies.
-    pub fn retry_for_path(&self, path: &str) -> Option<&RetryParams> {
+    #[cfg(test)]
+    pub(crate) fn retry_for_path(&self, path: &str) -> Option<&RetryParams> {
         self.method_for_path(path)?.retry.as_ref()
     }
 
@@ -345,7 +349,7 @@ impl MethodName {
     }
 
     /// True when a request to `path` is named by this (without precedence: see
-    /// [`ServiceConfig::method_for_path`]).
+    /// [`ServiceConfig::routes`]).
     pub fn matches(&self, path: &str) -> bool {
         match (self, split_path(path)) {
             (MethodName::Method { service, method }, Some((s, m))) => s == service && m == method,
@@ -814,15 +818,19 @@ fn parse_throttling(value: &Value) -> Result<Throttle, InvalidServiceConfig> {
             format!("is {token_ratio}; it must be greater than 0"),
         ));
     }
-    Throttle::try_new(max_tokens, token_ratio).map_err(|error| {
-        // Left: the values below a thousandth.
-        let field = if error.to_string().contains("max_tokens") {
-            max_at
-        } else {
-            ratio_at
-        };
-        InvalidServiceConfig::new(&field, error.to_string())
-    })
+    Throttle::builder()
+        .max_tokens(max_tokens)
+        .token_ratio(token_ratio)
+        .try_build()
+        .map_err(|error| {
+            // Left: the values below a thousandth.
+            let field = if error.to_string().contains("max_tokens") {
+                max_at
+            } else {
+                ratio_at
+            };
+            InvalidServiceConfig::new(&field, error.to_string())
+        })
 }
 
 #[cfg(test)]
@@ -1280,7 +1288,7 @@ mod tests {
         );
         assert!(retried.is_assumed_idempotent());
         let backoff = retried.get_backoff();
-        assert_eq!(backoff.jitter_kind(), crate::Jitter::Full);
+        assert_eq!(backoff.get_jitter(), crate::Jitter::Full);
         assert_eq!(backoff.get_multiplier(), 1.5);
         let ceilings: Vec<_> = (1..=4).map(|n| backoff.ceiling(n)).collect();
         assert_eq!(
