@@ -19,9 +19,8 @@
 //!   while failures outnumber successes.
 //! - **Backoff** ([`RetryParams::backoff`]): `initialBackoff * backoffMultiplier^(n-1)`,
 //!   capped at `maxBackoff`, with jitter: the crate's [`Backoff::from_initial`].
-//! - **Metadata on the wire**: `grpc-previous-rpc-attempts` on retries
-//!   ([`set_previous_rpc_attempts`]) and `grpc-timeout` set to the time left
-//!   ([`set_grpc_timeout`], [`format_grpc_timeout`]).
+//! - **Metadata on the wire**: `grpc-previous-rpc-attempts` on retries and `grpc-timeout`
+//!   set to the time left ([`parse_grpc_timeout`] reads one).
 //! - **Tonic's types**: [`tonic_body_layer`] gives the channel the body type it takes;
 //!   [`status_layer`] and [`into_status`] turn the layer's errors into the `Status` a
 //!   tonic caller should see.
@@ -43,7 +42,7 @@
 //!    returned at once and counts neither way.
 //! 3. On a transport error before any response: a stream refused before it left
 //!    (`REFUSED_STREAM`, a connect error) is retried once at once, counted neither as an
-//!    attempt nor for throttling ([`RetryRecord::transparent`]); a second refusal, and other
+//!    attempt nor for throttling ([`RetryRecord::is_transparent`]); a second refusal, and other
 //!    errors, are judged as for HTTP.
 //! 4. On the response it returns: tonic's client moves the http response's extensions
 //!    (`RetryInfo`) into the `tonic::Response` of a successful call, but turns a
@@ -85,7 +84,7 @@
 //! # }
 //! ```
 //!
-//! [`RetryRecord::transparent`]: crate::RetryRecord::transparent
+//! [`RetryRecord::is_transparent`]: crate::RetryRecord::is_transparent
 //! [`RetryPolicy::grpc_codes`]: crate::RetryPolicy::grpc_codes
 //! [`RetryLayer::from_service_config`]: crate::RetryLayer::from_service_config
 //! [`RetryPolicy`]: crate::RetryPolicy
@@ -104,18 +103,14 @@ use tonic::Code;
 
 pub use self::adapter::{
     IntoStatus, IntoStatusFuture, StatusLayer, TonicBody, TonicBodyLayer, into_status,
-    status_from_error, status_layer, tonic_body_layer,
+    status_layer, tonic_body_layer,
 };
+use self::config::code_name;
 pub use self::config::{
-    InvalidServiceConfig, MAX_ATTEMPTS_CAP, MethodConfig, MethodName, RetryParams, ServiceConfig,
-    code_name, service_config,
+    InvalidServiceConfig, MethodConfig, MethodName, RetryParams, ServiceConfig, service_config,
 };
-pub use self::headers::{
-    GRPC_MESSAGE, GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_RETRY_PUSHBACK_MS, GRPC_STATUS, GRPC_TIMEOUT,
-    Pushback, format_grpc_timeout, grpc_message, parse_grpc_timeout, parse_pushback,
-    previous_rpc_attempts, pushback, set_grpc_timeout, set_previous_rpc_attempts,
-    trailers_only_code,
-};
+use self::headers::{GRPC_TIMEOUT, set_grpc_timeout, set_previous_rpc_attempts};
+pub use self::headers::{Pushback, parse_grpc_timeout, pushback, trailers_only_code};
 /// gRPC's retry throttling (A6 `retryThrottling`) is the crate's [`Throttle`](crate::Throttle).
 pub use crate::gate::Throttle;
 
@@ -384,7 +379,7 @@ fn retried_codes(policy: &RetryPolicy) -> Vec<Code> {
         .map(Code::from_i32)
         .filter(|&code| {
             let mut headers = HeaderMap::new();
-            headers.insert(GRPC_STATUS, http::HeaderValue::from(code as i32));
+            headers.insert(headers::GRPC_STATUS, http::HeaderValue::from(code as i32));
             let outcome = Outcome::Response {
                 status: http::StatusCode::OK,
                 headers: &headers,
@@ -398,6 +393,7 @@ fn retried_codes(policy: &RetryPolicy) -> Vec<Code> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grpc::headers::GRPC_PREVIOUS_RPC_ATTEMPTS;
 
     fn trailers_only(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut headers = HeaderMap::new();

@@ -139,7 +139,7 @@ pub use crate::error::{
 pub use crate::gate::{BudgetBuilder, RetryBudget, Throttle, ThrottleBuilder};
 pub use crate::hook::{AttemptContext, AttemptHook, AttemptKind};
 pub use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey, MakeIdempotencyKey, UuidV4};
-pub use crate::info::{Attempt, RetryInfo, RetryRecord, StopReason};
+pub use crate::info::{Attempt, AttemptOutcome, RetryInfo, RetryRecord, StopReason};
 pub use crate::layer::RetryLayer;
 pub use crate::policy::RetryPolicy;
 pub use crate::replay::ReplayBody;

@@ -325,7 +325,7 @@ impl RetryPolicy {
     /// [`max_attempts`](Self::max_attempts), without a wait, and outside the throttle; the
     /// deadline and the budget still apply, and a second such failure is judged by the
     /// normal rules. The retry is in the record
-    /// ([`RetryRecord::transparent`](crate::RetryRecord::transparent)). gRPC's A6 calls it
+    /// ([`RetryRecord::is_transparent`](crate::RetryRecord::is_transparent)). gRPC's A6 calls it
     /// a transparent retry, and gRPC policies have it.
     ///
     /// Even with `max_attempts(1)` the body is then kept for that one replay

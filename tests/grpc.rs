@@ -300,7 +300,10 @@ async fn response_headers_are_a_failed_calls_only_channel_to_the_caller() {
                 .extensions()
                 .get::<RetryInfo>()
                 .map_or(1, |info| info.attempts());
-            grpc::set_previous_rpc_attempts(response.headers_mut(), attempts - 1);
+            response.headers_mut().insert(
+                "grpc-previous-rpc-attempts",
+                http::HeaderValue::from(attempts - 1),
+            );
             response
         })
         .layer(

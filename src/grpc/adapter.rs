@@ -104,6 +104,12 @@ where
     }
 }
 
+/// [`into_status`]'s table on a borrowed error: the status has no source.
+#[cfg(test)]
+pub(crate) fn status_from_error(error: &(dyn StdError + 'static)) -> Status {
+    find_status(error).unwrap_or_else(|| Status::unknown(error.to_string()))
+}
+
 /// The gRPC status for an error that came out of the retry layer (or anything below
 /// it), found by walking its [`source`](StdError::source) chain from the top; the first
 /// link recognised decides:
@@ -132,17 +138,11 @@ where
 ///   client whose deadline passed, whichever of the layer's deadline and the channel's
 ///   timer fired first.
 ///
-/// This takes a reference, so the status has no source. [`into_status`] takes the error
-/// itself, keeps it as the status's source, and falls back to tonic's own mapping.
-pub fn status_from_error(error: &(dyn StdError + 'static)) -> Status {
-    find_status(error).unwrap_or_else(|| Status::unknown(error.to_string()))
-}
-
-/// The gRPC status for an error that came out of the retry layer: [`status_from_error`]'s
-/// table, with the error kept as the status's [`source`](StdError::source) (so a caller
-/// can downcast it and reach what the layer recorded), and tonic's own
-/// `Status::from_error` for anything the table does not know. A `Status` passed in is
-/// returned as it is.
+///
+/// The error is kept as the status's [`source`](StdError::source) (so a caller can
+/// downcast it and reach what the layer recorded), and tonic's own `Status::from_error`
+/// answers for anything the table does not know. A `Status` passed in is returned as it
+/// is.
 ///
 /// Use it where the errors leave the stack, as [`status_layer`] does:
 ///

@@ -16,7 +16,7 @@ use crate::policy::RetryPolicy;
 use crate::route::RouteMatch;
 
 /// A6's client-side cap on `maxAttempts`: higher values are taken as this.
-pub const MAX_ATTEMPTS_CAP: u32 = 5;
+pub(crate) const MAX_ATTEMPTS_CAP: u32 = 5;
 
 /// Largest seconds value of a protobuf `Duration` (10 000 years).
 const MAX_DURATION_SECONDS: u64 = 315_576_000_000;
@@ -379,7 +379,7 @@ impl MethodName {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct RetryParams {
-    /// Attempts in all, the first included: 2 to 5 ([`MAX_ATTEMPTS_CAP`]).
+    /// Attempts in all, the first included: 2 to 5 (A6 caps a larger `maxAttempts` at 5).
     pub max_attempts: u32,
     /// The first retry's backoff ceiling. Greater than zero.
     pub initial_backoff: Duration,
@@ -701,7 +701,7 @@ const CODE_NAMES: [&str; 17] = [
 
 /// The gRPC name of a status code (`UNAVAILABLE` for [`Code::Unavailable`]), as service
 /// configs spell them.
-pub fn code_name(code: Code) -> &'static str {
+pub(crate) fn code_name(code: Code) -> &'static str {
     CODE_NAMES[code as usize]
 }
 

@@ -1,6 +1,5 @@
 //! The `grpc-*` header fields the retry loop reads and writes: pure functions, no I/O.
 
-use std::borrow::Cow;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -10,16 +9,15 @@ use crate::retry_after::trim_ows;
 
 /// `grpc-status`: the status code of a finished RPC, in the trailers, or in the response
 /// headers of a Trailers-Only response.
-pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
-/// `grpc-message`: the status message, percent-encoded.
-pub const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+pub(crate) const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 /// `grpc-retry-pushback-ms`: the server's instruction on when to retry, or not to (A6).
-pub const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+pub(crate) const GRPC_RETRY_PUSHBACK_MS: HeaderName =
+    HeaderName::from_static("grpc-retry-pushback-ms");
 /// `grpc-previous-rpc-attempts`: on a retry, how many attempts came before it (A6).
-pub const GRPC_PREVIOUS_RPC_ATTEMPTS: HeaderName =
+pub(crate) const GRPC_PREVIOUS_RPC_ATTEMPTS: HeaderName =
     HeaderName::from_static("grpc-previous-rpc-attempts");
 /// `grpc-timeout`: the time the client gives the server (gRPC over HTTP/2).
-pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+pub(crate) const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// The status code in the response headers, when they carry one: a Trailers-Only response.
 ///
@@ -60,55 +58,6 @@ fn code_from_bytes(bytes: &[u8]) -> Code {
     }
     let n = bytes.iter().fold(0, |n, b| n * 10 + i32::from(b - b'0'));
     Code::from_i32(n)
-}
-
-/// The `grpc-message` of these headers, percent-decoded (gRPC over HTTP/2 percent-encodes
-/// it as UTF-8). A `%` not followed by two hex digits is kept as it is, and bytes that are
-/// not UTF-8 become U+FFFD, so every value gives some text. `None` when absent.
-///
-/// ```
-/// use http::HeaderMap;
-/// use tower_http_retry::grpc::grpc_message;
-///
-/// let mut headers = HeaderMap::new();
-/// headers.insert("grpc-message", "try%20again%20later%21".parse().unwrap());
-/// assert_eq!(grpc_message(&headers).as_deref(), Some("try again later!"));
-/// ```
-pub fn grpc_message(headers: &HeaderMap) -> Option<Cow<'_, str>> {
-    headers
-        .get(GRPC_MESSAGE)
-        .map(|value| percent_decode(value.as_bytes()))
-}
-
-fn percent_decode(bytes: &[u8]) -> Cow<'_, str> {
-    if !bytes.contains(&b'%') {
-        return String::from_utf8_lossy(bytes);
-    }
-    let hex = |b: u8| match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    };
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let decoded = match bytes[i..] {
-            [b'%', high, low, ..] => hex(high).zip(hex(low)).map(|(h, l)| (h << 4) | l),
-            _ => None,
-        };
-        match decoded {
-            Some(byte) => {
-                out.push(byte);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// What `grpc-retry-pushback-ms` tells the client (A6 "Pushback").
@@ -153,7 +102,7 @@ pub fn pushback(headers: &HeaderMap) -> Option<Pushback> {
 /// Parses one `grpc-retry-pushback-ms` value: see [`pushback`]. Spaces and tabs around
 /// the number are ignored; `+`, decimals and anything else that is not an optional `-`
 /// followed by ASCII digits give [`Pushback::Stop`], as do values outside `i32`.
-pub fn parse_pushback(value: &[u8]) -> Pushback {
+pub(crate) fn parse_pushback(value: &[u8]) -> Pushback {
     let value = trim_ows(value);
     let (negative, digits) = match value {
         [b'-', rest @ ..] => (true, rest),
@@ -195,17 +144,7 @@ const TIMEOUT_UNITS: [(u8, u64); 6] = [
 /// by less than one unit, which is less than a hundred-thousandth of the time. Zero is
 /// `0n`.
 /// Anything from 99 999 999 hours up (about 11 400 years) is `99999999H`.
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_http_retry::grpc::format_grpc_timeout;
-///
-/// assert_eq!(format_grpc_timeout(Duration::from_millis(50)), "50000000n");
-/// assert_eq!(format_grpc_timeout(Duration::from_secs(1)), "1000000u");
-/// assert_eq!(format_grpc_timeout(Duration::from_secs(30)), "30000000u");
-/// assert_eq!(format_grpc_timeout(Duration::from_secs(3600)), "3600000m");
-/// ```
-pub fn format_grpc_timeout(timeout: Duration) -> HeaderValue {
+pub(crate) fn format_grpc_timeout(timeout: Duration) -> HeaderValue {
     let nanos = timeout.as_nanos();
     let (value, unit) = TIMEOUT_UNITS
         .iter()
@@ -253,7 +192,7 @@ pub fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
 
 /// Sets (or replaces) `grpc-timeout` to `remaining`, the time left before the call's
 /// deadline: what the loop does to each attempt's headers when a deadline is set.
-pub fn set_grpc_timeout(headers: &mut HeaderMap, remaining: Duration) {
+pub(crate) fn set_grpc_timeout(headers: &mut HeaderMap, remaining: Duration) {
     headers.insert(GRPC_TIMEOUT, format_grpc_timeout(remaining));
 }
 
@@ -261,21 +200,14 @@ pub fn set_grpc_timeout(headers: &mut HeaderMap, remaining: Duration) {
 /// before: `None` for the first attempt (A6: the header is absent there), else the
 /// number. Transparent retries are not attempts in this count (grpc-go sends its count
 /// of retries).
-///
-/// ```
-/// use tower_http_retry::grpc::previous_rpc_attempts;
-///
-/// assert_eq!(previous_rpc_attempts(0), None);
-/// assert_eq!(previous_rpc_attempts(2).unwrap(), "2");
-/// ```
-pub fn previous_rpc_attempts(previous: u32) -> Option<HeaderValue> {
+pub(crate) fn previous_rpc_attempts(previous: u32) -> Option<HeaderValue> {
     (previous > 0).then(|| HeaderValue::from(previous))
 }
 
 /// Sets `grpc-previous-rpc-attempts` for an attempt that `previous` attempts came
 /// before, or removes it when `previous` is 0, so a caller's stray value never reaches
 /// the server on a first attempt.
-pub fn set_previous_rpc_attempts(headers: &mut HeaderMap, previous: u32) {
+pub(crate) fn set_previous_rpc_attempts(headers: &mut HeaderMap, previous: u32) {
     match previous_rpc_attempts(previous) {
         Some(value) => {
             headers.insert(GRPC_PREVIOUS_RPC_ATTEMPTS, value);
@@ -326,24 +258,6 @@ mod tests {
             assert_eq!(trailers_only_code(&map), Some(Code::Unknown), "{bad:?}");
         }
         assert_eq!(trailers_only_code(&HeaderMap::new()), None);
-    }
-
-    #[test]
-    fn messages_are_percent_decoded_leniently() {
-        let cases = [
-            ("plain", "plain"),
-            ("a%20b", "a b"),
-            ("%E2%82%AC", "\u{20ac}"),
-            ("100%", "100%"),
-            ("%zz%4", "%zz%4"),
-            ("%FF", "\u{fffd}"),
-            ("%41%42c", "ABc"),
-        ];
-        for (raw, decoded) in cases {
-            let map = headers(&[("grpc-message", raw)]);
-            assert_eq!(grpc_message(&map).as_deref(), Some(decoded), "{raw:?}");
-        }
-        assert_eq!(grpc_message(&HeaderMap::new()), None);
     }
 
     #[test]
@@ -468,7 +382,6 @@ mod tests {
         fn readers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
             let _ = parse_pushback(&bytes);
             let _ = parse_grpc_timeout(&bytes);
-            let _ = percent_decode(&bytes);
             let _ = code_from_bytes(&bytes);
         }
 
