@@ -77,7 +77,7 @@ impl Bucket for RetryBudget {
     }
 
     fn allowed(deposits: u64, elapsed: Duration) -> Option<u64> {
-        // C + r * requests + m * T (DESIGN 1.7), rounded up; the budget counts time in
+        // C + r * requests + m * T (the budget's promise), rounded up; the budget counts time in
         // whole milliseconds, so T gets one more.
         let t = elapsed.as_secs_f64() + 0.001;
         let bound = 100.0 + 0.1 * deposits as f64 + 10.0 * t;

@@ -1,4 +1,4 @@
-//! tonic unary calls on loopback with and without the layer (DESIGN section 4: "at least
+//! tonic unary calls on loopback with and without the layer (the target: "at least
 //! 0.97x the bare channel's throughput"), 64 calls in flight.
 //!
 //! An in-process tonic server on 127.0.0.1 answers `bench.Raw/Echo`, a hand-written

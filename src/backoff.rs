@@ -1,7 +1,7 @@
-//! How long to wait before a retry: capped exponential backoff with jitter.
-//!
-//! Everything here is a pure function of the retry number, the previous sleep and a random
-//! number generator, so it is tested as plain maths. The formulas are on [`Backoff`].
+// How long to wait before a retry: capped exponential backoff with jitter.
+//
+// Everything here is a pure function of the retry number, the previous sleep and a random
+// number generator, so it is tested as plain maths. The formulas are on [`Backoff`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,8 +1,8 @@
-//! Errors the layer itself causes.
-//!
-//! Everything else (the inner service's errors, the last response) is passed through
-//! unchanged; these are the only errors that originate here, and callers can downcast the
-//! [`tower::BoxError`] they receive to them.
+// Errors the layer itself causes.
+//
+// Everything else (the inner service's errors, the last response) is passed through
+// unchanged; these are the only errors that originate here, and callers can downcast the
+// [`tower::BoxError`] they receive to them.
 
 use std::fmt;
 use std::time::Duration;

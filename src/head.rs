@@ -1,11 +1,11 @@
-//! The request head a retry is built from.
-//!
-//! Every request that may be retried keeps a copy of its head, because the inner service
-//! takes the request. Copying an `http::HeaderMap` allocates twice (its index table and its
-//! entries), on every request, for a copy that is used only when a retry happens. So unless
-//! a custom classifier needs the head as `http::request::Parts`, the layer keeps the header
-//! fields as a plain list of (name, value) pairs instead: one allocation, and nothing to
-//! index. The `HeaderMap` is rebuilt only for a retry.
+// The request head a retry is built from.
+//
+// Every request that may be retried keeps a copy of its head, because the inner service
+// takes the request. Copying an `http::HeaderMap` allocates twice (its index table and its
+// entries), on every request, for a copy that is used only when a retry happens. So unless
+// a custom classifier needs the head as `http::request::Parts`, the layer keeps the header
+// fields as a plain list of (name, value) pairs instead: one allocation, and nothing to
+// index. The `HeaderMap` is rebuilt only for a retry.
 
 // The list wins with a real client on loopback and roughly breaks even over a no-op service;
 // BENCHMARKS.md has the figures.

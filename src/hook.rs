@@ -1,4 +1,4 @@
-//! Per-attempt request hooks: what each attempt's request carries beyond the caller's.
+// Per-attempt request hooks: what each attempt's request carries beyond the caller's.
 
 use std::any::TypeId;
 use std::fmt;

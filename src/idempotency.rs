@@ -1,16 +1,16 @@
-//! `Idempotency-Key`: one stable key per logical request, so a retried write is applied
-//! once.
-//!
-//! A POST that timed out may or may not have been applied. Sending it again is only safe
-//! when the server can tell the retry from a new request: the layer stamps a fresh random
-//! key on the request before the first attempt and sends the very same key on every retry,
-//! so a server that stores the outcome per key (Stripe's API, and the IETF
-//! `Idempotency-Key` header draft) applies the work once and answers repeats with the
-//! stored result.
-//!
-//! By default the value is a random UUID v4 written as a structured-field string, quotes
-//! included (`"8e03978e-40d5-43e8-bc93-6894a57f9324"`), as the IETF draft specifies; some
-//! APIs (Stripe) document the bare token instead: see [`IdempotencyKey::raw`].
+// `Idempotency-Key`: one stable key per logical request, so a retried write is applied
+// once.
+//
+// A POST that timed out may or may not have been applied. Sending it again is only safe
+// when the server can tell the retry from a new request: the layer stamps a fresh random
+// key on the request before the first attempt and sends the very same key on every retry,
+// so a server that stores the outcome per key (Stripe's API, and the IETF
+// `Idempotency-Key` header draft) applies the work once and answers repeats with the
+// stored result.
+//
+// By default the value is a random UUID v4 written as a structured-field string, quotes
+// included (`"8e03978e-40d5-43e8-bc93-6894a57f9324"`), as the IETF draft specifies; some
+// APIs (Stripe) document the bare token instead: see [`IdempotencyKey::raw`].
 
 use std::fmt;
 use std::sync::Arc;

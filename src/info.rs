@@ -1,4 +1,4 @@
-//! What happened to a logical request, attached to the response the caller gets.
+// What happened to a logical request, attached to the response the caller gets.
 
 use std::fmt;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! How one class of requests is retried: attempts, time limits, backoff, classification.
+// How one class of requests is retried: attempts, time limits, backoff, classification.
 
 use std::fmt;
 use std::sync::Arc;

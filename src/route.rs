@@ -1,8 +1,8 @@
-//! Per-route policies: which requests a [`RetryPolicy`](crate::RetryPolicy) applies to.
-//!
-//! Routes are tried in the order they were added; the first match wins, else the layer's
-//! default policy applies. Matching only compares the request's method, host and path with
-//! what the route holds: it allocates nothing.
+// Per-route policies: which requests a [`RetryPolicy`](crate::RetryPolicy) applies to.
+//
+// Routes are tried in the order they were added; the first match wins, else the layer's
+// default policy applies. Matching only compares the request's method, host and path with
+// what the route holds: it allocates nothing.
 
 use http::{Method, Request};
 

@@ -1,4 +1,4 @@
-//! Spans and events, or nothing at all without the `tracing` feature.
+// Spans and events, or nothing at all without the `tracing` feature.
 
 use std::error::Error as StdError;
 

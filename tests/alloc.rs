@@ -1,4 +1,5 @@
-//! Heap allocations per request on the success path (DESIGN section 4).
+//! Heap allocations per request on the success path, against tower's `Retry` and the bare
+//! service (see BENCHMARKS.md for the targets).
 //!
 //! A counting global allocator wraps `std::alloc::System`. It counts only on the thread
 //! that switched counting on (a thread-local flag), so the test harness may run these
@@ -241,7 +242,7 @@ fn the_request_and_the_services_behave_as_assumed() {
 ///
 /// `http::Extensions` allocates its map (a `Box`) and the map's table on the first insert.
 /// hyper-util's client responses always carry `HttpInfo` already, so there the layer's
-/// `RetryInfo` costs one `Box`, as DESIGN 4 counts it. On a response with no extensions
+/// `RetryInfo` costs one `Box`, as the allocation target counts it. On a response with no extensions
 /// (a bare test service), whoever inserts first pays the map too: the targets below add
 /// this measured cost for those cases, and hold exactly for the hyper-util case.
 fn extension_map_cost() -> f64 {
@@ -252,7 +253,7 @@ fn extension_map_cost() -> f64 {
     cost
 }
 
-/// DESIGN 4: ours <= tower + 2 (the replay state and `RetryInfo`), all three counted in
+/// The target: ours <= tower + 2 (the replay state and `RetryInfo`), all three counted in
 /// one test, on responses that carry an extension as hyper-util's do, body read.
 #[test]
 fn ours_allocates_at_most_two_more_than_tower_per_get_with_response_extensions() {
@@ -326,7 +327,7 @@ fn ours_allocates_at_most_two_more_than_tower_per_get_when_the_body_is_read() {
     );
 }
 
-/// DESIGN 4: a request that can never be retried "pays almost nothing: no head clone, no
+/// A request that can never be retried "pays almost nothing: no head clone, no
 /// replay state": at most one allocation over the bare service (the `RetryInfo`), on
 /// responses that carry an extension as hyper-util's do.
 #[test]
@@ -363,7 +364,7 @@ fn never_allocates_nothing_but_the_retry_info_insert() {
     );
 }
 
-/// Not a DESIGN target, a record: a POST gets an idempotency key from us (tower adds none).
+/// Not a target, a record: a POST gets an idempotency key from us (tower adds none).
 #[test]
 fn post_with_a_key_is_counted_too() {
     let post = |i| {
@@ -393,7 +394,7 @@ fn post_with_a_key_is_counted_too() {
     );
 }
 
-/// DESIGN 4: replaying a 64 KiB `Bytes` body copies no body bytes, so no allocation of
+/// Replaying a 64 KiB `Bytes` body copies no body bytes, so no allocation of
 /// anything near its size happens while it is sent, answered 503, and sent again.
 #[test]
 fn replaying_a_64_kib_body_allocates_no_buffer_of_its_size() {
@@ -477,7 +478,7 @@ fn replaying_a_64_kib_body_allocates_no_buffer_of_its_size() {
     );
 }
 
-/// DESIGN 1.8: choosing a route allocates nothing. A layer with twenty routes before the
+/// Choosing a route allocates nothing. A layer with twenty routes before the
 /// one that matches costs exactly what a layer with none costs.
 #[test]
 fn choosing_among_many_routes_allocates_nothing() {

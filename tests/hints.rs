@@ -1,4 +1,4 @@
-//! Server-directed delays beyond `Retry-After` (DESIGN 1.11): the RateLimit fields,
+//! Server-directed delays beyond `Retry-After`: the RateLimit fields,
 //! `X-RateLimit-Reset`, a classifier's own hint. Exact waits under paused time against a
 //! mock, then each header from a real hyper server on 127.0.0.1.
 

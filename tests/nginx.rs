@@ -1,4 +1,4 @@
-//! An HTTP/2 load test against a real nginx on 127.0.0.1 (DESIGN 5).
+//! An HTTP/2 load test against a real nginx on 127.0.0.1.
 //!
 //! nginx closes an HTTP/2 connection with GOAWAY once it has served `keepalive_requests`
 //! requests on it. hyper hands that GOAWAY (or the close after it) to streams still open

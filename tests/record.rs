@@ -1,5 +1,6 @@
-//! Every outcome carries its record; the contract points of DESIGN 1.3, 1.4, 1.5, 1.7,
-//! 1.9 and 1.10 that live in the retry loop, under paused time.
+//! Every outcome carries its record, and the rules the retry loop keeps for it (the jitter's
+//! previous wait, readiness bounds, keys, deposits, the `Attempt` extension), under paused
+//! time.
 
 mod common;
 
@@ -15,8 +16,9 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::{
-    Attempt, AttemptTimedOut, Backoff, DeadlineExceeded, Jitter, ReplayBody, RetryBudget,
-    RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason, ServiceNotReady, StopReason,
+    Attempt, AttemptKind, AttemptOutcome, AttemptTimedOut, Backoff, DeadlineExceeded, Jitter,
+    ReplayBody, RetryBudget, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason,
+    ServiceNotReady, StopReason,
 };
 
 fn quick(attempts: u32) -> RetryPolicy {
@@ -96,7 +98,7 @@ async fn the_caller_gets_the_record_of_a_request_sent_once_too() {
     );
 }
 
-/// DESIGN 1.3: decorrelated jitter draws from [b, 3p] with p the wait actually slept, a
+/// Decorrelated jitter draws from [b, 3p] with p the wait actually slept, a
 /// Retry-After included.
 #[tokio::test(start_paused = true)]
 async fn decorrelated_jitter_grows_from_the_wait_actually_slept() {
@@ -138,7 +140,7 @@ async fn decorrelated_jitter_grows_from_the_wait_actually_slept() {
     );
 }
 
-/// DESIGN 1.7: requests under `never()`, `max_attempts(1)` and CONNECT deposit too.
+/// Requests under `never()`, `max_attempts(1)` and CONNECT deposit too.
 #[tokio::test(start_paused = true)]
 async fn requests_that_are_never_retried_still_deposit() {
     let budget = RetryBudget::builder()
@@ -172,7 +174,7 @@ async fn requests_that_are_never_retried_still_deposit() {
     );
 }
 
-/// DESIGN 1.5: whether a key is stamped depends on the key configuration alone.
+/// Whether a key is stamped depends on the key configuration alone.
 #[tokio::test(start_paused = true)]
 async fn a_post_gets_its_key_whether_retries_are_on_or_not() {
     for policy in [
@@ -295,7 +297,7 @@ async fn readiness_is_bounded_by_the_deadline_when_there_is_one() {
     assert_eq!(inner.calls.load(Ordering::SeqCst), 1);
 }
 
-/// DESIGN 1.10: every retry's request carries an `Attempt`; the first carries none.
+/// Every retry's request carries an `Attempt`; the first carries none.
 #[tokio::test(start_paused = true)]
 async fn retries_carry_their_attempt_number() {
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -357,4 +359,72 @@ async fn a_recognised_readiness_error_reaches_the_caller_as_the_modules_own() {
         .downcast_ref::<io::Error>()
         .expect("the module's own error");
     assert_eq!(io.kind(), io::ErrorKind::ConnectionRefused);
+}
+
+/// The record keeps every attempt: what each got, what kind of retry each later one was,
+/// why and after how long it was sent, and whose outcome the caller got.
+#[tokio::test(start_paused = true)]
+async fn the_record_keeps_every_attempt_and_whose_outcome_was_returned() {
+    let mock = Mock::new([
+        Reply::Status(503),
+        Reply::error(|| io::Error::from(io::ErrorKind::ConnectionReset)),
+        Reply::Status(200),
+    ]);
+    let response = RetryLayer::new()
+        .policy(quick(3))
+        .layer(mock)
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    let info = response.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(info.attempts(), 3);
+    let outcomes: Vec<_> = info.outcomes().collect();
+    assert_eq!(
+        outcomes,
+        [
+            AttemptOutcome::Response(StatusCode::SERVICE_UNAVAILABLE),
+            AttemptOutcome::Error,
+            AttemptOutcome::Response(StatusCode::OK),
+        ]
+    );
+    let retries: Vec<_> = info.retries().iter().map(|r| (r.kind, r.reason)).collect();
+    assert_eq!(
+        retries,
+        [
+            (
+                AttemptKind::Retry,
+                RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE)
+            ),
+            (AttemptKind::Retry, RetryReason::ConnectionClosed),
+        ]
+    );
+    assert_eq!(info.returned(), Some(3));
+    assert_eq!(info.stop(), StopReason::Final);
+    assert_eq!(
+        info.total_wait(),
+        info.retries().iter().map(|r| r.wait).sum::<Duration>()
+    );
+
+    // A deadline that drops the attempt in flight: that attempt was abandoned, and the
+    // caller got the layer's own error, no attempt's outcome.
+    let slow = Mock::new([
+        Reply::Status(503),
+        Reply::Slow(Duration::from_secs(60), Box::new(Reply::Status(200))),
+    ]);
+    let error = RetryLayer::new()
+        .policy(quick(3).deadline(Duration::from_secs(5)))
+        .layer(slow)
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap_err();
+    let info = error.downcast_ref::<RetryError>().unwrap().info();
+    let outcomes: Vec<_> = info.outcomes().collect();
+    assert_eq!(
+        outcomes,
+        [
+            AttemptOutcome::Response(StatusCode::SERVICE_UNAVAILABLE),
+            AttemptOutcome::Abandoned,
+        ]
+    );
+    assert_eq!((info.returned(), info.stop()), (None, StopReason::Deadline));
 }

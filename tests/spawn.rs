@@ -1,5 +1,5 @@
 //! A client made with the layer is used the way the bare hyper-util client is: driven
-//! from inside `tokio::spawn`, with `BoxBody<Bytes, BoxError>` request bodies (DESIGN 2).
+//! from inside `tokio::spawn`, with `BoxBody<Bytes, BoxError>` request bodies, as the bare client can.
 //! These tests are first of all a compile check: a response future that names the inner
 //! service's future type inside a struct generic over the service and the body made them
 //! fail with "implementation of `Service` is not general enough". (`oneshot` inside

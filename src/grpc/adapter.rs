@@ -1,5 +1,5 @@
-//! Tonic glue: the request body a tonic `Channel` takes, and the layer's errors as the
-//! `Status` a tonic caller gets.
+// Tonic glue: the request body a tonic `Channel` takes, and the layer's errors as the
+// `Status` a tonic caller gets.
 
 use std::error::Error as StdError;
 use std::future::Future;

@@ -1,5 +1,5 @@
-//! Reading a standard gRPC service config: per-method retry policies and retry
-//! throttling (A6 "Integration with Service Config").
+// Reading a standard gRPC service config: per-method retry policies and retry
+// throttling (A6 "Integration with Service Config").
 
 use std::collections::HashMap;
 use std::error::Error as StdError;

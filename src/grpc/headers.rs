@@ -1,4 +1,4 @@
-//! The `grpc-*` header fields the retry loop reads and writes: pure functions, no I/O.
+// The `grpc-*` header fields the retry loop reads and writes: pure functions, no I/O.
 
 use std::time::Duration;
 

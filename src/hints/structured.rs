@@ -1,14 +1,14 @@
-//! A small parser for Structured Field lists ([RFC 9651]), enough to read the `RateLimit`
-//! field: every syntax the RFC defines is recognised and validated, so that a field
-//! that is not a valid List is rejected whole, as section 4.2 of the RFC requires; only
-//! what the hint readers need is kept (the kind of each bare item, integers as numbers,
-//! the raw text of strings and tokens).
-//!
-//! Nothing here allocates per byte or panics: the input is read through [`Cursor`],
-//! which never indexes out of bounds, and numbers are bounded by the RFC's own limits
-//! (at most 15 digits) long before an `i64` could overflow.
-//!
-//! [RFC 9651]: https://www.rfc-editor.org/rfc/rfc9651
+// A small parser for Structured Field lists ([RFC 9651]), enough to read the `RateLimit`
+// field: every syntax the RFC defines is recognised and validated, so that a field
+// that is not a valid List is rejected whole, as section 4.2 of the RFC requires; only
+// what the hint readers need is kept (the kind of each bare item, integers as numbers,
+// the raw text of strings and tokens).
+//
+// Nothing here allocates per byte or panics: the input is read through [`Cursor`],
+// which never indexes out of bounds, and numbers are bounded by the RFC's own limits
+// (at most 15 digits) long before an `i64` could overflow.
+//
+// [RFC 9651]: https://www.rfc-editor.org/rfc/rfc9651
 
 /// A bare item. Strings, tokens, byte sequences and display strings keep their text as it
 /// appears in the field (escapes not resolved), which is all the hint readers need.

@@ -1,14 +1,14 @@
-//! The retry loop as a reqwest-middleware `Middleware` (feature `reqwest-middleware`).
-//!
-//! reqwest-middleware's `Next` may be run more than once, one run after the other, so a
-//! middleware can drive a retry loop; but the `reqwest::Request` it hands over can be
-//! cloned only when its body is a buffer (`try_clone` gives `None` for a stream), and
-//! nothing in it knows backoff, budgets, idempotency keys or `Retry-After`. So
-//! [`RetryMiddleware`] does not loop itself: it turns the request into an
-//! `http::Request`, runs this crate's [`Retry`](crate::Retry) service over a small
-//! `Service` that calls `Next` once per attempt, and turns the answer back. Every decision
-//! (classification, keys, replay of streaming bodies, budget, deadline, `Retry-After`,
-//! [`RetryInfo`](crate::RetryInfo)) is the layer's own, made once, in one loop.
+// The retry loop as a reqwest-middleware `Middleware` (feature `reqwest-middleware`).
+//
+// reqwest-middleware's `Next` may be run more than once, one run after the other, so a
+// middleware can drive a retry loop; but the `reqwest::Request` it hands over can be
+// cloned only when its body is a buffer (`try_clone` gives `None` for a stream), and
+// nothing in it knows backoff, budgets, idempotency keys or `Retry-After`. So
+// [`RetryMiddleware`] does not loop itself: it turns the request into an
+// `http::Request`, runs this crate's [`Retry`](crate::Retry) service over a small
+// `Service` that calls `Next` once per attempt, and turns the answer back. Every decision
+// (classification, keys, replay of streaming bodies, budget, deadline, `Retry-After`,
+// [`RetryInfo`](crate::RetryInfo)) is the layer's own, made once, in one loop.
 
 use std::error::Error as StdError;
 use std::fmt;
