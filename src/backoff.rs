@@ -152,6 +152,14 @@ fn f64_nanos(nanos: f64) -> u64 {
 impl Backoff {
     /// Exponential backoff from `base`, never above `cap`, with [`Jitter::Full`].
     ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::Backoff;
+    ///
+    /// let backoff = Backoff::exponential(Duration::from_millis(100), Duration::from_secs(10));
+    /// assert_eq!(backoff.ceiling(1), Duration::from_millis(200));
+    /// ```
+    ///
     /// # Panics
     ///
     /// When `base` is greater than `cap`. [`Backoff::try_exponential`] returns an error
@@ -269,6 +277,14 @@ impl Backoff {
     }
 
     /// Sets the kind of jitter.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{Backoff, Jitter};
+    ///
+    /// let backoff = Backoff::default().jitter(Jitter::Decorrelated);
+    /// assert_eq!(backoff.get_jitter(), Jitter::Decorrelated);
+    /// ```
     pub fn jitter(mut self, jitter: Jitter) -> Self {
         self.jitter = jitter;
         self

@@ -62,6 +62,15 @@ impl RetryLayer {
     /// A layer with every default: [`RetryPolicy::default`], its own
     /// [`RetryBudget::default`], [`IdempotencyKey::default`], a 64 KiB replay cap, no
     /// throttle, no attempt header, no routes.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// // 3 attempts, 100 ms to 10 s of full-jitter backoff, `Retry-After` honoured up to 30 s,
+    /// // a shared budget, keys on POSTs: ready for `ServiceBuilder::layer`.
+    /// let layer = RetryLayer::new();
+    /// # let _ = layer;
+    /// ```
     pub fn new() -> Self {
         Self {
             config: Arc::new(Config::default()),
@@ -90,6 +99,16 @@ impl RetryLayer {
     }
 
     /// The default policy, for requests no route matches.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{RetryLayer, RetryPolicy};
+    ///
+    /// let layer = RetryLayer::new().policy(
+    ///     RetryPolicy::default().max_attempts(4).deadline(Duration::from_secs(5)),
+    /// );
+    /// # let _ = layer;
+    /// ```
     pub fn policy(self, policy: RetryPolicy) -> Self {
         self.edit(|c| c.policy = policy)
     }
@@ -126,6 +145,16 @@ impl RetryLayer {
     /// The budget every retry is paid from (unless its policy has its own). Every service
     /// made by this layer, every clone of them, and every other layer given a clone of the
     /// same handle, share one bucket.
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryBudget, RetryLayer};
+    ///
+    /// // Two layers (say over two clients of one service) share one bucket.
+    /// let budget = RetryBudget::builder().ratio(0.2).build();
+    /// let first = RetryLayer::new().budget(budget.clone());
+    /// let second = RetryLayer::new().budget(budget);
+    /// # let _ = (first, second);
+    /// ```
     pub fn budget(self, budget: RetryBudget) -> Self {
         self.edit(|c| c.budget = Some(budget))
     }
@@ -138,6 +167,14 @@ impl RetryLayer {
     /// How idempotency keys are stamped on non-idempotent requests, for every policy that
     /// does not configure its own ([`RetryPolicy::idempotency_key`],
     /// [`RetryPolicy::no_idempotency_key`]). On by default: [`IdempotencyKey::default`].
+    ///
+    /// ```
+    /// use tower_http_retry::{IdempotencyKey, RetryLayer};
+    ///
+    /// // Stripe's style: the bare token, in `Idempotency-Key`.
+    /// let layer = RetryLayer::new().idempotency_key(IdempotencyKey::default().raw());
+    /// # let _ = layer;
+    /// ```
     pub fn idempotency_key(self, key: IdempotencyKey) -> Self {
         self.edit(|c| {
             c.key_header = key.header().clone();
@@ -156,12 +193,28 @@ impl RetryLayer {
 
     /// The most request-body bytes kept for replays (default 64 KiB). A larger body is
     /// still sent, once, complete; it is just not retried.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// // Keep up to 1 MiB of each request body for a retry.
+    /// let layer = RetryLayer::new().max_replay_bytes(1 << 20);
+    /// # let _ = layer;
+    /// ```
     pub fn max_replay_bytes(self, max: usize) -> Self {
         self.edit(|c| c.max_replay_bytes = max)
     }
 
     /// Sends the attempt number (1, 2, ...) in this header on every attempt, so servers can
     /// tell retries apart.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// // `x-attempt: 1` on the first attempt, `2` on the first retry, ...
+    /// let layer = RetryLayer::new().attempt_header("x-attempt");
+    /// # let _ = layer;
+    /// ```
     ///
     /// # Panics
     ///

@@ -116,12 +116,30 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// The defaults listed on [`RetryPolicy`].
+    ///
+    /// ```
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::new();
+    /// assert_eq!(policy.get_max_attempts(), 3);
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// A policy that never retries: the request is sent once and nothing is kept for a
     /// replay. Put it in a request's extensions to switch retries off for that request.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http_body_util::Full;
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// // This one request is sent once, whatever the layer's policy.
+    /// let mut request = http::Request::post("http://h/charge").body(Full::new(Bytes::new())).unwrap();
+    /// request.extensions_mut().insert(RetryPolicy::never());
+    /// # assert!(RetryPolicy::never().is_never());
+    /// ```
     pub fn never() -> Self {
         Self {
             max_attempts: 1,
@@ -130,6 +148,13 @@ impl RetryPolicy {
     }
 
     /// Attempts per logical request, the first included; 1 disables retries.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::default().max_attempts(5); // the first and up to 4 retries
+    /// assert_eq!(policy.get_max_attempts(), 5);
+    /// ```
     ///
     /// # Panics
     ///
@@ -154,6 +179,16 @@ impl RetryPolicy {
     }
 
     /// The backoff between attempts.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{Backoff, Jitter, RetryPolicy};
+    ///
+    /// let policy = RetryPolicy::default().backoff(
+    ///     Backoff::exponential(Duration::from_millis(50), Duration::from_secs(2)).jitter(Jitter::Equal),
+    /// );
+    /// assert_eq!(policy.get_backoff().get_cap(), Duration::from_secs(2));
+    /// ```
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
         self
@@ -164,6 +199,14 @@ impl RetryPolicy {
     /// No wait starts that would end after it (the last outcome is returned instead); an
     /// attempt still in flight when it passes is dropped and the caller gets
     /// [`DeadlineExceeded`](crate::DeadlineExceeded).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::default().deadline(Duration::from_secs(10));
+    /// assert_eq!(policy.get_deadline(), Some(Duration::from_secs(10)));
+    /// ```
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
         self
@@ -177,6 +220,17 @@ impl RetryPolicy {
 
     /// Each attempt is dropped after `min(timeout, time left before the deadline)`, which
     /// counts as a retryable timeout ([`AttemptTimedOut`](crate::AttemptTimedOut)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// // Each attempt gets 2 s, and all of them together 10 s.
+    /// let policy = RetryPolicy::default()
+    ///     .attempt_timeout(Duration::from_secs(2))
+    ///     .deadline(Duration::from_secs(10));
+    /// assert_eq!(policy.get_attempt_timeout(), Some(Duration::from_secs(2)));
+    /// ```
     pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = Some(timeout);
         self
@@ -190,6 +244,15 @@ impl RetryPolicy {
 
     /// The longest `Retry-After` the layer is willing to wait; a longer hint stops retrying
     /// and returns that response at once. Default 30 s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// // Wait out a `Retry-After` of up to two minutes; a longer one returns the response at once.
+    /// let policy = RetryPolicy::default().max_retry_after(Duration::from_secs(120));
+    /// assert_eq!(policy.get_max_retry_after(), Duration::from_secs(120));
+    /// ```
     pub fn max_retry_after(mut self, max: Duration) -> Self {
         self.max_retry_after = max;
         self
@@ -252,6 +315,15 @@ impl RetryPolicy {
     }
 
     /// Spends this policy's retries from `budget` instead of the layer's shared one.
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryBudget, RetryLayer, RetryPolicy, RouteMatch};
+    ///
+    /// // Search's retries cannot drain the budget the rest of the client relies on.
+    /// let search = RetryPolicy::default().budget(RetryBudget::builder().max_tokens(20).build());
+    /// let layer = RetryLayer::new().route(RouteMatch::get().path_prefix("/search"), search);
+    /// # let _ = layer;
+    /// ```
     pub fn budget(mut self, budget: RetryBudget) -> Self {
         self.budget = Layered::Own(budget);
         self
@@ -267,6 +339,14 @@ impl RetryPolicy {
     /// Draws jitter from generators seeded with `seed`, for tests and simulations. Every
     /// logical request still gets its own sequence (derived from the seed and the order in
     /// which requests first retry), so the same program replays the same waits.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// // The same program waits the same times, run after run.
+    /// let policy = RetryPolicy::default().rng_seed(42);
+    /// # let _ = policy;
+    /// ```
     pub fn rng_seed(mut self, seed: u64) -> Self {
         self.seed = Some(SeedSequence::new(seed));
         self
@@ -351,6 +431,13 @@ impl RetryPolicy {
     /// Stops this policy's retries while its server fails more than it succeeds: a
     /// [`Throttle`] of its own, instead of the layer's
     /// ([`RetryLayer::throttle`](crate::RetryLayer::throttle)).
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryPolicy, Throttle};
+    ///
+    /// let policy = RetryPolicy::default().throttle(Throttle::builder().max_tokens(20.0).build());
+    /// # let _ = policy;
+    /// ```
     pub fn throttle(mut self, throttle: Throttle) -> Self {
         self.throttle = Layered::Own(throttle);
         self

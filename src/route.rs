@@ -88,6 +88,13 @@ impl RouteMatch {
     /// Matches this host exactly (ASCII case-insensitive), or, written `*.example.com`,
     /// every subdomain of `example.com` (not `example.com` itself). The host comes from the
     /// request URI's authority, else from its `Host` header; a port is ignored.
+    ///
+    /// ```
+    /// use tower_http_retry::RouteMatch;
+    ///
+    /// let route = RouteMatch::any().host("*.example.com");
+    /// assert!(route.matches(&http::Request::get("http://api.example.com/").body(()).unwrap()));
+    /// ```
     pub fn host(mut self, host: &str) -> Self {
         let host = host.to_ascii_lowercase();
         self.host = Some(match host.strip_prefix('*') {
@@ -99,6 +106,14 @@ impl RouteMatch {
 
     /// Matches paths that start with `prefix` (`/v1/payments` matches `/v1/payments` and
     /// `/v1/payments/42`, not `/v1/paymentsx`).
+    ///
+    /// ```
+    /// use tower_http_retry::RouteMatch;
+    ///
+    /// let route = RouteMatch::post().path_prefix("/v1/payments");
+    /// assert!(route.matches(&http::Request::post("http://h/v1/payments/42").body(()).unwrap()));
+    /// assert!(!route.matches(&http::Request::post("http://h/v1/paymentsX").body(()).unwrap()));
+    /// ```
     pub fn path_prefix(mut self, prefix: &str) -> Self {
         self.path_prefix = Some(prefix.trim_end_matches('/').to_string());
         self
