@@ -29,7 +29,7 @@ use tonic::{Code, Status};
 use tower::{BoxError, Service, ServiceBuilder};
 use tower_http_retry::grpc;
 use tower_http_retry::hints::HintSource;
-use tower_http_retry::{RetryError, RetryInfo, RetryLayer};
+use tower_http_retry::{AttemptKind, RetryError, RetryInfo, RetryLayer};
 
 /// The client's whole retry configuration, as a service owner would publish it.
 const SERVICE_CONFIG: &str = r#"{
@@ -320,7 +320,7 @@ fn plural(attempts: u32) -> String {
 /// Every retry with its wait, and why the layer stopped; `failed` is the failed call's code.
 fn report(info: &RetryInfo, failed: Option<Code>) {
     for (i, retry) in info.retries().iter().enumerate() {
-        let source = match (retry.is_transparent(), retry.hint) {
+        let source = match (retry.kind == AttemptKind::Transparent, retry.hint) {
             (true, _) => "transparent: the stream never reached the server",
             (false, Some(HintSource::Header("grpc-retry-pushback-ms"))) => {
                 "the server's pushback, exactly"

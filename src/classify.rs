@@ -423,7 +423,7 @@ pub trait Classify: Send + Sync + 'static {
     /// Whether [`classify`](Self::classify) looks at the request's head. True by default.
     /// A classifier of the outcome alone returns false: it is then given an empty head
     /// (`GET /`, no fields), and the layer keeps its copy of each request's head in a
-    /// cheaper form than `Parts` (one allocation instead of two).
+    /// cheaper form than a boxed `Parts` (one allocation instead of three).
     fn needs_request(&self) -> bool {
         true
     }

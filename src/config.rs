@@ -97,7 +97,7 @@ impl Plan {
             throttle: policy.throttle.or_layer(config.throttle.as_ref()),
         };
         let (key, key_header) = match &policy.key {
-            PolicyKey::Own(key) => (Some(key.clone()), key.header().clone()),
+            PolicyKey::Own(key) => (Some(key.clone()), key.get_header_name().clone()),
             PolicyKey::Off => (None, config.key_header.clone()),
             PolicyKey::Layer if policy.assume_idempotent => (None, config.key_header.clone()),
             PolicyKey::Layer => (config.key.clone(), config.key_header.clone()),

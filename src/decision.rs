@@ -363,12 +363,14 @@ pub(crate) fn not_ready(limits: &Limits, now: Instant, info: &mut RetryInfo) -> 
     Box::new(ServiceNotReady::new(timeout, info.attempts() + 1))
 }
 
-/// The retry's service failed to get ready: its error is returned as is, the deadline's
-/// doing if it had passed.
+/// The retry's service failed to get ready: nothing more is sent, its error is returned as
+/// is, and the stop says so (the deadline's doing if it had passed).
 pub(crate) fn ready_failed(limits: &Limits, now: impl FnOnce() -> Instant, info: &mut RetryInfo) {
-    if limits.deadline().is_some() && limits.past_deadline(now()) {
-        record_stop(info, StopReason::Deadline);
-    }
+    let stop = match limits.deadline().is_some() && limits.past_deadline(now()) {
+        true => StopReason::Deadline,
+        false => StopReason::ServiceNotReady,
+    };
+    record_stop(info, stop);
 }
 
 /// The first attempt, for the hooks: no clock is read for it.

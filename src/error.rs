@@ -16,7 +16,8 @@ use crate::info::RetryInfo;
 /// record of the whole logical request.
 ///
 /// Its [`source`](std::error::Error::source) is the last error unchanged (the inner
-/// service's, or the layer's own [`DeadlineExceeded`] or [`AttemptTimedOut`]), so
+/// service's, or the layer's own [`DeadlineExceeded`], [`AttemptTimedOut`] or
+/// [`ServiceNotReady`]), so
 /// classifiers that walk the source chain (tonic's status mapping, a circuit breaker, a
 /// second retry layer) see through it. [`RetryError::into_source`] gives it back.
 ///

@@ -16,11 +16,11 @@
 //! - **Server pushback** ([`pushback`]): `grpc-retry-pushback-ms` is the exact wait of the
 //!   next retry, or, negative or malformed, says not to retry.
 //! - **Throttling** ([`Throttle`]): A6's token count per server, which turns retries off
-//!   while failures outnumber successes.
+//!   while failures run above a share of the attempts (1 in 11 at the usual ratio of 0.1).
 //! - **Backoff** ([`RetryParams::backoff`]): `initialBackoff * backoffMultiplier^(n-1)`,
 //!   capped at `maxBackoff`, with jitter: the crate's [`Backoff::from_initial`].
 //! - **Metadata on the wire**: `grpc-previous-rpc-attempts` on retries and `grpc-timeout`
-//!   set to the time left ([`parse_grpc_timeout`] reads one).
+//!   set to the time left (a caller's own `grpc-timeout` bounds the whole RPC).
 //! - **Tonic's types**: [`tonic_body_layer`] gives the channel the body type it takes;
 //!   [`status_layer`] and [`into_status`] turn the layer's errors into the `Status` a
 //!   tonic caller should see.
@@ -42,7 +42,7 @@
 //!    returned at once and counts neither way.
 //! 3. On a transport error before any response: a stream refused before it left
 //!    (`REFUSED_STREAM`, a connect error) is retried once at once, counted neither as an
-//!    attempt nor for throttling ([`RetryRecord::is_transparent`]); a second refusal, and other
+//!    attempt nor for throttling ([`AttemptKind::Transparent`]); a second refusal, and other
 //!    errors, are judged as for HTTP.
 //! 4. On the response it returns: tonic's client moves the http response's extensions
 //!    (`RetryInfo`) into the `tonic::Response` of a successful call, but turns a
@@ -84,7 +84,7 @@
 //! # }
 //! ```
 //!
-//! [`RetryRecord::is_transparent`]: crate::RetryRecord::is_transparent
+//! [`AttemptKind::Transparent`]: crate::AttemptKind::Transparent
 //! [`RetryPolicy::grpc_codes`]: crate::RetryPolicy::grpc_codes
 //! [`RetryLayer::from_service_config`]: crate::RetryLayer::from_service_config
 //! [`RetryPolicy`]: crate::RetryPolicy
@@ -109,8 +109,10 @@ use self::config::code_name;
 pub use self::config::{
     InvalidServiceConfig, MethodConfig, MethodName, RetryParams, ServiceConfig, service_config,
 };
-use self::headers::{GRPC_TIMEOUT, set_grpc_timeout, set_previous_rpc_attempts};
-pub use self::headers::{Pushback, parse_grpc_timeout, pushback, trailers_only_code};
+use self::headers::{
+    GRPC_TIMEOUT, parse_grpc_timeout, set_grpc_timeout, set_previous_rpc_attempts,
+};
+pub use self::headers::{Pushback, pushback, trailers_only_code};
 /// gRPC's retry throttling (A6 `retryThrottling`) is the crate's [`Throttle`](crate::Throttle).
 pub use crate::gate::Throttle;
 

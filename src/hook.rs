@@ -24,6 +24,33 @@ pub struct AttemptContext {
     pub kind: AttemptKind,
 }
 
+impl AttemptContext {
+    /// An attempt's context as the layer would give it, for testing a hook outside the
+    /// layer: attempt `number` (1 for the first), `counted_before` of the earlier attempts
+    /// counting against `max_attempts`, `time_left` before the deadline, and its `kind`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{AttemptContext, AttemptKind};
+    ///
+    /// let retry = AttemptContext::new(3, 2, Some(Duration::from_secs(1)), AttemptKind::Retry);
+    /// assert_eq!((retry.number, retry.counted_before), (3, 2));
+    /// ```
+    pub fn new(
+        number: u32,
+        counted_before: u32,
+        time_left: Option<Duration>,
+        kind: AttemptKind,
+    ) -> Self {
+        Self {
+            number,
+            counted_before,
+            time_left,
+            kind,
+        }
+    }
+}
+
 /// Why an attempt is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -16,7 +16,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue, Method};
-use rand::RngExt;
+use rand::Rng;
 
 use crate::error::InvalidConfig;
 
@@ -43,14 +43,14 @@ where
     }
 }
 
-/// Random UUID v4 tokens from the thread's cryptographically secure generator
+/// The default tokens: random UUID v4 from the thread's cryptographically secure generator
 /// (`rand::rng()`: ChaCha, seeded and reseeded from the operating system).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UuidV4;
+struct UuidV4;
 
 impl UuidV4 {
     fn write(quoted: bool) -> HeaderValue {
-        let bytes: [u8; 16] = rand::rng().random();
+        let mut bytes = [0u8; 16];
+        rand::rng().fill_bytes(&mut bytes);
         let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
         let mut buf = [0u8; 38];
         let start = usize::from(quoted);
@@ -65,15 +65,6 @@ impl UuidV4 {
         // One allocation, and clones of the value (every retry's head) share it.
         let bytes = bytes::Bytes::from_owner(buf).slice(..len);
         HeaderValue::from_maybe_shared(bytes).expect("a UUID is a valid header value")
-    }
-}
-
-impl MakeIdempotencyKey for UuidV4 {
-    fn make_key(&self) -> String {
-        uuid::Builder::from_random_bytes(rand::rng().random())
-            .into_uuid()
-            .hyphenated()
-            .to_string()
     }
 }
 
@@ -172,13 +163,13 @@ impl IdempotencyKey {
         self
     }
 
-    /// The header that carries the key.
-    pub fn header(&self) -> &HeaderName {
+    /// The header that carries the key ([`IdempotencyKey::header_name`]).
+    pub fn get_header_name(&self) -> &HeaderName {
         &self.header
     }
 
     /// True when a request with this method gets a key.
-    pub fn applies_to(&self, method: &Method) -> bool {
+    pub(crate) fn applies_to(&self, method: &Method) -> bool {
         match &self.methods {
             Some(methods) => methods.contains(method),
             None => !method.is_idempotent() && method != Method::CONNECT,
@@ -187,7 +178,7 @@ impl IdempotencyKey {
 
     /// A new key, written as configured. `None` when a custom generator made a token that
     /// cannot be sent in a header.
-    pub fn make_value(&self) -> Option<HeaderValue> {
+    pub(crate) fn make_value(&self) -> Option<HeaderValue> {
         match &self.generator {
             Generator::Uuid => Some(UuidV4::write(self.quoted)),
             Generator::Custom(generator) => {
@@ -261,7 +252,6 @@ mod tests {
         let a = k.make_value().unwrap();
         let b = k.make_value().unwrap();
         assert_ne!(a, b);
-        assert!(is_uuid_v4(&UuidV4.make_key()));
     }
 
     #[test]
@@ -305,7 +295,9 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("not a valid header name"), "{err}");
         assert_eq!(
-            IdempotencyKey::default().header_name("X-Key").header(),
+            IdempotencyKey::default()
+                .header_name("X-Key")
+                .get_header_name(),
             "x-key"
         );
     }

@@ -58,7 +58,7 @@ impl RetryInfo {
 
     /// Every retry the layer decided on, in order: why, how long it waited first, what it
     /// got. The last one may not have been sent ([`AttemptOutcome::NotSent`]: its service
-    /// was not ready in time).
+    /// was not ready in time, or failed to get ready).
     pub fn retries(&self) -> &[RetryRecord] {
         &self.retries
     }
@@ -74,9 +74,10 @@ impl RetryInfo {
     }
 
     /// The attempt (1 for the first) whose outcome the caller got: the response, or the
-    /// attempt's error or timeout. `None` when the layer's own limit ended the request
-    /// ([`DeadlineExceeded`](crate::DeadlineExceeded),
-    /// [`ServiceNotReady`](crate::ServiceNotReady)).
+    /// attempt's error or timeout. `None` when no attempt's outcome was returned: the
+    /// layer's own limit ended the request ([`DeadlineExceeded`](crate::DeadlineExceeded),
+    /// [`ServiceNotReady`](crate::ServiceNotReady)), or the service failed to get ready for
+    /// a retry and the caller got its error.
     pub fn returned(&self) -> Option<u32> {
         self.returned
     }
@@ -122,12 +123,17 @@ impl RetryInfo {
         }
     }
 
-    /// Books that the caller gets the outcome of the attempt that ended last (the last one
-    /// sent: an unsent retry ends the request with the layer's own error instead).
+    /// Books that the caller gets the outcome of the attempt that ended last, unless a
+    /// retry was decided and never sent: then the caller gets what kept it from being sent.
     #[inline]
     pub(crate) fn set_returned_last(&mut self) {
-        let last = u32::try_from(self.retries.len()).map_or(u32::MAX, |n| n.saturating_add(1));
-        self.returned = Some(last);
+        self.returned = match self.retries.last() {
+            None => Some(1),
+            Some(retry) if retry.outcome == AttemptOutcome::NotSent => None,
+            Some(_) => {
+                Some(u32::try_from(self.retries.len()).map_or(u32::MAX, |n| n.saturating_add(1)))
+            }
+        };
     }
 }
 
@@ -145,7 +151,7 @@ pub enum AttemptOutcome {
     /// Still in flight when the request's deadline passed: the layer dropped it.
     Abandoned,
     /// Never sent: a retry the layer decided on and waited for, whose service was not
-    /// ready in time (or the deadline passed first).
+    /// ready in time or failed to get ready (or the deadline passed first).
     #[default]
     NotSent,
 }
@@ -175,7 +181,7 @@ pub struct RetryRecord {
 
 impl RetryRecord {
     /// A transparent retry ([`AttemptKind::Transparent`]).
-    pub fn is_transparent(&self) -> bool {
+    pub(crate) fn is_transparent(&self) -> bool {
         self.kind == AttemptKind::Transparent
     }
 }
@@ -240,19 +246,22 @@ pub enum StopReason {
     BudgetExhausted,
     /// The deadline passed, or the next wait would have ended after it.
     Deadline,
-    /// A delay hint (the server's `Retry-After`, RateLimit fields or `X-RateLimit-Reset`,
-    /// or a classifier's own) asked for longer than `max_retry_after`, or for longer than
-    /// the deadline leaves.
+    /// A floor hint (the server's `Retry-After`, RateLimit fields or `X-RateLimit-Reset`,
+    /// or a classifier's [`Hint::new`](crate::hints::Hint::new)) asked for longer than
+    /// `max_retry_after`, or any hint, an exact one included, for longer than the deadline
+    /// leaves.
     HintTooLong,
     /// The server said not to retry ([`Classification::Stop`](crate::classify::Classification::Stop):
     /// gRPC's negative or malformed `grpc-retry-pushback-ms`).
     ServerSaidStop,
     /// The retry [`Throttle`](crate::Throttle) refused the retry: too many recent failures.
     Throttled,
-    /// The retry was decided, but the inner service did not become ready for it within the
-    /// attempt timeout (the bound of that wait when the request has no deadline; with one,
-    /// the deadline bounds it, and its passing is [`StopReason::Deadline`]); nothing more
-    /// was sent, and the caller got [`ServiceNotReady`](crate::ServiceNotReady).
+    /// The retry was decided, but the inner service did not get ready for it, and nothing
+    /// more was sent: either it was not ready within the attempt timeout (the bound of that
+    /// wait when the request has no deadline; with one, the deadline bounds it, and its
+    /// passing is [`StopReason::Deadline`]) and the caller got
+    /// [`ServiceNotReady`](crate::ServiceNotReady), or its `poll_ready` failed and the
+    /// caller got that error.
     ServiceNotReady,
 }
 

@@ -78,8 +78,8 @@ impl RetryLayer {
     }
 
     /// A retry [`Throttle`] for every policy of the layer that has none of its own
-    /// ([`RetryPolicy::throttle`]): retries stop while failures outnumber successes by the
-    /// throttle's measure, whatever the budget still allows. Every service made by this
+    /// ([`RetryPolicy::throttle`]): retries stop while failures run above the share
+    /// the throttle tolerates (1 attempt in 11 at its default ratio), whatever the budget still allows. Every service made by this
     /// layer, and every clone of them, share it.
     ///
     /// ```
@@ -118,8 +118,9 @@ impl RetryLayer {
     /// ([`RetryLayer::policy`]).
     ///
     /// The route's policy is complete: it replaces the default policy and inherits nothing
-    /// from it (only the layer's budget and idempotency keys apply when the policy sets no
-    /// budget or key configuration of its own). A route given
+    /// from it. What comes from the layer is what the layer itself holds: its budget,
+    /// throttle and idempotency keys when the policy sets none of its own, and its attempt
+    /// header always. A route given
     /// `RetryPolicy::default().max_attempts(5)` has no deadline and no attempt timeout, even
     /// when the default policy has both. Build routes from the base policy instead:
     ///
@@ -177,7 +178,7 @@ impl RetryLayer {
     /// ```
     pub fn idempotency_key(self, key: IdempotencyKey) -> Self {
         self.edit(|c| {
-            c.key_header = key.header().clone();
+            c.key_header = key.get_header_name().clone();
             c.key = Some(key);
         })
     }

@@ -82,6 +82,9 @@
 //!   `http_retry_retries_total` (label `reason`), the counter
 //!   `http_retry_budget_refusals_total` (label `reason`) and the histogram
 //!   `http_retry_wait_seconds`.
+//! - `grpc`: the `grpc` module, gRPC's retry rules for tonic clients: the status
+//!   classifier, the metadata on the wire, `grpc-retry-pushback-ms`, the service config's
+//!   `retryPolicy` and `retryThrottling`, the tonic glue.
 //! - `reqwest`: `reqwest::ReqwestService`, the layer over a `reqwest::Client`, and
 //!   reqwest's errors recognised when classifying (turns on `hyper` too: reqwest's
 //!   transport is hyper's).
@@ -138,7 +141,7 @@ pub use crate::error::{
 };
 pub use crate::gate::{BudgetBuilder, RetryBudget, Throttle, ThrottleBuilder};
 pub use crate::hook::{AttemptContext, AttemptHook, AttemptKind};
-pub use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey, MakeIdempotencyKey, UuidV4};
+pub use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey, MakeIdempotencyKey};
 pub use crate::info::{Attempt, AttemptOutcome, RetryInfo, RetryRecord, StopReason};
 pub use crate::layer::RetryLayer;
 pub use crate::policy::RetryPolicy;

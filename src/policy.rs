@@ -26,8 +26,9 @@ use crate::idempotency::IdempotencyKey;
 /// in the request's extensions, which overrides both.
 ///
 /// A policy is complete: a route's or a request's policy replaces the layer's default
-/// policy and inherits nothing from it; only the budget and the idempotency keys come from
-/// the layer when the policy sets none of its own. Build the policies of a layer from one
+/// policy and inherits nothing from it. What comes from the layer is what the layer itself
+/// holds: its budget, throttle and idempotency keys when the policy sets none of its own,
+/// and its attempt header always. Build the policies of a layer from one
 /// base, so a route does not silently lose the deadline or the timeouts:
 ///
 /// ```
@@ -242,8 +243,12 @@ impl RetryPolicy {
         self
     }
 
-    /// The longest `Retry-After` the layer is willing to wait; a longer hint stops retrying
-    /// and returns that response at once. Default 30 s.
+    /// The longest server hint the layer is willing to wait: every floor hint, whether
+    /// `Retry-After`, the RateLimit fields, `X-RateLimit-Reset` or a classifier's
+    /// [`Hint::new`](crate::hints::Hint::new). A longer one stops retrying and returns that
+    /// outcome at once ([`StopReason::HintTooLong`](crate::StopReason::HintTooLong)).
+    /// Default 30 s. An exact hint ([`Hint::exact`](crate::hints::Hint::exact), gRPC's
+    /// pushback) is bounded by the deadline only.
     ///
     /// ```
     /// use std::time::Duration;
@@ -296,8 +301,10 @@ impl RetryPolicy {
     ///
     /// A custom classifier is given the request's head as `http::request::Parts`, so for
     /// requests under this policy the layer keeps its copy of the head in that form (a
-    /// `HeaderMap` copy, two allocations), where the default classifier, which looks at the
-    /// outcome alone, lets it keep a plain list of the header fields (one allocation).
+    /// boxed `Parts` with its `HeaderMap` copy: three allocations), where the default
+    /// classifier, which looks at the outcome alone, lets it keep a plain list of the
+    /// header fields (one allocation). A classifier that does not read the head says so
+    /// with [`Classify::needs_request`](crate::classify::Classify::needs_request).
     pub fn classifier<F>(self, classifier: F) -> Self
     where
         F: Fn(&request::Parts, Outcome<'_>) -> Classification + Send + Sync + 'static,
@@ -372,7 +379,7 @@ impl RetryPolicy {
         self.attempt_timeout
     }
 
-    /// The longest `Retry-After` honoured.
+    /// The longest floor hint honoured ([`RetryPolicy::max_retry_after`]).
     pub fn get_max_retry_after(&self) -> Duration {
         self.max_retry_after
     }
@@ -404,9 +411,9 @@ impl RetryPolicy {
     /// request's own stream): once per logical request, without counting against
     /// [`max_attempts`](Self::max_attempts), without a wait, and outside the throttle; the
     /// deadline and the budget still apply, and a second such failure is judged by the
-    /// normal rules. The retry is in the record
-    /// ([`RetryRecord::is_transparent`](crate::RetryRecord::is_transparent)). gRPC's A6 calls it
-    /// a transparent retry, and gRPC policies have it.
+    /// normal rules. The retry is in the record, of kind
+    /// [`AttemptKind::Transparent`](crate::AttemptKind::Transparent). gRPC's A6 calls it a
+    /// transparent retry, and gRPC policies have it.
     ///
     /// Even with `max_attempts(1)` the body is then kept for that one replay
     /// ([`RetryPolicy::is_never`] is false).
@@ -428,7 +435,8 @@ impl RetryPolicy {
         self.transparent
     }
 
-    /// Stops this policy's retries while its server fails more than it succeeds: a
+    /// Stops this policy's retries while its server fails more often than the throttle
+    /// tolerates (1 attempt in 11 at its default ratio): a
     /// [`Throttle`] of its own, instead of the layer's
     /// ([`RetryLayer::throttle`](crate::RetryLayer::throttle)).
     ///

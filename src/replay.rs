@@ -23,7 +23,8 @@
 // Transports let go of a body asynchronously: hyper's HTTP/1 connection task and its
 // HTTP/2 body pipe may still hold the previous attempt's body when that attempt's response
 // future has already failed. The retry loop then waits for the body to be dropped (the drop
-// wakes it) before it replays, within a bound (see the crate docs).
+// wakes it) before it replays, within a bound: the deadline, else the attempt timeout, else
+// a grace of its own (`RELEASE_GRACE` in decision.rs).
 //
 // An empty body needs no buffer at all.
 

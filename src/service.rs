@@ -30,8 +30,13 @@ use crate::trace::Trace;
 /// [`RetryInfo`](crate::RetryInfo) in its extensions. An error is a [`tower::BoxError`]
 /// holding a [`RetryError`](crate::RetryError): the same record, and the last attempt's
 /// error as its source, from the inner service unchanged, or the layer's own
-/// [`DeadlineExceeded`](crate::DeadlineExceeded) or
-/// [`AttemptTimedOut`](crate::AttemptTimedOut). Downcast the source to tell them apart:
+/// [`DeadlineExceeded`](crate::DeadlineExceeded),
+/// [`AttemptTimedOut`](crate::AttemptTimedOut) or
+/// [`ServiceNotReady`](crate::ServiceNotReady). The one exception is `poll_ready`: before
+/// any request exists, it returns the inner service's readiness error as it is (a
+/// [`Recognized`](crate::classify::Recognized) unwrapped), with no record.
+///
+/// Downcast the source to tell them apart:
 ///
 /// ```
 /// use std::io;
@@ -146,7 +151,7 @@ where
         // inserts it; elsewhere it is looked for in the head's copy below.
         let stamped = match &plan.key {
             Some(key) if key.applies_to(request.method()) => {
-                Some(match request.headers_mut().entry(key.header()) {
+                Some(match request.headers_mut().entry(key.get_header_name()) {
                     Entry::Occupied(caller) => Some(caller.get().clone()),
                     Entry::Vacant(slot) => match key.make_value() {
                         Some(value) => Some(slot.insert(value).clone()),

@@ -35,7 +35,8 @@ use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 use tower_http_retry::{
-    AttemptTimedOut, Backoff, Jitter, RetryBudget, RetryInfo, RetryLayer, RetryPolicy, StopReason,
+    AttemptTimedOut, Backoff, Jitter, RetryBudget, RetryError, RetryInfo, RetryLayer, RetryPolicy,
+    StopReason,
 };
 
 const SEED: u64 = 0x0C4A_05EE_D2E5_u64;
@@ -302,6 +303,8 @@ enum Outcome {
     Error {
         timed_out: bool,
         closed: bool,
+        /// Attempts sent, from the error's record (0 when it has none).
+        attempts: u32,
         text: String,
     },
     Hung,
@@ -332,11 +335,13 @@ where
                     (None, _) => Outcome::Error {
                         timed_out: false,
                         closed: false,
+                        attempts: 0,
                         text: "a response without RetryInfo".into(),
                     },
                     (_, Err(error)) => Outcome::Error {
                         timed_out: false,
                         closed: false,
+                        attempts: 0,
                         text: format!("reading the body: {error}"),
                     },
                 }
@@ -344,6 +349,9 @@ where
             Err(error) => Outcome::Error {
                 timed_out: common::last(&error).is::<AttemptTimedOut>(),
                 closed: common::last(&error).is::<hyper_util::client::legacy::Error>(),
+                attempts: error
+                    .downcast_ref::<RetryError>()
+                    .map_or(0, |error| error.info().attempts()),
                 text: error.to_string(),
             },
         }
@@ -613,6 +621,7 @@ async fn chaos(h2: bool) {
             Outcome::Error {
                 timed_out,
                 closed,
+                attempts,
                 text,
             } => {
                 tally.errors += 1;
@@ -620,25 +629,36 @@ async fn chaos(h2: bool) {
                     *timed_out || *closed,
                     "request {id}: an error the layer should not return: {text}"
                 );
+                assert!(
+                    (1..=MAX_ATTEMPTS).contains(attempts) && booked.len() <= *attempts as usize,
+                    "request {id}: {attempts} attempts in the record, {} seen: {text}",
+                    booked.len()
+                );
+                lost_in_transit += *attempts as usize - booked.len();
                 let Some(last) = last else {
-                    // Every attempt timed out before the server read it.
-                    assert!(*timed_out, "request {id}: never reached the server: {text}");
+                    // No attempt reached the server: each timed out before the server read
+                    // it, or lost its connection to another request's fault.
                     never_arrived += 1;
                     continue;
                 };
                 // The error is the last attempt's own failure, passed through. A timeout can
                 // follow any fault (an answer may miss 50 ms on a loaded machine), but a
-                // closed connection only comes from the server closing it.
-                if *closed {
+                // closed connection only comes from the server closing it: on this
+                // attempt's fault, or, when the server never read this attempt, on another
+                // request's fault on the same connection (HTTP/2 shares one among many
+                // streams; an HTTP/1 client may pick a connection the server has just
+                // closed).
+                let last_reached = last.attempt == *attempts;
+                if *closed && last_reached {
                     assert!(
                         matches!(last.fault, Fault::CloseBefore | Fault::CloseAfter),
                         "request {id}: {text:?} after a last attempt with {:?}: {booked:?}",
                         last.fault
                     );
-                } else if last.fault != Fault::Slow {
+                } else if *timed_out && last.fault != Fault::Slow {
                     late_answers += 1;
                 }
-                tally.retries += booked.len() as u64 - 1;
+                tally.retries += u64::from(*attempts - 1);
             }
             Outcome::Hung => unreachable!("checked above"),
         }
@@ -647,8 +667,9 @@ async fn chaos(h2: bool) {
     // ---- each budget's bound: C + r * requests + m * seconds ----
     let secs = elapsed.as_secs_f64().ceil();
     let attempts_seen: usize = books.attempts.values().map(Vec::len).sum();
+    let http = if h2 { "HTTP/2" } else { "HTTP/1" };
     println!(
-        "chaos: {REQUESTS} requests, {CONCURRENCY} at a time, in {elapsed:?}; \
+        "chaos {http}: {REQUESTS} requests, {CONCURRENCY} at a time, in {elapsed:?}; \
          {attempts_seen} attempts seen by the server; faults {:?}; \
          {} POSTs applied once each, {stored_answers} retries answered from the store; \
          {lost_in_transit} attempts never reached the server, {never_arrived} requests \
@@ -660,7 +681,7 @@ async fn chaos(h2: bool) {
         let bound = f64::from(lane.max_tokens)
             + lane.ratio * tally.requests as f64
             + f64::from(lane.min_per_sec) * secs;
-        println!("chaos: {} (bound {bound}): {tally:?}", lane.name);
+        println!("chaos {http}: {} (bound {bound}): {tally:?}", lane.name);
         assert!(
             tally.retries as f64 <= bound,
             "{}: {} retries over the bound {bound}",

@@ -6,7 +6,7 @@ use std::panic::{UnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use tower_http_retry::{
-    Backoff, IdempotencyKey, InvalidConfig, RetryBudget, RetryLayer, RetryPolicy,
+    Backoff, IdempotencyKey, InvalidConfig, RetryBudget, RetryLayer, RetryPolicy, Throttle,
 };
 
 /// The message of a panic raised by `f`, which must panic.
@@ -123,7 +123,7 @@ fn invalid_idempotency_key_header_names_are_refused() {
     let key = IdempotencyKey::default()
         .try_header_name("x-request-key")
         .unwrap();
-    assert_eq!(key.header().as_str(), "x-request-key");
+    assert_eq!(key.get_header_name().as_str(), "x-request-key");
 }
 
 #[test]
@@ -251,7 +251,7 @@ fn sound_budgets_are_accepted() {
 
 #[test]
 #[should_panic(expected = "ratio")]
-fn budget_new_panics_on_a_nan_ratio() {
+fn budget_build_panics_on_a_nan_ratio() {
     let _ = RetryBudget::builder()
         .ratio(f64::NAN)
         .min_per_sec(10)
@@ -261,7 +261,7 @@ fn budget_new_panics_on_a_nan_ratio() {
 
 #[test]
 #[should_panic(expected = "ratio")]
-fn budget_new_panics_on_an_infinite_ratio() {
+fn budget_build_panics_on_an_infinite_ratio() {
     let _ = RetryBudget::builder()
         .ratio(f64::INFINITY)
         .min_per_sec(10)
@@ -271,7 +271,7 @@ fn budget_new_panics_on_an_infinite_ratio() {
 
 #[test]
 #[should_panic(expected = "ratio")]
-fn budget_new_panics_on_a_negative_ratio() {
+fn budget_build_panics_on_a_negative_ratio() {
     let _ = RetryBudget::builder()
         .ratio(-0.5)
         .min_per_sec(10)
@@ -281,7 +281,7 @@ fn budget_new_panics_on_a_negative_ratio() {
 
 #[test]
 #[should_panic(expected = "max")]
-fn budget_new_panics_on_zero_max_tokens() {
+fn budget_build_panics_on_zero_max_tokens() {
     let _ = RetryBudget::builder()
         .ratio(0.1)
         .min_per_sec(10)
@@ -342,5 +342,80 @@ fn every_panic_message_is_the_error_message() {
             "{}",
             bad.what
         );
+    }
+}
+
+// ---- Throttle::builder().try_build() ----
+
+fn throttle_error(max_tokens: f64, token_ratio: f64) -> InvalidConfig {
+    match Throttle::builder()
+        .max_tokens(max_tokens)
+        .token_ratio(token_ratio)
+        .try_build()
+    {
+        Ok(_) => panic!("a throttle of ({max_tokens}, {token_ratio}) was accepted"),
+        Err(error) => error,
+    }
+}
+
+#[test]
+fn bad_throttles_are_refused_with_a_message_that_names_the_value() {
+    for bad in [
+        0.0,
+        -1.0,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        1000.5,
+    ] {
+        let error = throttle_error(bad, 0.1);
+        assert!(error.is_throttle(), "{error}");
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!("max_tokens is {bad};")),
+            "{bad}: {text}"
+        );
+        assert!(text.contains("greater than 0 and at most 1000"), "{text}");
+    }
+    assert!(
+        throttle_error(0.0001, 0.1)
+            .to_string()
+            .contains("at least 0.001")
+    );
+    for bad in [0.0, -0.5, f64::NAN, f64::INFINITY] {
+        let text = throttle_error(10.0, bad).to_string();
+        assert!(
+            text.contains(&format!("token_ratio is {bad};")),
+            "{bad}: {text}"
+        );
+    }
+    assert!(
+        throttle_error(10.0, 0.0004)
+            .to_string()
+            .contains("at least 0.001")
+    );
+}
+
+#[test]
+fn throttle_build_panics_with_the_same_message() {
+    let expected = throttle_error(-1.0, 0.1).to_string();
+    let message = panic_message(|| {
+        Throttle::builder()
+            .max_tokens(-1.0)
+            .token_ratio(0.1)
+            .build()
+    });
+    assert_eq!(message, expected);
+}
+
+#[test]
+fn throttles_at_the_edges_of_the_range_are_accepted() {
+    for (max_tokens, token_ratio) in [(1000.0, 0.001), (0.001, 0.001), (10.0, 1000.0)] {
+        let throttle = Throttle::builder()
+            .max_tokens(max_tokens)
+            .token_ratio(token_ratio)
+            .try_build()
+            .unwrap_or_else(|error| panic!("({max_tokens}, {token_ratio}): {error}"));
+        assert_eq!(throttle.max_tokens(), max_tokens);
     }
 }

@@ -275,8 +275,8 @@ async fn the_channels_own_timeout_is_deadline_exceeded_through_the_status_layer(
         .get("grpc-timeout")
         .expect("grpc-timeout sent");
     assert_eq!(
-        grpc::parse_grpc_timeout(timeout.as_bytes()),
-        Some(Duration::from_millis(150))
+        common::grpc::grpc_timeout(timeout.to_str().unwrap()),
+        Duration::from_millis(150)
     );
 }
 

@@ -14,7 +14,8 @@ use tower::ServiceBuilder;
 use tower_http_retry::grpc::{self, Throttle};
 use tower_http_retry::hints::HintSource;
 use tower_http_retry::{
-    Backoff, Jitter, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
+    AttemptKind, Backoff, Jitter, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason,
+    StopReason,
 };
 
 use common::grpc::{
@@ -59,7 +60,7 @@ async fn unavailable_then_ok_with_a6_headers_and_no_keys() {
         assert!(!call.headers.contains_key("idempotency-key"));
         // The time left, rewritten on each attempt: under the 20 s deadline.
         let timeout = call.headers.get("grpc-timeout").expect("grpc-timeout sent");
-        let left = grpc::parse_grpc_timeout(timeout.as_bytes()).unwrap();
+        let left = common::grpc::grpc_timeout(timeout.to_str().unwrap());
         assert!(
             left <= Duration::from_secs(20) && left > Duration::from_secs(19),
             "{left:?}"
@@ -296,7 +297,7 @@ fn a_refused_stream_is_sent_again_at_once_outside_the_attempt_count() {
             assert_eq!((info.attempts(), info.stop()), (2, StopReason::Final));
             assert_eq!(info.retries().len(), 1);
             let retry = info.retries()[0];
-            assert!(retry.is_transparent());
+            assert_eq!(retry.kind, AttemptKind::Transparent);
             assert_eq!(retry.reason, RetryReason::RefusedStream);
             assert_eq!(retry.wait, Duration::ZERO);
             assert_eq!(info.total_wait(), Duration::ZERO);
@@ -329,7 +330,7 @@ fn a_second_refusal_is_judged_by_the_normal_rules() {
             let info = error.expect("the layer's error is the source").info();
             assert_eq!((info.attempts(), info.stop()), (2, StopReason::MaxAttempts));
             assert_eq!(info.retries().len(), 1);
-            assert!(info.retries()[0].is_transparent());
+            assert_eq!(info.retries()[0].kind, AttemptKind::Transparent);
             assert_eq!((server.log.seen(), server.log.applied().len()), (2, 0));
             // The second refusal is a failure of a retryable kind: one token.
             assert_eq!(throttle.tokens(), 7.0);
@@ -344,7 +345,7 @@ fn a_second_refusal_is_judged_by_the_normal_rules() {
             let kinds: Vec<_> = info
                 .retries()
                 .iter()
-                .map(|r| (r.reason, r.is_transparent()))
+                .map(|r| (r.reason, r.kind == AttemptKind::Transparent))
                 .collect();
             assert_eq!(
                 kinds,
@@ -385,7 +386,7 @@ fn a_refused_connection_gets_one_transparent_retry() {
             let info = error.expect("the layer's error is the source").info();
             assert_eq!((info.attempts(), info.stop()), (2, StopReason::MaxAttempts));
             assert_eq!(info.retries()[0].reason, RetryReason::Connect);
-            assert!(info.retries()[0].is_transparent());
+            assert_eq!(info.retries()[0].kind, AttemptKind::Transparent);
             assert_eq!(throttle.tokens(), 7.0, "the second refusal only");
         })
     });
@@ -415,7 +416,7 @@ fn plain_policies_count_a_refused_stream_as_an_attempt() {
                 .unwrap();
             let info = reply.extensions().get::<RetryInfo>().unwrap();
             assert_eq!(info.attempts(), 2);
-            assert!(!info.retries()[0].is_transparent());
+            assert_ne!(info.retries()[0].kind, AttemptKind::Transparent);
             assert_eq!(info.retries()[0].reason, RetryReason::RefusedStream);
         })
     });
@@ -559,7 +560,7 @@ async fn a_service_config_gives_each_route_its_policy_and_one_throttle() {
     assert_eq!(other.path, OTHER_UNARY);
     assert!(!other.headers.contains_key("idempotency-key"));
     let timeout = other.headers.get("grpc-timeout").expect("the deadline");
-    let left = grpc::parse_grpc_timeout(timeout.as_bytes()).unwrap();
+    let left = common::grpc::grpc_timeout(timeout.to_str().unwrap());
     assert!(left <= Duration::from_secs(7) && left > Duration::from_secs(6));
     let _ = unary(client.clone(), OTHER_UNARY, b"drain the Ok")
         .await
@@ -590,7 +591,7 @@ async fn a_service_config_gives_each_route_its_policy_and_one_throttle() {
 
 fn sent_timeout(seen: &common::grpc::Seen) -> Duration {
     let value = seen.headers.get("grpc-timeout").expect("grpc-timeout sent");
-    grpc::parse_grpc_timeout(value.as_bytes()).unwrap()
+    common::grpc::grpc_timeout(value.to_str().unwrap())
 }
 
 fn with_timeout(timeout: Duration) -> tonic::Request<bytes::Bytes> {

@@ -203,11 +203,13 @@ async fn a_post_gets_its_key_whether_retries_are_on_or_not() {
     }
 }
 
-/// A service that is ready for its first call only, and then never again (without waking
-/// anyone): a retry can only end by a limit.
+/// A service that is ready for its first call only, and then never again: it stays pending
+/// (without waking anyone), so a retry can only end by a limit, or, when `breaks`, its
+/// `poll_ready` fails.
 #[derive(Clone, Default)]
 struct ReadyOnce {
     calls: Arc<AtomicUsize>,
+    breaks: bool,
 }
 
 impl Service<Request<ReplayBody<Full<Bytes>>>> for ReadyOnce {
@@ -216,10 +218,10 @@ impl Service<Request<ReplayBody<Full<Bytes>>>> for ReadyOnce {
     type Future = std::future::Ready<Result<Self::Response, BoxError>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        if self.calls.load(Ordering::SeqCst) == 0 {
-            Poll::Ready(Ok(()))
-        } else {
-            Poll::Pending
+        match (self.calls.load(Ordering::SeqCst), self.breaks) {
+            (0, _) => Poll::Ready(Ok(())),
+            (_, true) => Poll::Ready(Err(io::Error::other("pool closed").into())),
+            (_, false) => Poll::Pending,
         }
     }
 
@@ -359,6 +361,33 @@ async fn a_recognised_readiness_error_reaches_the_caller_as_the_modules_own() {
         .downcast_ref::<io::Error>()
         .expect("the module's own error");
     assert_eq!(io.kind(), io::ErrorKind::ConnectionRefused);
+}
+
+/// When the retry's service fails to get ready, the caller gets that error as it is, and
+/// the record says no attempt's outcome was returned: the retry the 503 asked for was never
+/// sent.
+#[tokio::test(start_paused = true)]
+async fn a_retry_whose_service_fails_to_get_ready_returns_no_attempts_outcome() {
+    let service = ReadyOnce {
+        breaks: true,
+        ..ReadyOnce::default()
+    };
+    let error = RetryLayer::new()
+        .policy(quick(3))
+        .layer(service.clone())
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap_err();
+    assert_eq!(service.calls.load(Ordering::SeqCst), 1);
+    let error = error.downcast::<RetryError>().expect("a RetryError");
+    let source = error.get_ref();
+    assert_eq!(source.to_string(), "pool closed");
+    let info = error.info();
+    assert_eq!(info.attempts(), 1);
+    assert_eq!(info.stop(), StopReason::ServiceNotReady);
+    assert_eq!(info.returned(), None);
+    assert_eq!(info.retries().len(), 1);
+    assert_eq!(info.retries()[0].outcome, AttemptOutcome::NotSent);
 }
 
 /// The record keeps every attempt: what each got, what kind of retry each later one was,

@@ -758,10 +758,10 @@ async fn readiness_sends_the_next_attempt_or_ends_the_request() {
     let error = not_ready(&limits, now + Duration::from_secs(10), &mut info);
     assert!(error.is::<DeadlineExceeded>());
     assert_eq!(info.stop(), StopReason::Deadline);
-    // Failed to get ready: the stop says the deadline only when it had passed.
+    // Failed to get ready: the service's fault, the deadline's only when it had passed.
     let mut info = first();
     ready_failed(&limits, || now, &mut info);
-    assert_eq!(info.stop(), StopReason::Final);
+    assert_eq!(info.stop(), StopReason::ServiceNotReady);
     ready_failed(&limits, || now + Duration::from_secs(11), &mut info);
     assert_eq!(info.stop(), StopReason::Deadline);
     // The first attempt: the whole deadline, no clock read.

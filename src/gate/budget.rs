@@ -345,9 +345,9 @@ fn deposit_units(ratio: f64) -> Result<u64, InvalidBudget> {
     Ok(units as u64)
 }
 
-/// The error returned by [`BudgetBuilder::try_build`] for a value the budget
-/// cannot use. Its [`Display`](fmt::Display) names the value and says what
-/// would be accepted.
+/// What is wrong with a value the budget cannot use; [`BudgetBuilder::try_build`] returns
+/// it inside an `InvalidConfig`, whose [`Display`](fmt::Display) names the value and says
+/// what would be accepted.
 ///
 /// # Example
 ///
@@ -534,7 +534,7 @@ mod tests {
     }
 
     #[test]
-    fn try_new_refuses_a_nan_ratio() {
+    fn try_build_refuses_a_nan_ratio() {
         assert_eq!(
             message(f64::NAN, 10, 100),
             "invalid retry budget: ratio is NaN; it must be a finite number from 0 to 1000"
@@ -542,7 +542,7 @@ mod tests {
     }
 
     #[test]
-    fn try_new_refuses_an_infinite_ratio() {
+    fn try_build_refuses_an_infinite_ratio() {
         assert_eq!(
             message(f64::INFINITY, 10, 100),
             "invalid retry budget: ratio is inf; it must be a finite number from 0 to 1000"
@@ -554,7 +554,7 @@ mod tests {
     }
 
     #[test]
-    fn try_new_refuses_a_negative_ratio() {
+    fn try_build_refuses_a_negative_ratio() {
         assert_eq!(
             message(-0.5, 10, 100),
             "invalid retry budget: ratio is -0.5; it must not be negative"
@@ -562,7 +562,7 @@ mod tests {
     }
 
     #[test]
-    fn try_new_refuses_a_ratio_too_small_to_count() {
+    fn try_build_refuses_a_ratio_too_small_to_count() {
         let text = message(0.0004, 10, 100);
         assert!(
             text.starts_with("invalid retry budget: ratio is 0.0004; "),
@@ -589,7 +589,7 @@ mod tests {
     }
 
     #[test]
-    fn try_new_refuses_a_ratio_too_large() {
+    fn try_build_refuses_a_ratio_too_large() {
         assert_eq!(
             message(1_000.5, 10, 100),
             "invalid retry budget: ratio is 1000.5; it must be at most 1000"
@@ -605,7 +605,7 @@ mod tests {
     }
 
     #[test]
-    fn try_new_refuses_zero_max_tokens() {
+    fn try_build_refuses_zero_max_tokens() {
         assert_eq!(
             message(0.1, 10, 0),
             "invalid retry budget: max_tokens is 0; it must be at least 1"
@@ -613,7 +613,7 @@ mod tests {
     }
 
     #[test]
-    fn try_new_refuses_max_tokens_too_large() {
+    fn try_build_refuses_max_tokens_too_large() {
         let text = message(0.1, 10, 67_109);
         assert!(
             text.starts_with("invalid retry budget: max_tokens is 67109; it must be at most 67108"),

@@ -19,8 +19,8 @@ const MAX_TOKENS: f64 = 1_000.0;
 /// are left; failures take tokens and successes give them back.
 ///
 /// This is gRPC's `retryThrottling` (grpc/proposal A6-client-retries), and it suits any
-/// client whose retries should stop while a server fails more than it succeeds, whatever
-/// the traffic (where [`RetryBudget`](crate::RetryBudget) bounds retries relative to the
+/// client whose retries should stop while a server keeps failing more often than a set
+/// share of its attempts, whatever the traffic (where [`RetryBudget`](crate::RetryBudget) bounds retries relative to the
 /// requests sent):
 ///
 /// * the count starts at `max_tokens`, and stays between 0 and `max_tokens`;
@@ -403,72 +403,6 @@ mod tests {
         let other = Throttle::builder().max_tokens(4.0).token_ratio(1.0).build();
         assert!(!other.same_as(&throttle));
         assert_eq!(other.tokens(), 4.0);
-    }
-
-    fn message(max_tokens: f64, token_ratio: f64) -> String {
-        Throttle::builder()
-            .max_tokens(max_tokens)
-            .token_ratio(token_ratio)
-            .try_build()
-            .expect_err("these values must be refused")
-            .to_string()
-    }
-
-    #[test]
-    fn refuses_bad_values_naming_them() {
-        for bad in [
-            0.0,
-            -1.0,
-            f64::NAN,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            1000.5,
-        ] {
-            let text = message(bad, 0.1);
-            assert!(
-                text.contains(&format!("max_tokens is {bad};")),
-                "{bad}: {text}"
-            );
-            assert!(text.contains("greater than 0 and at most 1000"), "{text}");
-        }
-        assert!(message(0.0001, 0.1).contains("at least 0.001"));
-        for bad in [0.0, -0.5, f64::NAN, f64::INFINITY] {
-            let text = message(10.0, bad);
-            assert!(
-                text.contains(&format!("token_ratio is {bad};")),
-                "{bad}: {text}"
-            );
-        }
-        assert!(message(10.0, 0.0004).contains("at least 0.001"));
-    }
-
-    #[test]
-    #[should_panic(expected = "invalid retry configuration: throttle max_tokens is -1")]
-    fn new_panics_with_the_same_message() {
-        let _ = Throttle::builder()
-            .max_tokens(-1.0)
-            .token_ratio(0.1)
-            .build();
-    }
-
-    #[test]
-    fn accepts_the_edges_of_the_range() {
-        assert_eq!(
-            Throttle::builder()
-                .max_tokens(1000.0)
-                .token_ratio(0.001)
-                .build()
-                .max_tokens(),
-            1000.0
-        );
-        assert_eq!(
-            Throttle::builder()
-                .max_tokens(0.001)
-                .token_ratio(0.001)
-                .build()
-                .max_tokens(),
-            0.001
-        );
     }
 
     #[test]

@@ -282,6 +282,16 @@ impl<S> IntoStatus<S> {
     }
 
     /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
     pub fn into_inner(self) -> S {
         self.inner
     }

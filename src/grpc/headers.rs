@@ -161,17 +161,7 @@ pub(crate) fn format_grpc_timeout(timeout: Duration) -> HeaderValue {
 /// Parses a `grpc-timeout` value: 1 to 8 ASCII digits and a unit (`H` hours, `M` minutes,
 /// `S` seconds, `m` milliseconds, `u` microseconds, `n` nanoseconds). `None` for anything
 /// else: more digits, a sign, spaces, an unknown unit.
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_http_retry::grpc::parse_grpc_timeout;
-///
-/// assert_eq!(parse_grpc_timeout(b"250m"), Some(Duration::from_millis(250)));
-/// assert_eq!(parse_grpc_timeout(b"2H"), Some(Duration::from_secs(7200)));
-/// assert_eq!(parse_grpc_timeout(b"123456789n"), None);
-/// assert_eq!(parse_grpc_timeout(b"10s"), None);
-/// ```
-pub fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
+pub(crate) fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
     let (unit, digits) = value.split_last()?;
     if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
         return None;

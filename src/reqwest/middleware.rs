@@ -40,8 +40,8 @@ use crate::{AttemptTimedOut, DeadlineExceeded, ReplayBody, RetryLayer, RetryPoli
 ///   final URL.
 /// - Errors come back as the chain below returned them (a `reqwest::Error` as
 ///   `reqwest_middleware::Error::Reqwest`, a middleware's error as it raised it); the
-///   layer's own ([`DeadlineExceeded`], [`AttemptTimedOut`]) as
-///   `reqwest_middleware::Error::Middleware`. The classifier sees the error a middleware
+///   layer's own ([`DeadlineExceeded`], [`AttemptTimedOut`],
+///   [`ServiceNotReady`](crate::ServiceNotReady)) as `reqwest_middleware::Error::Middleware`. The classifier sees the error a middleware
 ///   below raised, not its `anyhow` wrapper: an `io::Error` of kind `ConnectionReset` from
 ///   a middleware is retried like one from the transport.
 /// - Request bodies are handed down as streams (replayed by the layer), so

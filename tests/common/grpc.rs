@@ -490,3 +490,19 @@ pub fn frame(message: &[u8]) -> Bytes {
     out.put_slice(message);
     out.freeze()
 }
+
+/// A `grpc-timeout` value as the gRPC spec writes it: up to 8 digits, then the unit.
+pub fn grpc_timeout(text: &str) -> Duration {
+    let (digits, unit) = text.split_at(text.len() - 1);
+    assert!(digits.len() <= 8, "{text:?}");
+    let amount: u64 = digits.parse().unwrap();
+    match unit {
+        "H" => Duration::from_secs(amount * 3600),
+        "M" => Duration::from_secs(amount * 60),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => panic!("unit of {text:?}"),
+    }
+}
