@@ -14,8 +14,6 @@
 //! fails under `CI=true`, and elsewhere says loudly that it skipped.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -27,6 +25,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::{Backoff, ReplayBody, RetryLayer, RetryPolicy};
+
+mod common;
+
+use common::nginx::Nginx;
 
 /// The GOAWAY storm: nginx sends GOAWAY after every `STORM_KEEPALIVE` requests on a
 /// connection, and the client keeps `STORM_CONCURRENCY` keyless POSTs in flight over its one
@@ -40,127 +42,24 @@ const MIXED_KEEPALIVE: usize = 16;
 const MIXED_CONCURRENCY: usize = 4;
 const MIXED_REQUESTS: usize = 3_000;
 
-fn nginx_binary() -> Option<PathBuf> {
-    let candidates = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"];
-    candidates
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .or_else(|| {
-            std::env::var_os("PATH").and_then(|paths| {
-                std::env::split_paths(&paths)
-                    .map(|dir| dir.join("nginx"))
-                    .find(|p| p.exists())
-            })
-        })
-}
-
-struct Nginx {
-    child: Child,
-    dir: PathBuf,
-    /// Where nginx sends GOAWAY after `STORM_KEEPALIVE` requests.
-    storm_port: u16,
-    /// Where it does after `MIXED_KEEPALIVE`.
-    mixed_port: u16,
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl Nginx {
-    fn start(binary: &Path) -> Nginx {
-        let dir = std::env::temp_dir().join(format!(
-            "tower-http-retry-nginx-{}-{}",
-            std::process::id(),
-            rand_suffix()
-        ));
-        for sub in ["", "logs", "tmp"] {
-            std::fs::create_dir_all(dir.join(sub)).unwrap();
-        }
-        // Free loopback ports: bound, read and released for nginx to take.
-        let free = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        };
-        let (storm_port, mixed_port) = (free(), free());
-        let d = dir.display();
-        let config = format!(
-            r#"daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/logs/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-    log_format ids '$request_method $arg_id $status';
-    access_log {d}/logs/access.log ids;
-    client_body_temp_path {d}/tmp/body;
-    proxy_temp_path {d}/tmp/proxy;
-    fastcgi_temp_path {d}/tmp/fastcgi;
-    uwsgi_temp_path {d}/tmp/uwsgi;
-    scgi_temp_path {d}/tmp/scgi;
-    server {{
-        listen 127.0.0.1:{storm_port} http2;
+/// nginx with two HTTP/2 servers: GOAWAY after `STORM_KEEPALIVE` requests on the first
+/// port, after `MIXED_KEEPALIVE` on the second.
+fn start_nginx(binary: &std::path::Path) -> Nginx {
+    Nginx::start(binary, 2, "$request_method $arg_id $status", |ports| {
+        let (storm, mixed) = (ports[0], ports[1]);
+        format!(
+            r#"    server {{
+        listen 127.0.0.1:{storm} http2;
         keepalive_requests {STORM_KEEPALIVE};
         location / {{ return 200 "applied\n"; }}
     }}
     server {{
-        listen 127.0.0.1:{mixed_port} http2;
+        listen 127.0.0.1:{mixed} http2;
         keepalive_requests {MIXED_KEEPALIVE};
         location / {{ return 200 "applied\n"; }}
-    }}
-}}
-"#
-        );
-        std::fs::write(dir.join("nginx.conf"), config).unwrap();
-        let child = Command::new(binary)
-            .arg("-p")
-            .arg(&dir)
-            .arg("-c")
-            .arg(dir.join("nginx.conf"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("nginx starts");
-        let nginx = Nginx {
-            child,
-            dir,
-            storm_port,
-            mixed_port,
-        };
-        // Wait, bounded, for nginx to listen.
-        for _ in 0..200 {
-            let up = |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
-            if up(storm_port) && up(mixed_port) {
-                return nginx;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        panic!(
-            "nginx did not listen on 127.0.0.1:{storm_port} and :{mixed_port} within 5 s: {}",
-            std::fs::read_to_string(nginx.dir.join("logs/error.log")).unwrap_or_default()
-        );
-    }
-
-    fn access_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("logs/access.log")).unwrap_or_default()
-    }
-}
-
-fn rand_suffix() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(0);
-    h.finish()
+    }}"#
+        )
+    })
 }
 
 type Body = ReplayBody<Full<Bytes>>;
@@ -265,31 +164,26 @@ fn applied(log: &str) -> HashMap<(String, usize), usize> {
 
 #[test]
 fn keyless_posts_are_never_applied_twice_against_nginx_over_http2() {
-    let Some(binary) = nginx_binary() else {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("nginx is required under CI=true (apt-get install -y nginx-light)");
-        }
-        eprintln!(
-            "\n*** SKIPPED keyless_posts_are_never_applied_twice_against_nginx_over_http2: \
-             nginx not found (apt-get install -y nginx-light) ***\n"
-        );
+    let Some(binary) =
+        common::nginx::binary("keyless_posts_are_never_applied_twice_against_nginx_over_http2")
+    else {
         return;
     };
-    let nginx = Nginx::start(&binary);
+    let nginx = start_nginx(&binary);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let storm = Load {
-        port: nginx.storm_port,
+        port: nginx.ports[0],
         posts: STORM_POSTS,
         gets: 0,
         concurrency: STORM_CONCURRENCY,
         first_id: 0,
     };
     let mixed = Load {
-        port: nginx.mixed_port,
+        port: nginx.ports[1],
         posts: MIXED_REQUESTS,
         gets: MIXED_REQUESTS,
         concurrency: MIXED_CONCURRENCY,

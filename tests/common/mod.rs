@@ -3,6 +3,9 @@
 
 #[cfg(feature = "grpc")]
 pub mod grpc;
+#[cfg(feature = "grpc")]
+pub mod grpcio;
+pub mod nginx;
 pub mod server;
 pub mod transport;
 
