@@ -1,10 +1,13 @@
 //! gRPC retries for a tonic client, configured by a standard gRPC service config.
 //!
 //! Starts a tonic server on 127.0.0.1 that fails now and then (UNAVAILABLE, a pushback, a
-//! code no policy retries, a slow answer), builds the retry layer from a service config
-//! JSON in one call (`RetryLayer::from_service_config`), puts it over a tonic `Channel`,
-//! and prints what happened to each call: attempts, every wait and its reason, the outcome,
-//! and what the server saw.
+//! code no policy retries, a slow answer), with a stand-in for a proxy in front of one
+//! method that answers its first call with an HTTP 503 maintenance page (no `grpc-status`:
+//! gRPC reads that as UNAVAILABLE). It builds the retry layer from a service config JSON in
+//! one call (`RetryLayer::from_service_config`), puts it over a tonic `Channel`, and prints
+//! what happened to each call: attempts, every wait and its reason, the outcome, and what
+//! the server saw. Every call's record comes with its result: in a success's extensions,
+//! and as the source of a failed call's `Status` (through `grpc::status_layer()`).
 //!
 //! The service has no `.proto`: its messages are plain bytes (a codec written below), so
 //! the example needs no protobuf compiler. Any generated tonic client takes the same stack.
@@ -35,7 +38,10 @@ use tower_http_retry::{AttemptKind, RetryError, RetryInfo, RetryLayer};
 const SERVICE_CONFIG: &str = r#"{
   "methodConfig": [
     {
-      "name": [{"service": "demo.Shop", "method": "GetItem"}],
+      "name": [
+        {"service": "demo.Shop", "method": "GetItem"},
+        {"service": "demo.Shop", "method": "GetStock"}
+      ],
       "timeout": "2s",
       "retryPolicy": {
         "maxAttempts": 4,
@@ -96,6 +102,8 @@ impl Decoder for RawCodec {
 #[derive(Default)]
 struct ServerLog {
     calls: HashMap<String, Vec<Option<String>>>,
+    /// Calls of `GetStock` the proxy in front still answers with its maintenance page.
+    maintenance: usize,
 }
 
 /// How the server answers the `n`th call (1 for the first) of `method` with `message`.
@@ -145,6 +153,18 @@ impl Service<http::Request<tonic::body::Body>> for Shop {
             .next()
             .unwrap_or("")
             .to_owned();
+        if method == "GetStock" && take_maintenance(&log) {
+            // What a proxy in maintenance answers: an HTML page, no gRPC at all.
+            let page = tonic::body::Body::new(http_body_util::Full::new(Bytes::from_static(
+                b"<html><body>Down for maintenance</body></html>",
+            )));
+            let response = http::Response::builder()
+                .status(503)
+                .header("content-type", "text/html")
+                .body(page)
+                .unwrap();
+            return Box::pin(async move { Ok(response) });
+        }
         let previous = request
             .headers()
             .get("grpc-previous-rpc-attempts")
@@ -177,6 +197,14 @@ impl Service<http::Request<tonic::body::Body>> for Shop {
     }
 }
 
+/// Whether the proxy answers this call with its maintenance page (and one fewer after it).
+fn take_maintenance(log: &Mutex<ServerLog>) -> bool {
+    let mut log = log.lock().unwrap();
+    let answer = log.maintenance > 0;
+    log.maintenance = log.maintenance.saturating_sub(1);
+    answer
+}
+
 async fn start_server(log: Arc<Mutex<ServerLog>>) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -195,7 +223,10 @@ async fn start_server(log: Arc<Mutex<ServerLog>>) -> std::net::SocketAddr {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let log = Arc::new(Mutex::new(ServerLog::default()));
+    let log = Arc::new(Mutex::new(ServerLog {
+        maintenance: 2,
+        ..ServerLog::default()
+    }));
     let addr = start_server(Arc::clone(&log)).await;
     println!("tower-http-retry gRPC demo: a flaky tonic server on http://{addr}\n");
 
@@ -204,32 +235,24 @@ async fn main() -> Result<(), BoxError> {
     let config = grpc::service_config(SERVICE_CONFIG)?;
     let throttle = config.throttle().expect("the config throttles").clone();
 
-    // tonic hands a failed call's response headers to the caller as a `Status` and drops
-    // the response's extensions, so the record of a call that failed on a status code is
-    // kept here, just above the retry layer, for the printout. (A call that fails on an
-    // error carries it in the status's source, and a success in its extensions.)
-    let last = Arc::new(Mutex::new(None::<RetryInfo>));
-    let keep = Arc::clone(&last);
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
         .connect()
         .await?;
     let stack = ServiceBuilder::new()
-        .layer(grpc::status_layer()) // the layer's errors as the right status codes
-        .map_result(move |result: Result<_, BoxError>| {
-            let info = match &result {
-                Ok(response) => http::Response::extensions(response).get::<RetryInfo>(),
-                Err(error) => error.downcast_ref::<RetryError>().map(RetryError::info),
-            };
-            *keep.lock().unwrap() = info.cloned();
-            result
-        })
+        // A failed call's `Status`, with the call's own record as its source.
+        .layer(grpc::status_layer())
         .layer(RetryLayer::from_service_config(&config))
         .layer(grpc::tonic_body_layer()) // the replayed body as tonic's body
         .service(channel);
     let mut client = tonic::client::Grpc::new(stack);
 
-    let plan: [(&str, &str, &str); 6] = [
+    let plan: [(&str, &str, &str); 7] = [
         ("GetItem", "apple", "UNAVAILABLE twice, then OK"),
+        (
+            "GetStock",
+            "pears",
+            "a proxy's HTTP 503 maintenance page twice (no grpc-status), then OK",
+        ),
         (
             "GetItem",
             "pear",
@@ -259,15 +282,16 @@ async fn main() -> Result<(), BoxError> {
         let t = Instant::now();
         let result = client.unary(request, path, RawCodec).await;
         let took = t.elapsed();
+        // The call's own record: in a success's extensions, in a failure's source.
         let info = match &result {
-            Ok(reply) => reply.extensions().get::<RetryInfo>().cloned(),
+            Ok(reply) => reply.extensions().get::<RetryInfo>(),
             Err(status) => status
                 .source()
                 .and_then(|e| e.downcast_ref::<RetryError>())
-                .map(|e| e.info().clone())
-                .or_else(|| last.lock().unwrap().clone()),
+                .map(RetryError::info),
         }
-        .unwrap_or_default();
+        .cloned()
+        .expect("every call through the stack has its record");
         match &result {
             Ok(reply) => {
                 succeeded += 1;
@@ -286,6 +310,12 @@ async fn main() -> Result<(), BoxError> {
         }
         report(&info, result.as_ref().err().map(Status::code));
         let seen = log.lock().unwrap().calls[&format!("{method}({message})")].clone();
+        if seen.len() < info.attempts() as usize {
+            println!(
+                "     the proxy answered {} attempt(s) itself",
+                info.attempts() as usize - seen.len()
+            );
+        }
         let previous: Vec<_> = seen.iter().map(|p| p.as_deref().unwrap_or("-")).collect();
         println!(
             "     server saw {} call(s); grpc-previous-rpc-attempts: {}",

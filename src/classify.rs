@@ -495,6 +495,12 @@ pub fn classify_error(error: &(dyn StdError + 'static)) -> Classification {
     Classification::Done
 }
 
+/// True when `error` is HTTP/2's proof that the request's stream never left: an
+/// `RST_STREAM(REFUSED_STREAM)` the server sent on it (with the `hyper` feature).
+pub(crate) fn stream_refused(error: &(dyn StdError + 'static)) -> bool {
+    classify_error(error) == Classification::Retry(RetryReason::RefusedStream)
+}
+
 fn retry(reason: RetryReason) -> Option<Classification> {
     Some(Classification::Retry(reason))
 }

@@ -143,6 +143,10 @@ pub(crate) struct Outcome {
     /// The outcome is decided again after the transport released the body: the gates
     /// heard of it already, and a body still held is not replayable.
     pub(crate) released: bool,
+    /// The attempt failed with its stream refused before it left
+    /// ([`classify::stream_refused`](crate::classify::stream_refused)); looked for only
+    /// when the policy has transparent retries.
+    pub(crate) refused_stream: bool,
 }
 
 /// The facts that cost something to learn, asked for only when a decision needs them.
@@ -188,7 +192,12 @@ pub(crate) fn decide(
     let policy = &plan.policy;
     let verdict = outcome.verdict;
     // A request the server provably never saw is sent again at once, outside the count.
-    let transparent = transparent(policy.transparent, verdict, info.retries());
+    let transparent = transparent(
+        policy.transparent,
+        outcome.refused_stream,
+        verdict,
+        info.retries(),
+    );
     // Every gate hears of an outcome once (not again after the body's release), and not of
     // a transparent retry's: the server never saw that attempt.
     let gated = match (transparent, outcome.released) {
@@ -397,29 +406,30 @@ pub(crate) struct Judgement<'a> {
     pub(crate) failed_after_deadline: bool,
 }
 
-/// A transparent retry, for a policy that has them: an outcome that proves the request
-/// never reached the server (a connect error, or `RST_STREAM(REFUSED_STREAM)` on the
-/// request's own stream) is retried once per logical request, at once, whatever the
-/// attempts left, and without telling the gates. `Some` with the reason when this outcome
-/// gets it; a second such outcome goes by the normal rules.
+/// A transparent retry, for a policy that has them: an attempt whose stream the transport
+/// proved never left (`RST_STREAM(REFUSED_STREAM)` on the request's own stream) is sent
+/// again once per logical request, at once, whatever the attempts left and whatever the
+/// classifier said (it is the transport's retry, below the policy's), and without telling
+/// the gates. `Some` with the reason when this outcome gets it; a second refusal, and a
+/// verdict of [`Classification::Stop`], go by the normal rules.
+///
+/// A connect error is proof too that the server never saw the request (so any method may
+/// be retried after one), but not a transparent retry: a server that refuses connections is
+/// down, and gRPC's clients hand that failure to the retry policy, counted.
 pub(crate) fn transparent(
     enabled: bool,
+    refused_stream: bool,
     verdict: Classification,
     previous: &[RetryRecord],
 ) -> Option<RetryReason> {
-    if !enabled || previous.iter().any(RetryRecord::is_transparent) {
+    if !enabled
+        || !refused_stream
+        || matches!(verdict, Classification::Stop(_))
+        || previous.iter().any(RetryRecord::is_transparent)
+    {
         return None;
     }
-    match verdict {
-        Classification::Retry(reason)
-        | Classification::RetryOnce(reason)
-        | Classification::RetryWithHint(reason, _)
-            if reason.request_not_processed() =>
-        {
-            Some(reason)
-        }
-        _ => None,
-    }
+    Some(RetryReason::RefusedStream)
 }
 
 /// The attempts that count against `max_attempts`: all of them but the transparent

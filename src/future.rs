@@ -440,6 +440,8 @@ where
         };
         let outcome = Outcome {
             verdict: plan.policy.classify(&retry.head, seen),
+            refused_stream: plan.policy.transparent
+                && matches!(seen, Seen::Error(error) if crate::classify::stream_refused(error)),
             responded: result.is_ok(),
             may_repeat: retry.head.method().is_idempotent()
                 || self.info.idempotency_key().is_some()

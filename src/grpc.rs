@@ -34,25 +34,37 @@
 //!    earlier attempts (transparent retries not counted; absent on the first), and, with a
 //!    deadline, `grpc-timeout` to the time left. A `grpc-timeout` the caller set is read as
 //!    the RPC's deadline too (the shorter of it and the policy's applies).
-//! 2. On a response the classifier reads [`trailers_only_code`]: none (ordinary headers:
-//!    the RPC is committed) or `OK` is a success, which refills the [`Throttle`]; a code the
-//!    policy retries is a failure, which takes a token (no retry once half or less are
-//!    left), retried after the backoff, or after exactly the [`pushback`]'s wait (the backoff
-//!    then starts again), or not at all when the pushback says stop; any other code is
-//!    returned at once and counts neither way.
-//! 3. On a transport error before any response: a stream refused before it left
-//!    (`REFUSED_STREAM`, a connect error) is retried once at once, counted neither as an
-//!    attempt nor for throttling ([`AttemptKind::Transparent`]); a second refusal, and other
-//!    errors, are judged as for HTTP.
+//! 2. On a response the classifier finds the call's code: the `grpc-status` of a
+//!    Trailers-Only answer ([`trailers_only_code`]), or, for an HTTP status other than 200
+//!    without one (a proxy's error page), gRPC's HTTP-to-gRPC mapping (503, 502, 504 and
+//!    429 are `UNAVAILABLE`, 404 `UNIMPLEMENTED`, 401 `UNAUTHENTICATED`, 403
+//!    `PERMISSION_DENIED`, 400 `INTERNAL`, others `UNKNOWN`; a `grpc-status` wins, as in
+//!    C-core). Ordinary headers of a 200 commit the RPC: a success, as is `OK`; a success
+//!    refills the [`Throttle`]. A code the policy retries is a failure, which takes a token
+//!    (no retry once half or less are left), retried after the backoff, or after exactly
+//!    the [`pushback`]'s wait (the backoff then starts again; only the deadline bounds it),
+//!    or not at all when the pushback says stop. Any other code is returned at once and
+//!    counts neither way, unless its pushback says stop: that is a failure for the
+//!    throttle whatever the code, as A6 counts it and grpc-go does.
+//! 3. On a transport error before any response, the failure gets the code gRPC's clients
+//!    give it, and is retried only when the policy lists that code (the listed codes are
+//!    the service owner's only word that the method may be repeated): a refused, reset or
+//!    closed connection, a `GOAWAY` and a timed-out attempt are `UNAVAILABLE`; a stream the
+//!    server reset has the code of its HTTP/2 error (`INTERNAL_ERROR` is `INTERNAL`,
+//!    `CANCEL` `CANCELLED`, `ENHANCE_YOUR_CALM` `RESOURCE_EXHAUSTED`). A stream refused
+//!    before it left (`REFUSED_STREAM`) is first sent again at once, counted neither as an
+//!    attempt nor for throttling ([`AttemptKind::Transparent`]), whatever the codes; a
+//!    second refusal is `UNAVAILABLE` for the policy. A refused connection gets no such
+//!    retry: C-core and grpc-go hand a failed connection to the retry policy.
 //! 4. On the response it returns: tonic's client moves the http response's extensions
-//!    (`RetryInfo`) into the `tonic::Response` of a successful call, but turns a
-//!    Trailers-Only failure into a `Status` made from the response headers alone, which
-//!    become its metadata.
+//!    (`RetryInfo`) into the `tonic::Response` of a successful call, but builds the
+//!    `Status` of a failed one from the response headers alone. [`status_layer`] on top
+//!    of the stack makes that status itself, with the record as its source.
 //!
 //! Errors, as opposed to responses, reach a tonic client through `Status::from_error`,
 //! which does not know this crate's errors (a passed deadline would be `UNKNOWN`):
-//! [`status_layer`] on top of the stack maps them first ([`into_status`]), keeping the
-//! error as the status's source.
+//! [`status_layer`] maps them first ([`into_status`]), keeping the error as the status's
+//! source.
 //!
 //! # Stacking with a tonic `Channel`
 //!
@@ -110,7 +122,7 @@ pub use self::config::{
     InvalidServiceConfig, MethodConfig, MethodName, RetryParams, ServiceConfig, service_config,
 };
 use self::headers::{
-    GRPC_TIMEOUT, parse_grpc_timeout, set_grpc_timeout, set_previous_rpc_attempts,
+    GRPC_TIMEOUT, parse_grpc_timeout, response_code, set_grpc_timeout, set_previous_rpc_attempts,
 };
 pub use self::headers::{Pushback, pushback, trailers_only_code};
 /// gRPC's retry throttling (A6 `retryThrottling`) is the crate's [`Throttle`](crate::Throttle).
@@ -151,11 +163,15 @@ pub fn reason(code: Code) -> RetryReason {
 /// Where the layer records a pushback's wait as coming from.
 const PUSHBACK: HintSource = HintSource::Header("grpc-retry-pushback-ms");
 
-/// The classification of a gRPC policy ([`RetryPolicy::grpc_codes`]): a Trailers-Only
-/// response whose `grpc-status` is one of the policy's codes is retried, after its
-/// pushback, or not at all when the pushback says stop; `OK` and a committed response
-/// (ordinary headers, no `grpc-status`) are successes; any other code is final; a transport
-/// failure is judged as for HTTP.
+/// The classification of a gRPC policy ([`RetryPolicy::grpc_codes`]): a final answer
+/// whose code is one of the policy's is retried, after its pushback, or not at all when
+/// the pushback says stop. The code is a Trailers-Only response's `grpc-status`, or gRPC's
+/// mapping of an HTTP error without one (a proxy's 503 is `UNAVAILABLE`). `OK` and a
+/// committed response (ordinary headers of a 200) are successes; any other code is final,
+/// and a failure for the throttle only when its pushback says stop. A transport failure
+/// is retried when its gRPC code is listed: `UNAVAILABLE` for a connection that was
+/// refused, reset or closed, a `GOAWAY` or a timed-out attempt; a reset stream's HTTP/2
+/// error code mapped as grpc-go maps it.
 ///
 /// A classifier of your own for a gRPC policy falls back to this one, as an HTTP one falls
 /// back to the [`DefaultClassifier`](crate::classify::DefaultClassifier); set it after
@@ -193,27 +209,97 @@ impl StatusClassifier {
     }
 }
 
+impl StatusClassifier {
+    fn lists(&self, code: Code) -> bool {
+        self.codes.contains(&code)
+    }
+
+    /// A transport failure: retried when its gRPC code is listed ([`transport_code`]).
+    fn classify_error(&self, error: &(dyn std::error::Error + 'static)) -> Classification {
+        let verdict = classify_error(error);
+        let Some(transport) = verdict.reason() else {
+            return verdict;
+        };
+        match transport_code(error, transport) {
+            // The transport's own reason is kept: it says more, and is as transient.
+            Code::Unavailable if self.lists(Code::Unavailable) => verdict,
+            code if self.lists(code) => Classification::Retry(reason(code)),
+            _ => Classification::Done,
+        }
+    }
+}
+
 impl Classify for StatusClassifier {
     fn classify(&self, _request: &request::Parts, outcome: Outcome<'_>) -> Classification {
         match outcome {
-            Outcome::Response { headers, .. } => match trailers_only_code(headers) {
+            Outcome::Response { status, headers } => match response_code(status, headers) {
                 None | Some(Code::Ok) => Classification::Success,
-                Some(code) if self.codes.contains(&code) => match pushback(headers) {
-                    None => Classification::Retry(reason(code)),
-                    Some(Pushback::Wait(wait)) => {
+                Some(code) => match (self.lists(code), pushback(headers)) {
+                    (true, None) => Classification::Retry(reason(code)),
+                    (true, Some(Pushback::Wait(wait))) => {
                         Classification::RetryWithHint(reason(code), Hint::exact(wait, PUSHBACK))
                     }
-                    Some(Pushback::Stop) => Classification::Stop(reason(code)),
+                    // A pushback that says stop counts as a failure for the throttle, on
+                    // any code (A6; grpc-go reads it before the code).
+                    (_, Some(Pushback::Stop)) => Classification::Stop(reason(code)),
+                    (false, _) => Classification::Done,
                 },
-                Some(_) => Classification::Done,
             },
-            Outcome::Error(error) => classify_error(error),
+            Outcome::Error(error) => self.classify_error(error),
         }
     }
 
     fn needs_request(&self) -> bool {
         false
     }
+}
+
+/// The gRPC code of a transport failure the core recognised as `transport`, as gRPC's
+/// clients give it: a stream the server reset by its HTTP/2 error code
+/// (`INTERNAL_ERROR` is `INTERNAL`, `CANCEL` `CANCELLED`, `ENHANCE_YOUR_CALM`
+/// `RESOURCE_EXHAUSTED`, `REFUSED_STREAM` `UNAVAILABLE`); every connection-level failure (a
+/// refused or reset connection, a `GOAWAY`, a timed-out attempt) `UNAVAILABLE`; a reason a
+/// layer below gave, its code.
+pub(crate) fn transport_code(
+    error: &(dyn std::error::Error + 'static),
+    transport: RetryReason,
+) -> Code {
+    match transport {
+        RetryReason::ConnectionClosed => reset_code(error).unwrap_or(Code::Unavailable),
+        RetryReason::Code(code) if code.protocol() == "gRPC" => Code::from_i32(code.value()),
+        RetryReason::Code(_) | RetryReason::Custom(_) => Code::Unknown,
+        RetryReason::Status(status) => headers::http_status_code(status),
+        _ => Code::Unavailable,
+    }
+}
+
+/// The code of an `RST_STREAM` the server sent on the request's stream, if that is the
+/// failure.
+#[cfg(feature = "hyper")]
+fn reset_code(error: &(dyn std::error::Error + 'static)) -> Option<Code> {
+    let mut link = Some(error);
+    while let Some(error) = link {
+        if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            return match (h2.is_reset() && h2.is_remote(), h2.reason()) {
+                (true, Some(reason)) => Some(adapter::h2_reason_code(reason)),
+                _ => None,
+            };
+        }
+        link = match error.downcast_ref::<std::io::Error>() {
+            // `io::Error::source` skips the custom payload itself.
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => error.source(),
+        };
+    }
+    None
+}
+
+/// Without the `hyper` feature h2's errors are not recognised.
+#[cfg(not(feature = "hyper"))]
+fn reset_code(_: &(dyn std::error::Error + 'static)) -> Option<Code> {
+    None
 }
 
 /// A6's metadata on every attempt: `grpc-previous-rpc-attempts` (removed from the first,
@@ -242,8 +328,9 @@ impl AttemptHook for GrpcMetadata {
 impl RetryPolicy {
     /// Makes this a gRPC policy (feature `grpc`, gRPC's A6 rules): the status codes that are
     /// retried, read from `grpc-status` in the headers of a Trailers-Only response (an RPC
-    /// whose ordinary headers arrived is committed and returned as is); transport failures
-    /// before any headers are classified as for HTTP. Listing codes is A6's declaration that
+    /// whose ordinary headers arrived is committed and returned as is), or mapped from an
+    /// HTTP error without `grpc-status`; transport failures get their gRPC code
+    /// ([`StatusClassifier`]) and are retried only when it is listed. Listing codes is A6's declaration that
     /// the method may be repeated, so the policy's requests are treated as repeatable
     /// ([`RetryPolicy::assume_idempotent`]) and get no idempotency key.
     ///
@@ -255,7 +342,7 @@ impl RetryPolicy {
     /// caller set is the RPC's deadline too), honours `grpc-retry-pushback-ms` (the exact
     /// wait; a negative or malformed value stops), and gets A6's transparent retry
     /// ([`RetryPolicy::transparent_retry`]): a stream refused before it left is sent again
-    /// at once, once per RPC, without counting against [`max_attempts`], in
+    /// at once, once per RPC, whatever the codes, without counting against [`max_attempts`], in
     /// `grpc-previous-rpc-attempts`, or for the throttle. So even with `max_attempts(1)`
     /// the body is kept for that one replay ([`RetryPolicy::is_never`] is false);
     /// [`RetryPolicy::never`], which is not a gRPC policy, sends once and keeps nothing.
@@ -438,12 +525,24 @@ mod tests {
             ])),
             Classification::Stop(unavailable)
         );
-        // Not a listed code: final, whatever the pushback.
+        // Not a listed code: final; a pushback that says stop makes it a failure the
+        // throttle counts, a pushback that gives a wait is ignored.
         assert_eq!(
             classify(&trailers_only(&[
                 ("grpc-status", "3"),
                 ("grpc-retry-pushback-ms", "-1")
             ])),
+            Classification::Stop(reason(Code::InvalidArgument))
+        );
+        assert_eq!(
+            classify(&trailers_only(&[
+                ("grpc-status", "3"),
+                ("grpc-retry-pushback-ms", "10")
+            ])),
+            Classification::Done
+        );
+        assert_eq!(
+            classify(&trailers_only(&[("grpc-status", "3")])),
             Classification::Done
         );
         // OK, and a committed response: successes.
@@ -452,6 +551,104 @@ mod tests {
             Classification::Success
         );
         assert_eq!(classify(&HeaderMap::new()), Classification::Success);
+    }
+
+    fn classify_status(status: u16, headers: &HeaderMap) -> Classification {
+        let classifier = StatusClassifier::new([Code::Unavailable]);
+        let outcome = Outcome::Response {
+            status: http::StatusCode::from_u16(status).unwrap(),
+            headers,
+        };
+        classifier.classify(crate::classify::empty_head(), outcome)
+    }
+
+    #[test]
+    fn an_http_error_without_grpc_status_gets_grpcs_mapping() {
+        let none = HeaderMap::new();
+        let unavailable = Classification::Retry(reason(Code::Unavailable));
+        for status in [429, 502, 503, 504] {
+            assert_eq!(classify_status(status, &none), unavailable, "{status}");
+        }
+        // Mapped to codes the policy does not list: final, and no success.
+        for status in [400, 401, 403, 404, 500, 301] {
+            assert_eq!(
+                classify_status(status, &none),
+                Classification::Done,
+                "{status}"
+            );
+        }
+        // A grpc-status wins over the HTTP status, as in C-core.
+        let ok = trailers_only(&[("grpc-status", "0")]);
+        assert_eq!(classify_status(503, &ok), Classification::Success);
+        let internal = trailers_only(&[("grpc-status", "13")]);
+        assert_eq!(classify_status(200, &internal), Classification::Done);
+        // A proxy's 503 with a pushback that says stop: counted, not retried.
+        let stop = trailers_only(&[("grpc-retry-pushback-ms", "-1")]);
+        assert_eq!(
+            classify_status(503, &stop),
+            Classification::Stop(reason(Code::Unavailable))
+        );
+        // The table itself.
+        let table = [
+            (400, Code::Internal),
+            (401, Code::Unauthenticated),
+            (403, Code::PermissionDenied),
+            (404, Code::Unimplemented),
+            (429, Code::Unavailable),
+            (502, Code::Unavailable),
+            (503, Code::Unavailable),
+            (504, Code::Unavailable),
+            (500, Code::Unknown),
+            (418, Code::Unknown),
+        ];
+        for (status, code) in table {
+            let status = http::StatusCode::from_u16(status).unwrap();
+            assert_eq!(headers::http_status_code(status), code, "{status}");
+            assert_eq!(response_code(status, &none), Some(code), "{status}");
+        }
+        assert_eq!(response_code(http::StatusCode::OK, &none), None);
+    }
+
+    fn classify_error_with(
+        codes: &[Code],
+        error: &(dyn std::error::Error + 'static),
+    ) -> Classification {
+        let classifier = StatusClassifier::new(codes.iter().copied());
+        classifier.classify(crate::classify::empty_head(), Outcome::Error(error))
+    }
+
+    #[test]
+    fn a_connection_failure_is_unavailable_and_retried_only_when_listed() {
+        use std::io::{Error, ErrorKind};
+        for (kind, transport) in [
+            (ErrorKind::ConnectionRefused, RetryReason::Connect),
+            (ErrorKind::ConnectionReset, RetryReason::ConnectionClosed),
+            (ErrorKind::TimedOut, RetryReason::Timeout),
+        ] {
+            let error = Error::new(kind, "transport");
+            assert_eq!(
+                classify_error_with(&[Code::Unavailable], &error),
+                Classification::Retry(transport),
+                "{kind:?}"
+            );
+            assert_eq!(
+                classify_error_with(&[Code::ResourceExhausted], &error),
+                Classification::Done,
+                "{kind:?}"
+            );
+        }
+        let attempt = crate::error::AttemptTimedOut::new(Duration::from_secs(1), 1);
+        assert_eq!(
+            classify_error_with(&[Code::Unavailable], &attempt),
+            Classification::Retry(RetryReason::Timeout)
+        );
+        assert_eq!(classify_error_with(&[], &attempt), Classification::Done);
+        // What no rule recognises stays final.
+        let other = Error::other("disk on fire");
+        assert_eq!(
+            classify_error_with(&[Code::Unavailable, Code::Unknown], &other),
+            Classification::Done
+        );
     }
 
     #[test]

@@ -154,6 +154,110 @@ async fn pushback_is_the_exact_wait_and_a_negative_one_stops() {
     }
 }
 
+/// A pushback that says stop counts as a failure for the throttle whatever the code (A6
+/// counts "a pushback response indicating not to retry"; grpc-go reads the pushback before
+/// the code). C-core returns a code it does not retry before it looks, so it takes no
+/// token: here A6 and grpc-go are followed.
+#[tokio::test]
+async fn a_pushback_that_says_stop_takes_a_token_whatever_the_code() {
+    let fresh = || {
+        Throttle::builder()
+            .max_tokens(10.0)
+            .token_ratio(0.1)
+            .build()
+    };
+    for (step, tokens) in [
+        (Step::Pushback(Code::InvalidArgument, "-1"), 9.0),
+        (Step::Pushback(Code::InvalidArgument, "later"), 9.0),
+        (Step::Pushback(Code::Unavailable, "-1"), 9.0),
+        // A code not listed, without a stop: neither a success nor a failure.
+        (Step::Pushback(Code::InvalidArgument, "5"), 10.0),
+        (Step::Fail(Code::InvalidArgument), 10.0),
+    ] {
+        let server = GrpcServer::start([step.clone(), Step::Ok]).await;
+        let throttle = fresh();
+        let layer = RetryLayer::grpc()
+            .throttle(throttle.clone())
+            .policy(quick());
+        let status = unary(stack(server.channel().await, layer), UNARY, b"x")
+            .await
+            .unwrap_err();
+        assert_eq!(server.seen().len(), 1, "{step:?}");
+        assert_eq!(throttle.tokens(), tokens, "{step:?}");
+        let expected = match step {
+            Step::Pushback(code, _) | Step::Fail(code) => code,
+            _ => unreachable!(),
+        };
+        assert_eq!(status.code(), expected, "{step:?}");
+    }
+}
+
+/// A pushback is the wait itself, bounded only by the RPC's deadline: one longer than the
+/// policy's `max_retry_after` (30 s by default, a floor's bound for HTTP's `Retry-After`)
+/// is waited out.
+#[tokio::test(start_paused = true)]
+async fn a_pushback_longer_than_max_retry_after_is_waited_out() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tower::ServiceExt;
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let server = tower::service_fn(
+        move |_: http::Request<tower_http_retry::ReplayBody<String>>| {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let mut response = http::Response::new(String::new());
+                if n == 0 {
+                    let headers = response.headers_mut();
+                    headers.insert("grpc-status", http::HeaderValue::from_static("14"));
+                    headers.insert(
+                        "grpc-retry-pushback-ms",
+                        http::HeaderValue::from_static("45000"),
+                    );
+                }
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        },
+    );
+    let policy = quick().deadline(Duration::from_secs(120));
+    assert_eq!(policy.get_max_retry_after(), Duration::from_secs(30));
+    let client = tower::Layer::layer(&RetryLayer::grpc().policy(policy), server);
+    let request = http::Request::post("http://127.0.0.1/test.Raw/Unary")
+        .body(String::new())
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let response = client.oneshot(request).await.unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(start.elapsed(), Duration::from_secs(45));
+    let info = response.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(info.stop(), StopReason::Final);
+    assert_eq!(info.retries()[0].wait, Duration::from_secs(45));
+}
+
+/// `grpc-previous-rpc-attempts` is absent on the first attempt, even when the caller set
+/// one (A6), and the layer's own on the retries.
+#[tokio::test]
+async fn a_callers_stray_previous_attempts_never_reaches_the_server() {
+    let server = GrpcServer::start([Step::Fail(Code::Unavailable), Step::Ok]).await;
+    let mut request = tonic::Request::new(bytes::Bytes::from_static(b"x"));
+    request
+        .metadata_mut()
+        .insert("grpc-previous-rpc-attempts", "7".parse().unwrap());
+    let client = stack(server.channel().await, RetryLayer::grpc().policy(quick()));
+    unary_request(client, UNARY, request).await.unwrap();
+    let seen: Vec<_> = server
+        .seen()
+        .iter()
+        .map(|s| {
+            s.headers
+                .get("grpc-previous-rpc-attempts")
+                .map(|v| v.to_str().unwrap().to_string())
+        })
+        .collect();
+    assert_eq!(seen, [None, Some("1".to_string())]);
+}
+
 #[tokio::test]
 async fn the_throttle_engages_under_a_total_outage() {
     // A6's example: maxTokens 10, tokenRatio 0.1. Each failed attempt takes a token;
@@ -365,29 +469,159 @@ fn a_second_refusal_is_judged_by_the_normal_rules() {
     });
 }
 
-/// A connection refused (nothing listens) is the other proof: one transparent retry, then
-/// the normal rules; `max_attempts(1)` stops there.
+/// A connection refused (nothing listens) is gRPC's UNAVAILABLE, handed to the retry
+/// policy as C-core and grpc-go hand it a failed pick: counted against `max_attempts` and
+/// by the throttle, retried only when the method lists UNAVAILABLE. (A refused connection
+/// proves the server never saw the request, but it says the server is down: no transparent
+/// retry.)
 #[test]
-fn a_refused_connection_gets_one_transparent_retry() {
+fn a_refused_connection_is_unavailable_for_the_retry_policy() {
     on_every_runtime(Duration::from_secs(60), |mode| {
         repeat(mode, 10, |_| async {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             let addr = listener.local_addr().unwrap();
             drop(listener);
-            let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-                .unwrap()
-                .connect_lazy();
+            let channel = || {
+                tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                    .unwrap()
+                    .connect_lazy()
+            };
+            let failed = |status: &tonic::Status| {
+                let error = status.source().and_then(|e| e.downcast_ref::<RetryError>());
+                error
+                    .expect("the layer's error is the source")
+                    .info()
+                    .clone()
+            };
+            // Listed, one attempt: nothing more.
             let throttle = drained_throttle();
-            let status = unary(stack(channel, a6_layer(&throttle, 1)), UNARY, b"x")
+            let status = unary(stack(channel(), a6_layer(&throttle, 1)), UNARY, b"x")
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+            let info = failed(&status);
+            assert_eq!((info.attempts(), info.stop()), (1, StopReason::MaxAttempts));
+            assert_eq!(throttle.tokens(), 7.0, "counted");
+            // Listed, two attempts: one counted retry, with its backoff.
+            let throttle = drained_throttle();
+            let status = unary(stack(channel(), a6_layer(&throttle, 2)), UNARY, b"x")
+                .await
+                .unwrap_err();
+            let info = failed(&status);
+            assert_eq!((info.attempts(), info.stop()), (2, StopReason::MaxAttempts));
+            assert_eq!(info.retries()[0].reason, RetryReason::Connect);
+            assert_eq!(info.retries()[0].kind, AttemptKind::Retry);
+            assert_eq!(info.retries()[0].wait, Duration::from_millis(2));
+            assert_eq!(throttle.tokens(), 6.0, "both refusals counted");
+            // Not listed: final at once, and not a failure the throttle counts.
+            let throttle = drained_throttle();
+            let layer = RetryLayer::grpc()
+                .throttle(throttle.clone())
+                .policy(quick().grpc_codes([Code::ResourceExhausted]));
+            let status = unary(stack(channel(), layer), UNARY, b"x")
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+            let info = failed(&status);
+            assert_eq!((info.attempts(), info.stop()), (1, StopReason::Final));
+            assert_eq!(throttle.tokens(), 8.0);
+        })
+    });
+}
+
+/// A transport failure under a gRPC policy has the code gRPC's clients give it, and is
+/// retried only when the method lists that code (the listed codes are the service owner's
+/// only word that the method may be repeated): a dropped connection is UNAVAILABLE, a
+/// stream the server reset by its HTTP/2 code (INTERNAL_ERROR is INTERNAL, CANCEL
+/// CANCELLED, ENHANCE_YOUR_CALM RESOURCE_EXHAUSTED).
+#[test]
+fn a_transport_failure_is_retried_only_when_its_code_is_listed() {
+    use common::transport::Applied;
+
+    fn layer(throttle: &Throttle, codes: &[Code]) -> RetryLayer {
+        RetryLayer::grpc()
+            .throttle(throttle.clone())
+            .policy(quick().grpc_codes(codes.iter().copied()))
+    }
+    /// Two failures, then answers: a dropped connection (`None`) or a reset stream.
+    async fn call(
+        reset: Option<h2::Reason>,
+        codes: &[Code],
+    ) -> (Result<Code, RetryInfo>, Vec<Applied>, f64) {
+        let server = h2_server(move |index| match (index < 2, reset) {
+            (true, None) => H2Action::ApplyThenDrop,
+            (true, Some(reason)) => H2Action::ResetAfterFirstChunk(reason),
+            (false, _) => H2Action::GrpcEcho,
+        })
+        .await;
+        let throttle = drained_throttle();
+        let client = stack(h2_channel(&server).await, layer(&throttle, codes));
+        let result = match unary(client, UNARY, b"x").await {
+            Ok(reply) => Err(reply.extensions().get::<RetryInfo>().unwrap().clone()),
+            Err(status) => Ok(status.code()),
+        };
+        (result, server.log.applied(), throttle.tokens())
+    }
+
+    on_every_runtime(Duration::from_secs(60), |mode| {
+        repeat(mode, 5, |_| async {
+            // Two dropped connections, then success, for a method that retries only
+            // RESOURCE_EXHAUSTED: one attempt, the caller gets UNAVAILABLE.
+            let (result, applied, tokens) = call(None, &[Code::ResourceExhausted]).await;
+            assert_eq!(result.unwrap(), Code::Unavailable);
+            assert_eq!(applied.len(), 1, "sent once");
+            assert_eq!(tokens, 8.0, "a code not listed counts neither way");
+            // The same with UNAVAILABLE listed: retried twice, then the answer.
+            let (result, applied, tokens) = call(None, &[Code::Unavailable]).await;
+            let info = result.unwrap_err();
+            assert_eq!(info.attempts(), 3);
+            let reasons: Vec<_> = info.retries().iter().map(|r| r.reason).collect();
+            assert_eq!(reasons, [RetryReason::ConnectionClosed; 2]);
+            assert_eq!(applied.len(), 3);
+            assert_eq!(tokens, 6.5, "two failures, one success");
+
+            for (reason, code) in [
+                (h2::Reason::INTERNAL_ERROR, Code::Internal),
+                (h2::Reason::CANCEL, Code::Cancelled),
+                (h2::Reason::ENHANCE_YOUR_CALM, Code::ResourceExhausted),
+            ] {
+                let reset = || Some(reason);
+                // UNAVAILABLE is not the code of a reset stream.
+                let (result, _, tokens) = call(reset(), &[Code::Unavailable]).await;
+                assert_eq!(result.unwrap(), code, "{reason:?}");
+                assert_eq!(tokens, 8.0, "{reason:?}");
+                // Its own code is.
+                let (result, _, tokens) = call(reset(), &[code]).await;
+                let info = result.unwrap_err();
+                assert_eq!(info.attempts(), 3, "{reason:?}");
+                assert_eq!(info.retries()[0].reason, grpc::reason(code), "{reason:?}");
+                assert_eq!(tokens, 6.5, "{reason:?}");
+            }
+        })
+    });
+}
+
+/// Only the first refusal is transparent; a second one is UNAVAILABLE for the retry
+/// policy, final when the method does not list it.
+#[test]
+fn a_second_refusal_is_final_when_unavailable_is_not_listed() {
+    on_every_runtime(Duration::from_secs(60), |mode| {
+        repeat(mode, 10, |_| async {
+            let server = refusing(2).await;
+            let throttle = drained_throttle();
+            let layer = RetryLayer::grpc()
+                .throttle(throttle.clone())
+                .policy(quick().grpc_codes([Code::ResourceExhausted]));
+            let status = unary(stack(h2_channel(&server).await, layer), UNARY, b"x")
                 .await
                 .unwrap_err();
             assert_eq!(status.code(), Code::Unavailable, "{status:?}");
             let error = status.source().and_then(|e| e.downcast_ref::<RetryError>());
             let info = error.expect("the layer's error is the source").info();
-            assert_eq!((info.attempts(), info.stop()), (2, StopReason::MaxAttempts));
-            assert_eq!(info.retries()[0].reason, RetryReason::Connect);
+            assert_eq!((info.attempts(), info.stop()), (2, StopReason::Final));
             assert_eq!(info.retries()[0].kind, AttemptKind::Transparent);
-            assert_eq!(throttle.tokens(), 7.0, "the second refusal only");
+            assert_eq!(server.log.seen(), 2);
+            assert_eq!(throttle.tokens(), 8.0);
         })
     });
 }
@@ -445,7 +679,11 @@ fn a_failure_is_counted_once_when_the_retry_waits_for_the_body() {
             .await;
             let throttle = drained_throttle();
             let retrying = ServiceBuilder::new()
-                .layer(a6_layer(&throttle, 2))
+                .layer(
+                    RetryLayer::grpc()
+                        .throttle(throttle.clone())
+                        .policy(quick().max_attempts(2).grpc_codes([Code::Cancelled])),
+                )
                 .service(client(Proto::H2));
             let steps = [
                 Chunk::Data(b"first,"),
@@ -459,7 +697,7 @@ fn a_failure_is_counted_once_when_the_retry_waits_for_the_body() {
             let response = retrying.oneshot(request).await.unwrap();
             let info = response.extensions().get::<RetryInfo>().unwrap();
             assert_eq!(info.attempts(), 2);
-            assert_eq!(info.retries()[0].reason, RetryReason::ConnectionClosed);
+            assert_eq!(info.retries()[0].reason, grpc::reason(Code::Cancelled));
             assert_eq!(server.log.applied()[0].body, Script::bytes(&steps));
             // 8 - 1 for the reset + 0.5 for the answer (committed: no grpc-status).
             assert_eq!(throttle.tokens(), 7.5);

@@ -75,6 +75,7 @@ fn outcome(verdict: Classification) -> Outcome {
         responded: true,
         may_repeat: true,
         released: false,
+        refused_stream: false,
     }
 }
 
@@ -573,6 +574,7 @@ fn a_transparent_retry_waits_nothing_is_not_counted_and_is_paid_for() {
     let refused = Outcome {
         responded: false,
         may_repeat: false,
+        refused_stream: true,
         ..outcome(Classification::Retry(RetryReason::RefusedStream))
     };
     let mut world = World::new();
@@ -646,7 +648,8 @@ fn decorrelated_jitter_goes_on_from_the_wait_slept_not_a_transparent_one() {
     );
     let refused = Outcome {
         responded: false,
-        ..outcome(Classification::Retry(RetryReason::Connect))
+        refused_stream: true,
+        ..outcome(Classification::Retry(RetryReason::RefusedStream))
     };
     sent(&mut info);
     decide(
@@ -866,40 +869,40 @@ fn transparent_record(reason: RetryReason) -> RetryRecord {
 }
 
 #[test]
-fn a_refused_stream_or_connect_error_is_retried_transparently_once() {
-    use RetryReason::{Connect, RefusedStream};
-    for reason in [Connect, RefusedStream] {
-        for verdict in [
-            Classification::Retry(reason),
-            Classification::RetryOnce(reason),
-            Classification::RetryWithHint(
-                reason,
-                Hint::new(Duration::from_secs(1), HintSource::Classifier),
-            ),
-        ] {
-            assert_eq!(transparent(true, verdict, &[]), Some(reason), "{verdict:?}");
-            // Only for a policy that has them.
-            assert_eq!(transparent(false, verdict, &[]), None, "{verdict:?}");
-        }
-        // After a normal retry it is still available; after a transparent one, not.
-        let normal = [record(S503)];
-        let verdict = Classification::Retry(reason);
-        assert_eq!(transparent(true, verdict, &normal), Some(reason));
-        let once = [record(S503), transparent_record(RefusedStream)];
-        assert_eq!(transparent(true, verdict, &once), None);
-        // The server said stop: no retry of any kind.
-        assert_eq!(transparent(true, Classification::Stop(reason), &[]), None);
-    }
-    // Nothing else proves the server never saw the request.
-    for other in [
-        RetryReason::GoAway,
-        RetryReason::ConnectionClosed,
-        RetryReason::Timeout,
-        S503,
+fn a_refused_stream_is_retried_transparently_once_whatever_the_verdict() {
+    use RetryReason::RefusedStream;
+    for verdict in [
+        Classification::Retry(RefusedStream),
+        Classification::RetryOnce(RefusedStream),
+        // A gRPC policy that does not list UNAVAILABLE: final, but the transport's own
+        // retry still applies.
+        Classification::Done,
+        Classification::Retry(RetryReason::ConnectionClosed),
     ] {
-        assert_eq!(transparent(true, Classification::Retry(other), &[]), None);
+        assert_eq!(
+            transparent(true, true, verdict, &[]),
+            Some(RefusedStream),
+            "{verdict:?}"
+        );
+        // Only for a policy that has them, and only for a refused stream.
+        assert_eq!(transparent(false, true, verdict, &[]), None, "{verdict:?}");
+        assert_eq!(transparent(true, false, verdict, &[]), None, "{verdict:?}");
     }
-    assert_eq!(transparent(true, Classification::Done, &[]), None);
+    // After a normal retry it is still available; after a transparent one, not.
+    let verdict = Classification::Retry(RefusedStream);
+    let normal = [record(S503)];
+    assert_eq!(
+        transparent(true, true, verdict, &normal),
+        Some(RefusedStream)
+    );
+    let once = [record(S503), transparent_record(RefusedStream)];
+    assert_eq!(transparent(true, true, verdict, &once), None);
+    // A classifier that says stop is obeyed.
+    let stop = Classification::Stop(RefusedStream);
+    assert_eq!(transparent(true, true, stop, &[]), None);
+    // A connect error proves the request unseen, but is the retry policy's to judge.
+    let connect = Classification::Retry(RetryReason::Connect);
+    assert_eq!(transparent(true, false, connect, &[]), None);
 }
 
 #[test]

@@ -9,13 +9,17 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http::Request;
+use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tower::BoxError;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::headers::{GRPC_STATUS, response_code};
+use crate::classify::classify_error;
 use crate::error::{AttemptTimedOut, DeadlineExceeded, ServiceNotReady};
 use crate::replay::ReplayBody;
+use crate::{RetryError, RetryInfo};
 
 /// Puts a [`TonicBody`] under the retry layer: see [`tonic_body_layer`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -122,10 +126,12 @@ pub(crate) fn status_from_error(error: &(dyn StdError + 'static)) -> Status {
 /// | [`ServiceNotReady`] (the channel was not ready for a retry within the attempt timeout) | `UNAVAILABLE` |
 /// | `tonic::TimeoutExpired` (the `Channel`'s own `grpc-timeout` or `Endpoint::timeout` timer) | `DEADLINE_EXCEEDED` |
 /// | `tonic::ConnectError` | `UNAVAILABLE` |
-/// | with the `hyper` feature: an `h2::Error` with a reason, a hyper timeout or cancellation | as tonic maps them (`REFUSED_STREAM` is `UNAVAILABLE`, `CANCEL` `CANCELLED`, ...) |
+/// | with the `hyper` feature: an `h2::Error` with an error code | as grpc-go maps them (`REFUSED_STREAM` is `UNAVAILABLE`, `CANCEL` `CANCELLED`, `ENHANCE_YOUR_CALM` `RESOURCE_EXHAUSTED`, the others `INTERNAL`) |
+/// | with the `hyper` feature: a hyper timeout, or a request hyper dropped when its connection went | `UNAVAILABLE` |
+/// | another connection failure the layer recognises (refused, reset, closed) | `UNAVAILABLE`, the code the retry policy judged it by |
 /// | nothing recognised | `UNKNOWN`, with the error's message |
 ///
-/// Two choices differ from what tonic itself would say:
+/// Three choices differ from what tonic itself would say:
 ///
 /// - A6 has one deadline per RPC, across all attempts; only when it passes is the
 ///   answer `DEADLINE_EXCEEDED`. A per-attempt timeout is not that deadline: the call
@@ -137,6 +143,9 @@ pub(crate) fn status_from_error(error: &(dyn StdError + 'static)) -> Status {
 ///   endpoint's timeout), so the caller gets `DEADLINE_EXCEEDED`, as from any other gRPC
 ///   client whose deadline passed, whichever of the layer's deadline and the channel's
 ///   timer fired first.
+/// - A connection that failed under the request (reset, closed, hyper's dispatch gone) is
+///   `UNAVAILABLE`, as grpc-go and C-core report it and as a gRPC policy retries it; tonic
+///   says `UNKNOWN` or `CANCELLED`.
 ///
 ///
 /// The error is kept as the status's [`source`](StdError::source) (so a caller can
@@ -211,10 +220,16 @@ fn find_status(error: &(dyn StdError + 'static)) -> Option<Status> {
         }
         link = error.source();
     }
-    None
+    // A transport failure the retry policy judged by its gRPC code: that code.
+    let transport = classify_error(error).reason()?;
+    let code = super::transport_code(error, transport);
+    Some(Status::new(code, error.to_string()))
 }
 
-/// tonic's reading of hyper and h2 errors (its `from_hyper_error` and `code_from_h2`).
+/// hyper's and h2's errors: a timeout is `UNAVAILABLE`, and so is a request hyper gave up
+/// on because its connection went away (tonic says `CANCELLED`; nothing cancelled it but
+/// the connection, as the retry policy sees it); an h2 error with an error code as
+/// [`h2_reason_code`] says.
 #[cfg(feature = "hyper")]
 fn transport_status(error: &(dyn StdError + 'static)) -> Option<Status> {
     if let Some(error) = error.downcast_ref::<hyper::Error>() {
@@ -222,40 +237,79 @@ fn transport_status(error: &(dyn StdError + 'static)) -> Option<Status> {
             return Some(Status::unavailable(error.to_string()));
         }
         if error.is_canceled() {
-            return Some(Status::cancelled(error.to_string()));
+            return Some(Status::unavailable(error.to_string()));
         }
         return None;
     }
     let error = error.downcast_ref::<h2::Error>()?;
-    let code = match error.reason()? {
+    let code = h2_reason_code(error.reason()?);
+    Some(Status::new(code, format!("h2 protocol error: {error}")))
+}
+
+/// gRPC's code for an HTTP/2 error code (`RST_STREAM`, `GOAWAY`), as grpc-go and tonic
+/// map them: `REFUSED_STREAM` is `UNAVAILABLE`, `CANCEL` `CANCELLED`, `ENHANCE_YOUR_CALM`
+/// `RESOURCE_EXHAUSTED`, `INADEQUATE_SECURITY` `PERMISSION_DENIED`, the other defined ones
+/// `INTERNAL`, an unknown one `UNKNOWN`.
+#[cfg(feature = "hyper")]
+pub(crate) fn h2_reason_code(reason: h2::Reason) -> Code {
+    match reason {
         h2::Reason::NO_ERROR
         | h2::Reason::PROTOCOL_ERROR
         | h2::Reason::INTERNAL_ERROR
         | h2::Reason::FLOW_CONTROL_ERROR
         | h2::Reason::SETTINGS_TIMEOUT
+        | h2::Reason::STREAM_CLOSED
+        | h2::Reason::FRAME_SIZE_ERROR
         | h2::Reason::COMPRESSION_ERROR
-        | h2::Reason::CONNECT_ERROR => Code::Internal,
+        | h2::Reason::CONNECT_ERROR
+        | h2::Reason::HTTP_1_1_REQUIRED => Code::Internal,
         h2::Reason::REFUSED_STREAM => Code::Unavailable,
         h2::Reason::CANCEL => Code::Cancelled,
         h2::Reason::ENHANCE_YOUR_CALM => Code::ResourceExhausted,
         h2::Reason::INADEQUATE_SECURITY => Code::PermissionDenied,
         _ => Code::Unknown,
-    };
-    Some(Status::new(code, format!("h2 protocol error: {error}")))
+    }
 }
 
 /// Puts an [`IntoStatus`] on top of the stack: see [`status_layer`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StatusLayer;
 
-/// A layer that turns every error of the service below it into a `tonic::Status` with
-/// [`into_status`]. Put it above the retry layer, so a tonic client gets the layer's own
-/// errors as the right codes (a passed deadline as `DEADLINE_EXCEEDED`, not `UNKNOWN`).
+/// A layer that gives a tonic client the `Status` of every call that failed, with the
+/// retry layer's record of that call as the status's source. Put it on top of the stack,
+/// above the retry layer.
 ///
-/// Without it, tonic's generated clients turn the layer's error with
-/// `Status::from_error`, which knows tonic's, hyper's and h2's errors but not this
-/// crate's: a passed deadline would reach the caller as `UNKNOWN`, its message the
-/// layer's, and the error itself as the status's source.
+/// - **Errors** become a `Status` with [`into_status`]: the layer's own errors get the
+///   right codes (a passed deadline is `DEADLINE_EXCEEDED`, not `UNKNOWN`), and the error,
+///   a [`RetryError`] holding the record, is the status's source.
+/// - **A final response that fails the call** becomes its `Status` too, so that its record
+///   is not lost: tonic's client builds such a status from the response headers and drops
+///   the response's extensions, where the record is. That is a Trailers-Only answer with
+///   a `grpc-status` other than `OK` (the status is tonic's reading of the headers: code,
+///   message, details, the other headers as metadata), or an HTTP status other than 200
+///   without `grpc-status`, a proxy's error page (the code is gRPC's HTTP-to-gRPC mapping:
+///   503, 502, 504 and 429 are `UNAVAILABLE`, 404 `UNIMPLEMENTED`, 401 `UNAUTHENTICATED`,
+///   403 `PERMISSION_DENIED`, 400 `INTERNAL`, others `UNKNOWN`; tonic alone would say
+///   `INTERNAL` after failing to read the page as gRPC messages).
+///
+/// The status's source is then a [`RetryError`] with the record
+/// ([`RetryError::info`](crate::RetryError::info)); nothing failed beneath it, so the
+/// `RetryError`'s own source is the same status, without a source.
+///
+/// ```
+/// # #[cfg(any())] {
+/// let status = client.get_cart(request).await.unwrap_err();
+/// let record = status
+///     .source()
+///     .and_then(|e| e.downcast_ref::<tower_http_retry::RetryError>())
+///     .map(|e| e.info());
+/// # }
+/// ```
+///
+/// A call whose response headers arrived is committed: when it fails later, its status is
+/// in the trailers, which tonic reads from the body after the layers are done with it; that
+/// status has no record. A successful call's record is in the `tonic::Response`'s
+/// extensions, where tonic moves the http response's.
 pub fn status_layer() -> StatusLayer {
     StatusLayer
 }
@@ -297,12 +351,12 @@ impl<S> IntoStatus<S> {
     }
 }
 
-impl<S, R> Service<R> for IntoStatus<S>
+impl<S, R, B> Service<R> for IntoStatus<S>
 where
-    S: Service<R>,
+    S: Service<R, Response = http::Response<B>>,
     S::Error: Into<BoxError>,
 {
-    type Response = S::Response;
+    type Response = http::Response<B>;
     type Error = Status;
     type Future = IntoStatusFuture<S::Future>;
 
@@ -328,17 +382,66 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, T, E> Future for IntoStatusFuture<F>
+impl<F, B, E> Future for IntoStatusFuture<F>
 where
-    F: Future<Output = Result<T, E>>,
+    F: Future<Output = Result<http::Response<B>, E>>,
     E: Into<BoxError>,
 {
-    type Output = Result<T, Status>;
+    type Output = Result<http::Response<B>, Status>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let result = ready!(self.project().inner.poll(cx));
-        Poll::Ready(result.map_err(|error| into_status(error.into())))
+        Poll::Ready(match result {
+            Ok(response) => match response_code(response.status(), response.headers()) {
+                None | Some(Code::Ok) => Ok(response),
+                Some(code) => Err(failed_call(code, response)),
+            },
+            Err(error) => Err(into_status(error.into())),
+        })
     }
+}
+
+/// The `Status` of a final response that ends the call with `code`, as tonic's client would
+/// make it from the headers (code, message, details, the other headers as metadata), with
+/// the layer's record as its source: a [`RetryError`] whose own source is the same status,
+/// without a source of its own.
+fn failed_call<B>(code: Code, response: http::Response<B>) -> Status {
+    let (mut parts, _body) = response.into_parts();
+    let mut status = match parts.headers.contains_key(GRPC_STATUS) {
+        true => status_from_headers(&mut parts.headers),
+        false => {
+            let message = format!(
+                "HTTP status {} without grpc-status (a proxy's or load balancer's answer)",
+                parts.status
+            );
+            Status::with_metadata(code, message, MetadataMap::from_headers(parts.headers))
+        }
+    };
+    if let Some(info) = parts.extensions.remove::<RetryInfo>() {
+        let error = RetryError::new(info, Box::new(status.clone()));
+        status.set_source(Arc::new(error));
+    }
+    status
+}
+
+/// tonic's reading of a Trailers-Only response's headers; `grpc-status-details-bin` is kept
+/// only when it is base64, as tonic expects (its reading panics on anything else).
+fn status_from_headers(headers: &mut http::HeaderMap) -> Status {
+    use base64::Engine as _;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+
+    const DETAILS: &str = "grpc-status-details-bin";
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    let bad_details = headers
+        .get(DETAILS)
+        .is_some_and(|value| LENIENT.decode(value.as_bytes()).is_err());
+    if bad_details {
+        headers.remove(DETAILS);
+    }
+    Status::from_header_map(headers).unwrap_or_else(|| Status::unknown("no grpc-status"))
 }
 
 #[cfg(test)]
@@ -508,15 +611,115 @@ mod tests {
 
         let failing = tower::service_fn(|fail: bool| async move {
             if fail {
-                Err::<&str, BoxError>(Box::new(deadline()))
+                Err::<http::Response<&str>, BoxError>(Box::new(deadline()))
             } else {
-                Ok("fine")
+                Ok(http::Response::new("fine"))
             }
         });
         let service = status_layer().layer(failing);
-        assert_eq!(service.clone().oneshot(false).await.unwrap(), "fine");
+        let response = service.clone().oneshot(false).await.unwrap();
+        assert_eq!(*response.body(), "fine");
         let status = service.oneshot(true).await.unwrap_err();
         assert_eq!(status.code(), Code::DeadlineExceeded);
+    }
+
+    /// A response through the status layer, as the retry layer would return it.
+    async fn through_status_layer(
+        status: u16,
+        headers: &[(&'static str, &'static str)],
+        record: bool,
+    ) -> Result<http::Response<&'static str>, Status> {
+        use tower::ServiceExt;
+
+        let mut response = http::Response::new("<html>maintenance</html>");
+        *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+        for (name, value) in headers {
+            response
+                .headers_mut()
+                .insert(*name, http::HeaderValue::from_static(value));
+        }
+        if record {
+            response.extensions_mut().insert(RetryInfo::default());
+        }
+        let inner = tower::service_fn(move |_: ()| {
+            let response = std::mem::take(&mut Some(response.clone_parts()));
+            async move { Ok::<_, BoxError>(response.unwrap()) }
+        });
+        status_layer().layer(inner).oneshot(()).await
+    }
+
+    trait CloneParts {
+        fn clone_parts(&self) -> Self;
+    }
+
+    impl CloneParts for http::Response<&'static str> {
+        fn clone_parts(&self) -> Self {
+            let mut response = http::Response::new(*self.body());
+            *response.status_mut() = self.status();
+            *response.headers_mut() = self.headers().clone();
+            if let Some(info) = self.extensions().get::<RetryInfo>() {
+                response.extensions_mut().insert(info.clone());
+            }
+            response
+        }
+    }
+
+    #[tokio::test]
+    async fn a_final_response_that_fails_the_call_becomes_its_status_with_the_record() {
+        // Trailers-Only: tonic's reading, metadata kept, the record as the source, and
+        // the same status beneath the record.
+        let status = through_status_layer(
+            200,
+            &[
+                ("grpc-status", "14"),
+                ("grpc-message", "down%20for%20now"),
+                ("x-region", "eu"),
+            ],
+            true,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(status.message(), "down for now");
+        assert_eq!(status.metadata().get("x-region").unwrap(), "eu");
+        let error = status
+            .source()
+            .unwrap()
+            .downcast_ref::<RetryError>()
+            .unwrap();
+        assert_eq!(error.info().attempts(), RetryInfo::default().attempts());
+        let beneath = error.get_ref().downcast_ref::<Status>().unwrap();
+        assert_eq!(beneath.code(), Code::Unavailable);
+        assert!(beneath.source().is_none());
+
+        // A proxy's 503 without grpc-status: gRPC's mapping, not tonic's INTERNAL.
+        let status = through_status_layer(503, &[("x-proxy", "nginx")], true)
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(status.message().contains("503"), "{}", status.message());
+        assert_eq!(status.metadata().get("x-proxy").unwrap(), "nginx");
+        assert!(status.source().unwrap().is::<RetryError>());
+        let status = through_status_layer(404, &[], false).await.unwrap_err();
+        assert_eq!(status.code(), Code::Unimplemented);
+        assert!(status.source().is_none(), "no record, no source");
+
+        // Details that are not base64 are dropped rather than handed to tonic.
+        let status = through_status_layer(
+            200,
+            &[("grpc-status", "13"), ("grpc-status-details-bin", "!!")],
+            false,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(status.code(), Code::Internal);
+        assert!(status.details().is_empty());
+
+        // OK, and ordinary headers: the response, untouched.
+        for headers in [&[("grpc-status", "0")][..], &[]] {
+            let response = through_status_layer(200, headers, true).await.unwrap();
+            assert!(response.extensions().get::<RetryInfo>().is_some());
+        }
     }
 
     #[tokio::test]

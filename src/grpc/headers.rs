@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use tonic::Code;
 
 use crate::retry_after::trim_ows;
@@ -47,6 +47,34 @@ pub fn trailers_only_code(headers: &HeaderMap) -> Option<Code> {
     headers
         .get(GRPC_STATUS)
         .map(|value| code_from_bytes(value.as_bytes()))
+}
+
+/// The code of a response that ends the RPC at once, or `None` for one that commits it:
+/// the `grpc-status` of a Trailers-Only response; without one, an HTTP status other than
+/// 200 (a proxy's or a load balancer's error page) mapped as gRPC's HTTP-to-gRPC table says
+/// ([`http_status_code`]); `None` for ordinary headers of a 200. As in C-core, a
+/// `grpc-status` wins over the HTTP status.
+pub(crate) fn response_code(status: StatusCode, headers: &HeaderMap) -> Option<Code> {
+    match trailers_only_code(headers) {
+        Some(code) => Some(code),
+        None if status == StatusCode::OK => None,
+        None => Some(http_status_code(status)),
+    }
+}
+
+/// gRPC's code for an HTTP status that came without `grpc-status` (gRPC's "HTTP to gRPC
+/// Status Code Mapping", which C-core, grpc-go, grpc-java and tonic follow): 400 is
+/// `INTERNAL`, 401 `UNAUTHENTICATED`, 403 `PERMISSION_DENIED`, 404 `UNIMPLEMENTED`; 429,
+/// 502, 503 and 504 `UNAVAILABLE`; any other `UNKNOWN`.
+pub(crate) fn http_status_code(status: StatusCode) -> Code {
+    match status.as_u16() {
+        400 => Code::Internal,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::Unimplemented,
+        429 | 502 | 503 | 504 => Code::Unavailable,
+        _ => Code::Unknown,
+    }
 }
 
 /// A status code from its decimal form, [`Code::Unknown`] for anything else (leading
