@@ -18,6 +18,10 @@
 //! fresh budget of 1000 tokens with no deposits, many times over, and every grant past
 //! 1000 (plus what ours refills in the trial's few microseconds) is an overdraw.
 //!
+//! `ours_per_authority` is the same budget built `per_authority()`, used as the layer uses
+//! it: each pair first finds its authority's bucket (16 authorities, in turn), then deposits
+//! and withdraws there.
+//!
 //! Run: `cargo bench --bench budget`.
 #![allow(clippy::disallowed_types)] // measures real time with std's clock
 
@@ -42,6 +46,13 @@ trait Bucket: Send + Sync + 'static {
     fn with_tokens(tokens: u32) -> Self;
     fn put(&self);
     fn take(&self) -> bool;
+    /// One logical request that failed once: a deposit, then a withdrawal. `i` is the
+    /// request's number on its thread.
+    fn pair(&self, i: u64) -> bool {
+        let _ = i;
+        self.put();
+        self.take()
+    }
     /// The most withdrawals the budget may grant after `deposits` deposits over
     /// `elapsed`, when it started as `fresh()`; `None` when that cannot be known.
     fn allowed(deposits: u64, elapsed: Duration) -> Option<u64>;
@@ -85,6 +96,78 @@ impl Bucket for RetryBudget {
     }
 
     fn allowed_tokens(tokens: u32, elapsed: Duration) -> u64 {
+        let t = elapsed.as_secs_f64() + 0.001;
+        (f64::from(tokens) + 10.0 * t).ceil() as u64
+    }
+}
+
+/// The authorities the per-authority case cycles through.
+const AUTHORITIES: usize = 16;
+
+/// Our budget kept per authority, as the layer uses it: each logical request finds its
+/// authority's bucket once (the URI's key, a read lock, a reference count), then deposits
+/// and withdraws there. Requests cycle through [`AUTHORITIES`] authorities.
+struct PerAuthority {
+    budget: RetryBudget,
+    uris: Vec<http::Uri>,
+}
+
+impl PerAuthority {
+    fn with(builder: tower_http_retry::BudgetBuilder) -> Self {
+        let uris = (0..AUTHORITIES)
+            .map(|i| format!("http://server-{i}.test/").parse().unwrap())
+            .collect();
+        PerAuthority {
+            budget: builder.per_authority().build(),
+            uris,
+        }
+    }
+}
+
+impl Bucket for PerAuthority {
+    const NAME: &'static str = "ours_per_authority";
+
+    fn fresh() -> Self {
+        PerAuthority::with(
+            RetryBudget::builder()
+                .ratio(0.1)
+                .min_per_sec(10)
+                .max_tokens(100),
+        )
+    }
+
+    fn with_tokens(tokens: u32) -> Self {
+        PerAuthority::with(
+            RetryBudget::builder()
+                .ratio(0.1)
+                .min_per_sec(10)
+                .max_tokens(tokens),
+        )
+    }
+
+    fn put(&self) {
+        self.budget.partition(&self.uris[0]).deposit();
+    }
+
+    fn take(&self) -> bool {
+        self.budget.partition(&self.uris[0]).withdraw()
+    }
+
+    fn pair(&self, i: u64) -> bool {
+        let bucket = self.budget.partition(&self.uris[i as usize % AUTHORITIES]);
+        bucket.deposit();
+        bucket.withdraw()
+    }
+
+    fn allowed(deposits: u64, elapsed: Duration) -> Option<u64> {
+        // Every authority's own C + m * T, and the deposits wherever they went.
+        let t = elapsed.as_secs_f64() + 0.001;
+        let n = AUTHORITIES as f64;
+        Some((n * 100.0 + 0.1 * deposits as f64 + n * 10.0 * t).ceil() as u64)
+    }
+
+    fn allowed_tokens(tokens: u32, elapsed: Duration) -> u64 {
+        // The race takes from one authority only.
         let t = elapsed.as_secs_f64() + 0.001;
         (f64::from(tokens) + 10.0 * t).ceil() as u64
     }
@@ -176,9 +259,8 @@ fn run<B: Bucket>(threads: usize, iters: u64, tally: &Tally) -> Duration {
                     barrier.wait();
                     let start = Instant::now();
                     let mut granted = 0u64;
-                    for _ in 0..iters {
-                        budget.put();
-                        granted += u64::from(budget.take());
+                    for i in 0..iters {
+                        granted += u64::from(budget.pair(i));
                     }
                     (start.elapsed(), granted)
                 })
@@ -196,7 +278,7 @@ fn run<B: Bucket>(threads: usize, iters: u64, tally: &Tally) -> Duration {
     results.iter().map(|r| r.0).max().unwrap_or_default()
 }
 
-fn pairs(c: &mut Criterion, ours: &Tally, tower: &Tally) {
+fn pairs(c: &mut Criterion, ours: &Tally, per_authority: &Tally, tower: &Tally) {
     let mut group = c.benchmark_group("budget");
     for threads in [1usize, 2] {
         group.throughput(Throughput::Elements(threads as u64));
@@ -208,6 +290,9 @@ fn pairs(c: &mut Criterion, ours: &Tally, tower: &Tally) {
         };
         group.bench_function(id(RetryBudget::NAME), |b| {
             b.iter_custom(|iters| run::<RetryBudget>(threads, iters, ours))
+        });
+        group.bench_function(id(PerAuthority::NAME), |b| {
+            b.iter_custom(|iters| run::<PerAuthority>(threads, iters, per_authority))
         });
         group.bench_function(id(TpsBudget::NAME), |b| {
             b.iter_custom(|iters| run::<TpsBudget>(threads, iters, tower))
@@ -254,13 +339,14 @@ fn race<B: Bucket>(trials: usize) -> (u32, u64, u64) {
 
 fn main() {
     let ours = Tally::default();
+    let per_authority = Tally::default();
     let tower = Tally::default();
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_millis(700))
         .measurement_time(Duration::from_secs(3))
         .sample_size(40)
         .configure_from_args();
-    pairs(&mut c, &ours, &tower);
+    pairs(&mut c, &ours, &per_authority, &tower);
     c.final_summary();
 
     let trials = extra_runs(2000);
@@ -269,11 +355,13 @@ fn main() {
     }
     println!("\nOverdraw during the criterion samples (pairs on 1 and 2 threads):");
     ours.report(RetryBudget::NAME);
+    per_authority.report(PerAuthority::NAME);
     tower.report(TpsBudget::NAME);
 
     println!("\nRace: 2 threads empty a budget of 1000 tokens, no deposits, {trials} trials:");
     for (name, (count, over, max)) in [
         (RetryBudget::NAME, race::<RetryBudget>(trials)),
+        (PerAuthority::NAME, race::<PerAuthority>(trials)),
         (TpsBudget::NAME, race::<TpsBudget>(trials)),
     ] {
         println!(

@@ -6,8 +6,9 @@
 //! | --- | --- |
 //! | connect error, connection refused | [`Classification::Retry`], [`RetryReason::Connect`]: the server never saw the request |
 //! | HTTP/2 `RST_STREAM(REFUSED_STREAM)` received on the request's own stream | [`Classification::Retry`], [`RetryReason::RefusedStream`]: the server did not process it |
+//! | hyper's canceled error: the connection closed, or was not ready, before the request was started | [`Classification::Retry`], [`RetryReason::NotSent`]: the server never saw it |
 //! | HTTP/2 `GOAWAY` (any code) | [`Classification::Retry`], [`RetryReason::GoAway`]: the connection is going away, and the stream may have been processed |
-//! | connection reset / aborted, broken pipe, unexpected EOF, incomplete message, hyper's canceled and "dispatch task is gone" errors, an HTTP/2 `RST_STREAM` with any other code received before the answer | [`Classification::Retry`], [`RetryReason::ConnectionClosed`] |
+//! | connection reset / aborted, broken pipe, unexpected EOF, incomplete message, hyper's "dispatch task is gone" error, an HTTP/2 `RST_STREAM` with any other code received before the answer | [`Classification::Retry`], [`RetryReason::ConnectionClosed`] |
 //! | a timeout: tower's `Elapsed`, `io::ErrorKind::TimedOut`, [`AttemptTimedOut`] | [`Classification::Retry`], [`RetryReason::Timeout`] |
 //! | 408, 429, 502, 503, 504 | [`Classification::Retry`], [`RetryReason::Status`] |
 //! | 500 | [`Classification::RetryOnce`]: at most one retry per logical request |
@@ -16,8 +17,8 @@
 //!
 //! Whether a retryable outcome is actually retried also depends on the request: see
 //! [`RetryReason::request_not_processed`] and the crate docs on idempotency. Only a connect
-//! error and a `REFUSED_STREAM` on the request's own stream prove that the server never saw
-//! the request, so only those are retried for a request that may not be repeated (a POST
+//! error, a request hyper never started, and a `REFUSED_STREAM` on the request's own stream
+//! prove that the server never saw the request, so only those are retried for a request that may not be repeated (a POST
 //! without an idempotency key). A `GOAWAY` is no such proof: hyper hands the connection's
 //! `GOAWAY` error to every stream still open on it, the last one the server processed
 //! included (against nginx, which closes a connection with `GOAWAY` after its
@@ -140,6 +141,9 @@ pub enum RetryReason {
     /// HTTP/2 `RST_STREAM(REFUSED_STREAM)` on the request's own stream: the server did
     /// not process the request.
     RefusedStream,
+    /// hyper dropped the request before it started sending it: its connection closed, or
+    /// was not ready (hyper's canceled error). The server never saw it.
+    NotSent,
     /// HTTP/2 `GOAWAY`: the connection is going away. The stream may have been processed
     /// (hyper reports the connection's `GOAWAY` to the last stream the server processed
     /// too), so this is not proof that the server never saw the request.
@@ -163,7 +167,10 @@ impl RetryReason {
     /// a retry safe whatever the method: a connect error, or `REFUSED_STREAM` on the
     /// request's own stream. Nothing else is proof; a `GOAWAY` in particular is not.
     pub fn request_not_processed(&self) -> bool {
-        matches!(self, RetryReason::Connect | RetryReason::RefusedStream)
+        matches!(
+            self,
+            RetryReason::Connect | RetryReason::RefusedStream | RetryReason::NotSent
+        )
     }
 
     /// What kind of failure it is: 429 and throttling codes are
@@ -179,6 +186,7 @@ impl RetryReason {
             },
             RetryReason::Connect
             | RetryReason::RefusedStream
+            | RetryReason::NotSent
             | RetryReason::GoAway
             | RetryReason::ConnectionClosed
             | RetryReason::Timeout => FailureKind::Transient,
@@ -201,6 +209,7 @@ impl RetryReason {
             },
             RetryReason::Connect => "connect",
             RetryReason::RefusedStream => "refused_stream",
+            RetryReason::NotSent => "not_sent",
             RetryReason::GoAway => "goaway",
             RetryReason::ConnectionClosed => "connection_closed",
             RetryReason::Timeout => "timeout",
@@ -216,6 +225,7 @@ impl fmt::Display for RetryReason {
             RetryReason::Status(s) => write!(f, "status {}", s.as_u16()),
             RetryReason::Connect => f.write_str("connect error"),
             RetryReason::RefusedStream => f.write_str("HTTP/2 stream refused"),
+            RetryReason::NotSent => f.write_str("request not sent"),
             RetryReason::GoAway => f.write_str("HTTP/2 GOAWAY"),
             RetryReason::ConnectionClosed => f.write_str("connection closed"),
             RetryReason::Timeout => f.write_str("timeout"),
@@ -495,10 +505,16 @@ pub fn classify_error(error: &(dyn StdError + 'static)) -> Classification {
     Classification::Done
 }
 
-/// True when `error` is HTTP/2's proof that the request's stream never left: an
-/// `RST_STREAM(REFUSED_STREAM)` the server sent on it (with the `hyper` feature).
-pub(crate) fn stream_refused(error: &(dyn StdError + 'static)) -> bool {
-    classify_error(error) == Classification::Retry(RetryReason::RefusedStream)
+/// The reason, when `error` is the transport's proof that the request never left the
+/// client: an `RST_STREAM(REFUSED_STREAM)` the server sent on its stream, or a request
+/// hyper never started (with the `hyper` feature).
+pub(crate) fn never_left(error: &(dyn StdError + 'static)) -> Option<RetryReason> {
+    match classify_error(error) {
+        Classification::Retry(reason @ (RetryReason::RefusedStream | RetryReason::NotSent)) => {
+            Some(reason)
+        }
+        _ => None,
+    }
 }
 
 fn retry(reason: RetryReason) -> Option<Classification> {
@@ -570,7 +586,12 @@ mod hyper_errors {
                 // connection failure it is; CONNECT and upgrades are never retried.
                 return retry(RetryReason::ConnectionClosed);
             }
-            if e.is_incomplete_message() || e.is_canceled() || e.is_closed() {
+            if e.is_canceled() {
+                // hyper gives this only for a request it never started: its connection
+                // closed with the request still queued, or was not ready for it.
+                return retry(RetryReason::NotSent);
+            }
+            if e.is_incomplete_message() || e.is_closed() {
                 return retry(RetryReason::ConnectionClosed);
             }
             return None;

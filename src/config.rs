@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use http::{HeaderName, Request};
 
-use crate::gate::{Gates, RetryBudget, Throttle};
+use crate::gate::{Gates, RetryBudget, RetryQuota, Throttle};
 use crate::hook::{AttemptHeader, Hooks};
 use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey};
 use crate::policy::{PolicyKey, RetryPolicy};
@@ -23,6 +23,7 @@ pub(crate) struct Config {
     pub(crate) routes: Vec<(RouteMatch, RetryPolicy)>,
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) throttle: Option<Throttle>,
+    pub(crate) quota: Option<RetryQuota>,
     pub(crate) key: Option<IdempotencyKey>,
     /// The header whose presence makes a non-idempotent request retryable.
     pub(crate) key_header: HeaderName,
@@ -37,6 +38,7 @@ impl Default for Config {
             routes: Vec::new(),
             budget: Some(RetryBudget::default()),
             throttle: None,
+            quota: None,
             key: Some(IdempotencyKey::default()),
             key_header: IDEMPOTENCY_KEY,
             max_replay_bytes: DEFAULT_MAX_REPLAY_BYTES,
@@ -52,6 +54,7 @@ impl fmt::Debug for Config {
             .field("routes", &self.routes)
             .field("budget", &self.budget)
             .field("throttle", &self.throttle)
+            .field("quota", &self.quota)
             .field("idempotency_key", &self.key)
             .field("max_replay_bytes", &self.max_replay_bytes)
             .field("attempt_header", &self.attempt_header)
@@ -78,6 +81,8 @@ pub(crate) struct Plan {
     /// Whether outcomes are classified by the default table (no custom classifier), under
     /// which every 2xx response is a success, and no gate needs telling of one.
     plain_successes: bool,
+    /// Whether a gate keeps its state per authority: each request finds its own first.
+    pub(crate) partitioned: bool,
 }
 
 impl Plan {
@@ -95,6 +100,7 @@ impl Plan {
         let gates = Gates {
             budget: policy.budget.or_layer(config.budget.as_ref()),
             throttle: policy.throttle.or_layer(config.throttle.as_ref()),
+            quota: policy.quota.or_layer(config.quota.as_ref()),
         };
         let (key, key_header) = match &policy.key {
             PolicyKey::Own(key) => (Some(key.clone()), key.get_header_name().clone()),
@@ -109,6 +115,7 @@ impl Plan {
         let hooks = hooks.then(&policy.hooks);
         Self {
             plain_successes: !policy.has_custom_classifier() && !gates.hears_successes(),
+            partitioned: gates.partitioned(),
             policy,
             gates,
             key,

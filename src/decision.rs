@@ -12,7 +12,7 @@ use crate::backoff::JitterRng;
 use crate::classify::{Classification, RetryReason};
 use crate::config::Plan;
 use crate::error::{AttemptTimedOut, DeadlineExceeded, ServiceNotReady};
-use crate::gate::{Heard, Refusal, Ticket};
+use crate::gate::{Gates, Heard, Refusal, Ticket};
 use crate::hints::Hint;
 use crate::hook::{AttemptContext, AttemptKind};
 use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
@@ -143,10 +143,10 @@ pub(crate) struct Outcome {
     /// The outcome is decided again after the transport released the body: the gates
     /// heard of it already, and a body still held is not replayable.
     pub(crate) released: bool,
-    /// The attempt failed with its stream refused before it left
-    /// ([`classify::stream_refused`](crate::classify::stream_refused)); looked for only
-    /// when the policy has transparent retries.
-    pub(crate) refused_stream: bool,
+    /// The attempt failed in a way that proves it never left the client, and why
+    /// ([`classify::never_left`](crate::classify::never_left)); looked for only when the
+    /// policy has transparent retries.
+    pub(crate) never_left: Option<RetryReason>,
 }
 
 /// The facts that cost something to learn, asked for only when a decision needs them.
@@ -183,6 +183,7 @@ fn stop(info: &mut RetryInfo, reason: StopReason) -> Answer {
 /// retry recorded, or the stop.
 pub(crate) fn decide(
     plan: &Plan,
+    gates: &Gates,
     limits: &Limits,
     outcome: &Outcome,
     facts: &mut impl Facts,
@@ -194,16 +195,14 @@ pub(crate) fn decide(
     // A request the server provably never saw is sent again at once, outside the count.
     let transparent = transparent(
         policy.transparent,
-        outcome.refused_stream,
+        outcome.never_left,
         verdict,
         info.retries(),
     );
     // Every gate hears of an outcome once (not again after the body's release), and not of
     // a transparent retry's: the server never saw that attempt.
     let gated = match (transparent, outcome.released) {
-        (None, false) => plan
-            .gates
-            .on_outcome(Heard::of(verdict), course.as_deref().map(|c| &c.ticket)),
+        (None, false) => gates.on_outcome(Heard::of(verdict), course.as_deref().map(|c| &c.ticket)),
         _ => Ok(()),
     };
     let judged = match transparent {
@@ -266,7 +265,7 @@ pub(crate) fn decide(
         transparent: transparent.is_some(),
     };
     let ticket = &mut course.ticket;
-    let record = match schedule_retry(&schedule, || plan.gates.ask_retry(reason.kind(), ticket)) {
+    let record = match schedule_retry(&schedule, || gates.ask_retry(reason.kind(), ticket)) {
         Ok(record) => record,
         Err(refused) => {
             if refused == StopReason::BudgetExhausted {
@@ -406,30 +405,30 @@ pub(crate) struct Judgement<'a> {
     pub(crate) failed_after_deadline: bool,
 }
 
-/// A transparent retry, for a policy that has them: an attempt whose stream the transport
-/// proved never left (`RST_STREAM(REFUSED_STREAM)` on the request's own stream) is sent
-/// again once per logical request, at once, whatever the attempts left and whatever the
-/// classifier said (it is the transport's retry, below the policy's), and without telling
-/// the gates. `Some` with the reason when this outcome gets it; a second refusal, and a
-/// verdict of [`Classification::Stop`], go by the normal rules.
+/// A transparent retry, for a policy that has them: an attempt the transport proved never
+/// left the client (`RST_STREAM(REFUSED_STREAM)` on the request's own stream, or a request
+/// hyper never started) is sent again once per logical request, at once, whatever the
+/// attempts left and whatever the classifier said (it is the transport's retry, below the
+/// policy's), and without telling the gates. `Some` with the reason when this outcome gets
+/// it; a second such failure, and a verdict of [`Classification::Stop`], go by the normal
+/// rules.
 ///
 /// A connect error is proof too that the server never saw the request (so any method may
 /// be retried after one), but not a transparent retry: a server that refuses connections is
 /// down, and gRPC's clients hand that failure to the retry policy, counted.
 pub(crate) fn transparent(
     enabled: bool,
-    refused_stream: bool,
+    never_left: Option<RetryReason>,
     verdict: Classification,
     previous: &[RetryRecord],
 ) -> Option<RetryReason> {
     if !enabled
-        || !refused_stream
         || matches!(verdict, Classification::Stop(_))
         || previous.iter().any(RetryRecord::is_transparent)
     {
         return None;
     }
-    Some(RetryReason::RefusedStream)
+    never_left
 }
 
 /// The attempts that count against `max_attempts`: all of them but the transparent
@@ -537,6 +536,8 @@ pub(crate) fn schedule_retry(
         Ok(()) => {}
         Err(Refusal::Budget) => return Err(StopReason::BudgetExhausted),
         Err(Refusal::Throttle) => return Err(StopReason::Throttled),
+        // A quota that cannot pay is a budget that ran out, as the caller sees it.
+        Err(Refusal::Quota) => return Err(StopReason::BudgetExhausted),
     }
     Ok(RetryRecord {
         kind: match s.transparent {

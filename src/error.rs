@@ -359,6 +359,7 @@ pub(crate) enum ConfigKind {
     HeaderName,
     Budget,
     Throttle,
+    Quota,
     /// The settings of a protocol module above the core (a gRPC service config).
     #[allow(dead_code)] // only the protocol modules make these, and they are optional
     Protocol,
@@ -395,6 +396,11 @@ impl InvalidConfig {
     /// A retry throttle's settings were refused.
     pub fn is_throttle(&self) -> bool {
         self.kind == ConfigKind::Throttle
+    }
+
+    /// A retry quota's settings were refused.
+    pub fn is_quota(&self) -> bool {
+        self.kind == ConfigKind::Quota
     }
 
     /// A protocol module's settings (a gRPC service config) were refused.

@@ -38,6 +38,7 @@ use crate::classify::Outcome as Seen;
 use crate::config::Plan;
 use crate::decision::{self, Answer, Course, Expired, Facts, Limits, Outcome, RELEASE_GRACE};
 use crate::error::{DeadlineExceeded, RetryError, ServiceNotReady};
+use crate::gate::Gates;
 use crate::head::Head;
 use crate::hints::Hint;
 use crate::info::{Attempt, AttemptOutcome, RetryInfo};
@@ -116,6 +117,8 @@ pub(crate) struct Retrying<S, B> {
     pub(crate) replay: Replay<B>,
     /// The request's policy, resolved once when it was called.
     pub(crate) plan: Arc<Plan>,
+    /// The gates of the request's authority, when the plan keeps gates per authority.
+    pub(crate) partition: Option<Box<Gates>>,
 }
 
 /// What only retries use, boxed when the first retry goes ahead: most requests succeed at
@@ -440,8 +443,10 @@ where
         };
         let outcome = Outcome {
             verdict: plan.policy.classify(&retry.head, seen),
-            refused_stream: plan.policy.transparent
-                && matches!(seen, Seen::Error(error) if crate::classify::stream_refused(error)),
+            never_left: match seen {
+                Seen::Error(error) if plan.policy.transparent => crate::classify::never_left(error),
+                _ => None,
+            },
             responded: result.is_ok(),
             may_repeat: retry.head.method().is_idempotent()
                 || self.info.idempotency_key().is_some()
@@ -455,7 +460,16 @@ where
             now: None,
         };
         let course = later.as_deref_mut().map(|later| &mut later.course);
-        match decision::decide(plan, self.limits, &outcome, &mut facts, course, self.info) {
+        let gates = retry.partition.as_deref().unwrap_or(&plan.gates);
+        match decision::decide(
+            plan,
+            gates,
+            self.limits,
+            &outcome,
+            &mut facts,
+            course,
+            self.info,
+        ) {
             Answer::Return => Some(result),
             Answer::AwaitRelease => {
                 let end = self.limits.wait_end(Instant::now(), Some(RELEASE_GRACE));

@@ -409,9 +409,12 @@ impl RetryLayer {
     ///   `retryPolicy` retries nothing but keeps gRPC's classification and A6's transparent
     ///   retry.
     /// - A method no entry names gets the same: one attempt, gRPC's rules, no deadline.
-    /// - `retryThrottling` becomes the layer's [`throttle`](RetryLayer::throttle), shared by
-    ///   every route (A6 throttles per server) and by every layer made from the same
-    ///   [`ServiceConfig`] (its throttle is one shared handle).
+    /// - `retryThrottling` becomes the layer's [`throttle`](RetryLayer::throttle), with one
+    ///   count per authority (A6 throttles per server name), shared by every route and by
+    ///   every layer made from the same [`ServiceConfig`] (its throttle is one shared
+    ///   handle). A tonic client sends a path alone (the channel adds its origin below the
+    ///   layer), so its calls count as requests without an authority, sharing one count,
+    ///   unless the client is made with tonic's `with_origin`.
     ///
     /// The rest is [`RetryLayer::grpc`]'s: no idempotency keys, the default
     /// [`RetryBudget`](crate::RetryBudget) (gRPC has none;

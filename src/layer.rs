@@ -8,7 +8,7 @@ use tower_layer::Layer;
 
 use crate::config::{Config, Plans};
 use crate::error::InvalidConfig;
-use crate::gate::{RetryBudget, Throttle};
+use crate::gate::{RetryBudget, RetryQuota, Throttle};
 use crate::idempotency::IdempotencyKey;
 use crate::policy::RetryPolicy;
 use crate::route::RouteMatch;
@@ -91,6 +91,28 @@ impl RetryLayer {
     /// ```
     pub fn throttle(self, throttle: Throttle) -> Self {
         self.edit(|c| c.throttle = Some(throttle))
+    }
+
+    /// A cost-weighted [`RetryQuota`] (the AWS SDKs' standard retry mode) for every policy
+    /// of the layer that has none of its own ([`RetryPolicy::quota`]): each retry spends
+    /// tokens by the failure it follows, and only successes give them back. It works beside
+    /// the budget and the throttle (each may refuse a retry); the AWS SDKs use it instead of
+    /// a budget, so pair it with [`no_budget`](Self::no_budget) to behave as they do. A
+    /// quota that cannot pay stops the retries with `StopReason::BudgetExhausted`.
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryLayer, RetryQuota};
+    ///
+    /// let layer = RetryLayer::new().no_budget().quota(RetryQuota::aws_standard());
+    /// assert_eq!(layer.get_quota().unwrap().tokens(), 500);
+    /// ```
+    pub fn quota(self, quota: RetryQuota) -> Self {
+        self.edit(|c| c.quota = Some(quota))
+    }
+
+    /// The layer's quota, if it has one ([`RetryLayer::quota`]).
+    pub fn get_quota(&self) -> Option<&RetryQuota> {
+        self.config.quota.as_ref()
     }
 
     fn edit(mut self, f: impl FnOnce(&mut Config)) -> Self {

@@ -139,7 +139,9 @@ pub use crate::config::DEFAULT_MAX_REPLAY_BYTES;
 pub use crate::error::{
     AttemptTimedOut, DeadlineExceeded, InvalidConfig, RetryError, ServiceNotReady,
 };
-pub use crate::gate::{BudgetBuilder, RetryBudget, Throttle, ThrottleBuilder};
+pub use crate::gate::{
+    BudgetBuilder, QuotaBuilder, RetryBudget, RetryQuota, Throttle, ThrottleBuilder,
+};
 pub use crate::hook::{AttemptContext, AttemptHook, AttemptKind};
 pub use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey, MakeIdempotencyKey};
 pub use crate::info::{Attempt, AttemptOutcome, RetryInfo, RetryRecord, StopReason};

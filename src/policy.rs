@@ -9,7 +9,7 @@ use http::request;
 use crate::backoff::{Backoff, JitterRng, SeedSequence};
 use crate::classify::{Classification, Classify, Outcome};
 use crate::error::InvalidConfig;
-use crate::gate::{RetryBudget, Throttle};
+use crate::gate::{RetryBudget, RetryQuota, Throttle};
 use crate::head::Head;
 use crate::hook::{AttemptHook, Hooks};
 use crate::idempotency::IdempotencyKey;
@@ -61,6 +61,7 @@ pub struct RetryPolicy {
     pub(crate) assume_idempotent: bool,
     pub(crate) key: PolicyKey,
     pub(crate) throttle: Layered<Throttle>,
+    pub(crate) quota: Layered<RetryQuota>,
     pub(crate) hooks: Hooks,
     pub(crate) transparent: bool,
 }
@@ -109,6 +110,7 @@ impl Default for RetryPolicy {
             assume_idempotent: false,
             key: PolicyKey::Layer,
             throttle: Layered::Layer,
+            quota: Layered::Layer,
             hooks: Hooks::default(),
             transparent: false,
         }
@@ -458,6 +460,26 @@ impl RetryPolicy {
         self
     }
 
+    /// Pays this policy's retries from a [`RetryQuota`] of its own, instead of the layer's
+    /// ([`RetryLayer::quota`](crate::RetryLayer::quota)).
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryPolicy, RetryQuota};
+    ///
+    /// let policy = RetryPolicy::default().quota(RetryQuota::aws_standard());
+    /// # let _ = policy;
+    /// ```
+    pub fn quota(mut self, quota: RetryQuota) -> Self {
+        self.quota = Layered::Own(quota);
+        self
+    }
+
+    /// No quota for this policy's retries, whatever the layer has.
+    pub fn no_quota(mut self) -> Self {
+        self.quota = Layered::Off;
+        self
+    }
+
     /// Runs `hook` on every attempt's request before it is sent (see [`AttemptHook`]). A
     /// policy has at most one hook of each type: a second one of the same type replaces
     /// the first.
@@ -614,6 +636,7 @@ impl fmt::Debug for RetryPolicy {
             .field("assume_idempotent", &self.assume_idempotent)
             .field("idempotency_key", &self.key)
             .field("throttle", &self.throttle)
+            .field("quota", &self.quota)
             .field("hooks", &self.hooks)
             .field("transparent_retry", &self.transparent)
             .finish()

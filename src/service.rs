@@ -144,8 +144,15 @@ where
         let trace = Trace::new(&request);
         let mut info = RetryInfo::default();
 
-        // Every logical request is the client's traffic, retried or not.
-        plan.gates.on_request();
+        // Every logical request is the client's traffic, retried or not; a gate kept per
+        // authority is found for this request's once.
+        let partition = match plan.partitioned {
+            true => Some(Box::new(
+                plan.gates.for_request(request.uri(), request.headers()),
+            )),
+            false => None,
+        };
+        partition.as_deref().unwrap_or(&plan.gates).on_request();
         // Whether a key is stamped depends on the key configuration alone, never on
         // whether retries are on. Where keys are stamped, the one lookup that finds or
         // inserts it; elsewhere it is looked for in the head's copy below.
@@ -201,6 +208,7 @@ where
             head,
             replay,
             plan,
+            partition,
         };
         ResponseFuture::first(future, retry, limits, info, trace)
     }

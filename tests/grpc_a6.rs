@@ -814,15 +814,36 @@ async fn a_service_config_gives_each_route_its_policy_and_one_throttle() {
         .layer(RetryLayer::from_service_config(&config))
         .layer(grpc::tonic_body_layer())
         .service(channel);
-    let request = http::Request::post(format!("{}{}", server.uri(), UNARY))
+    // A path alone, as tonic's clients send it (the channel adds the origin below the
+    // layer): the count of requests without an authority, the one the calls above drained.
+    let request = http::Request::post(UNARY)
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .body(http_body_util::Full::new(common::grpc::frame(b"g")))
         .unwrap();
-    let response = tower::ServiceExt::oneshot(bare, request).await.unwrap();
+    let response = tower::ServiceExt::oneshot(bare.clone(), request)
+        .await
+        .unwrap();
     let info = response.extensions().get::<RetryInfo>().unwrap();
     assert_eq!((info.attempts(), info.stop()), (1, StopReason::Throttled));
     assert_eq!(throttle.tokens(), 4.0);
+    // A6 throttles per server: a request that names its server (a client built with
+    // tonic's `with_origin`) has that server's own count, full.
+    let named = http::Request::post(format!("{}{}", server.uri(), UNARY))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(http_body_util::Full::new(common::grpc::frame(b"h")))
+        .unwrap();
+    let response = tower::ServiceExt::oneshot(bare, named).await.unwrap();
+    let info = response.extensions().get::<RetryInfo>().unwrap();
+    assert_ne!(info.stop(), StopReason::Throttled);
+    let own = throttle.partition(&server.uri().parse().unwrap());
+    assert!(own.tokens() >= 9.0, "{own:?}");
+    assert_eq!(
+        throttle.tokens(),
+        4.0,
+        "untouched by the named server's call"
+    );
 }
 
 // ---- The caller's own grpc-timeout ----

@@ -450,3 +450,24 @@ fn in_a_total_outage_each_throttle_grants_exactly_four_retries() {
     }
     assert_eq!(nested.succeeded, 0);
 }
+
+/// Table (e): behind one budget or quota the outage takes the healthy server's retries;
+/// per authority it cannot, and every row matches its arithmetic within a point.
+#[test]
+fn per_authority_gates_keep_the_healthy_servers_retries() {
+    let [budget, budget_apart, quota, quota_apart] =
+        sim::Shared::ALL.map(|gates| sim::paused(sim::two_servers(gates, 2026)));
+    let p = sim::HEALTHY_FAILURE_RATE;
+    for shared in [&budget, &quota] {
+        assert!(shared.healthy_refused > 100, "{shared:?}");
+        assert!(shared.healthy_goodput < 1.0 - p + 0.02, "{shared:?}");
+    }
+    for apart in [&budget_apart, &quota_apart] {
+        assert_eq!(apart.healthy_refused, 0, "{apart:?}");
+        assert!(apart.healthy_goodput > 1.0 - p * p, "{apart:?}");
+    }
+    for run in [&budget, &budget_apart, &quota, &quota_apart] {
+        let gap = (run.healthy_goodput - run.expected_goodput()).abs();
+        assert!(gap < 0.01, "{}: {run:?}: {gap}", run.gates.name());
+    }
+}

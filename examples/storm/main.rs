@@ -121,6 +121,68 @@ fn main() {
 
     partial_outage_table(1);
     partial_outage_table(3);
+    two_servers_table();
+}
+
+/// Table (e): one client of two servers, one of them down.
+fn two_servers_table() {
+    println!(
+        "\n(e) one client, two servers: one in a total outage, the other failing 5% on its own"
+    );
+    println!(
+        "    {} requests at {} per second, alternating between the servers; 3 attempts, the same",
+        thousands(sim::PARTIAL_REQUESTS as f64),
+        thousands(f64::from(sim::PARTIAL_PER_SECOND)),
+    );
+    println!("    backoff. The healthy server's goodput; in brackets, the arithmetic below.\n");
+    println!(
+        "{:<32} {:>22} {:>22}",
+        "", "healthy server goodput", "its retries refused"
+    );
+    let mut runs = Vec::new();
+    for gates in sim::Shared::ALL {
+        let run = sim::paused(sim::two_servers(gates, 2026));
+        println!(
+            "{:<32} {:>22} {:>22}",
+            gates.name(),
+            format!(
+                "{} ({})",
+                percent(run.healthy_goodput),
+                percent(run.expected_goodput())
+            ),
+            thousands(run.healthy_refused as f64)
+        );
+        runs.push(run);
+    }
+    let seconds = runs[0].elapsed.as_secs_f64();
+    println!(
+        "\nThe arithmetic. The outage wants 2 retries per request, the healthy server p + p^2 = {:.4}.",
+        sim::HEALTHY_FAILURE_RATE + sim::HEALTHY_FAILURE_RATE.powi(2)
+    );
+    println!(
+        "One budget holds C + r N + m T = {} + {} x {} + {} x {seconds:.1} s for both: the outage takes",
+        sim::MAX_TOKENS,
+        sim::RATIO,
+        thousands(sim::PARTIAL_REQUESTS as f64),
+        sim::MIN_PER_SEC
+    );
+    println!(
+        "nearly all of it, and the healthy server's failures mostly go unretried (goodput near 1 - p)."
+    );
+    println!(
+        "Per authority, the healthy server has C + r N/2 + m T to itself, more than it needs: 1 - p^3."
+    );
+    println!(
+        "The AWS quota ({} tokens, {} per retry after a 503, 1 back per first-try success, a success's",
+        sim::QUOTA_MAX_TOKENS,
+        sim::QUOTA_COST
+    );
+    println!(
+        "last retry refunded) earns only from successes: shared, the outage spends what the healthy"
+    );
+    println!(
+        "server earns; per authority, the healthy server's retries cost about what its successes return."
+    );
 }
 
 fn percent(share: f64) -> String {

@@ -17,7 +17,7 @@ use tower::{Layer, Service, ServiceExt};
 #[cfg(feature = "grpc")]
 use tower_http_retry::grpc::Throttle;
 use tower_http_retry::{
-    Backoff, Jitter, RetryBudget, RetryInfo, RetryLayer, RetryPolicy, StopReason,
+    Backoff, Jitter, RetryBudget, RetryInfo, RetryLayer, RetryPolicy, RetryQuota, StopReason,
 };
 
 /// Width of a time window, as in the figures the project grew from.
@@ -673,4 +673,205 @@ pub fn partial_outage(layers: usize) -> Vec<Row> {
         }
     }
     rows
+}
+
+/// `RetryQuota::aws_standard()`'s capacity, and its cost of a retry after a transient
+/// failure (a 503), for the arithmetic.
+pub const QUOTA_MAX_TOKENS: f64 = 500.0;
+/// See [`QUOTA_MAX_TOKENS`].
+pub const QUOTA_COST: f64 = 10.0;
+
+/// The failure rate of the healthy server in the two-server table: 5%, on its own.
+pub const HEALTHY_FAILURE_RATE: f64 = 0.05;
+
+/// What one client's gates are in the two-server table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shared {
+    /// The default budget, one bucket for both servers.
+    OneBudget,
+    /// The default budget's settings, one bucket per authority.
+    BudgetPerAuthority,
+    /// The AWS SDKs' quota (`RetryQuota::aws_standard()`), one pool for both, no budget.
+    OneQuota,
+    /// The same quota, one pool per authority, no budget.
+    QuotaPerAuthority,
+}
+
+impl Shared {
+    pub const ALL: [Shared; 4] = [
+        Shared::OneBudget,
+        Shared::BudgetPerAuthority,
+        Shared::OneQuota,
+        Shared::QuotaPerAuthority,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Shared::OneBudget => "one default budget",
+            Shared::BudgetPerAuthority => "default budget per authority",
+            Shared::OneQuota => "one AWS quota",
+            Shared::QuotaPerAuthority => "AWS quota per authority",
+        }
+    }
+
+    fn layer(self) -> RetryLayer {
+        match self {
+            Shared::OneBudget => RetryLayer::new().budget(RetryBudget::default()),
+            Shared::BudgetPerAuthority => {
+                RetryLayer::new().budget(RetryBudget::builder().per_authority().build())
+            }
+            Shared::OneQuota => RetryLayer::new()
+                .no_budget()
+                .quota(RetryQuota::aws_standard()),
+            Shared::QuotaPerAuthority => RetryLayer::new()
+                .no_budget()
+                .quota(RetryQuota::builder().per_authority().build()),
+        }
+    }
+}
+
+/// What the two-server run measured for the healthy server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TwoServers {
+    pub gates: Shared,
+    /// Logical requests to each server.
+    pub per_server: usize,
+    /// Share of the healthy server's requests that succeeded.
+    pub healthy_goodput: f64,
+    /// Retries of the healthy server's requests that a gate refused.
+    pub healthy_refused: usize,
+    /// Simulated time from the first request to the last answer.
+    pub elapsed: Duration,
+}
+
+/// One client, two servers: `down.test` in a total outage (every attempt a 503) and
+/// `healthy.test` failing [`HEALTHY_FAILURE_RATE`] of its attempts on its own, requests
+/// alternating between them, [`PARTIAL_REQUESTS`] in all at [`PARTIAL_PER_SECOND`], 3
+/// attempts, [`partial_backoff`]. Call it under [`paused`].
+pub async fn two_servers(gates: Shared, seed: u64) -> TwoServers {
+    let down = Flaky::new(1.0, false, seed);
+    let healthy = Flaky::new(HEALTHY_FAILURE_RATE, false, seed + 1);
+    let server = tower::service_fn(move |request: Request<_>| {
+        let mut server = match request.uri().host() {
+            Some("down.test") => down.clone(),
+            _ => healthy.clone(),
+        };
+        server.call(request)
+    });
+    let policy = RetryPolicy::default()
+        .max_attempts(3)
+        .backoff(partial_backoff())
+        .rng_seed(seed);
+    let client = gates.layer().policy(policy).layer(server);
+    let succeeded = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let gap = Duration::from_secs(1) / PARTIAL_PER_SECOND;
+    let start = Instant::now();
+    let mut set = JoinSet::new();
+    for i in 0..PARTIAL_REQUESTS {
+        let client = client.clone();
+        let (succeeded, refused) = (succeeded.clone(), refused.clone());
+        let host = if i % 2 == 0 {
+            "down.test"
+        } else {
+            "healthy.test"
+        };
+        set.spawn(async move {
+            let request = Request::get(format!("http://{host}/"))
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .expect("a valid request");
+            let response = client
+                .oneshot(request)
+                .await
+                .expect("the flaky servers answer every call");
+            if host == "healthy.test" {
+                if self::succeeded(&response) {
+                    succeeded.fetch_add(1, Ordering::Relaxed);
+                }
+                let info = response.extensions().get::<RetryInfo>();
+                // A quota that cannot pay stops the same way as a budget.
+                if info.is_some_and(|info| info.stop() == StopReason::BudgetExhausted) {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        tokio::time::sleep(gap).await;
+    }
+    while set.join_next().await.is_some() {}
+    let per_server = PARTIAL_REQUESTS / 2;
+    TwoServers {
+        gates,
+        per_server,
+        healthy_goodput: succeeded.load(Ordering::Relaxed) as f64 / per_server as f64,
+        healthy_refused: refused.load(Ordering::Relaxed),
+        elapsed: start.elapsed(),
+    }
+}
+
+impl TwoServers {
+    /// The arithmetic for the healthy server's goodput. With one budget, both servers'
+    /// retries draw from C + r * N + m * T; model every retry as granted with one chance q,
+    /// so the outage's requests take q + q^2 retries each and the healthy server's
+    /// q p + (q p)^2, and q solves N/2 (q + q^2 + q p + (q p)^2) = C + r N + m T. Per
+    /// authority, the healthy server has C + r N/2 + m T to itself, which its p + p^2 per
+    /// request does not exhaust: q = 1. Goodput is (1 - p) (1 + q p + (q p)^2).
+    pub fn expected_goodput(&self) -> f64 {
+        let p = HEALTHY_FAILURE_RATE;
+        let seconds = self.elapsed.as_nanos().div_ceil(1_000_000) as f64 / 1000.0;
+        let half = self.per_server as f64;
+        let q = match self.gates {
+            Shared::OneBudget => {
+                let supply = MAX_TOKENS + RATIO * 2.0 * half + MIN_PER_SEC * seconds;
+                let demand = |q: f64| half * (q + q * q + q * p + (q * p) * (q * p));
+                bisect(|q| demand(q) - supply)
+            }
+            Shared::BudgetPerAuthority => {
+                let supply = MAX_TOKENS + RATIO * half + MIN_PER_SEC * seconds;
+                let demand = |q: f64| half * (q * p + (q * p) * (q * p));
+                bisect(|q| demand(q) - supply)
+            }
+            // The quota's income is the healthy server's first-try successes, 1 token each
+            // (a success after retries only gives its last retry back), plus 500 to start;
+            // every retry costs 10 (a 503 is transient), and only a success refunds one. The
+            // outage spends 10 per retry and never refunds; the healthy server's retries
+            // (p + p^2 per request, at q) pay 10 and get 10 back when they succeed.
+            Shared::OneQuota => {
+                let income = QUOTA_MAX_TOKENS + half * (1.0 - p);
+                let demand = |q: f64| {
+                    let healthy = q * p + (q * p) * (q * p);
+                    // Per request: the outage's q + q^2 retries, all lost; the healthy
+                    // server's, less the one refunded when it succeeds.
+                    let refunded = (1.0 - p) * (q * p);
+                    QUOTA_COST * half * (q + q * q + healthy - refunded)
+                };
+                bisect(|q| demand(q) - income)
+            }
+            Shared::QuotaPerAuthority => {
+                let income = QUOTA_MAX_TOKENS + half * (1.0 - p);
+                let demand = |q: f64| {
+                    let healthy = q * p + (q * p) * (q * p);
+                    QUOTA_COST * half * (healthy - (1.0 - p) * (q * p))
+                };
+                bisect(|q| demand(q) - income)
+            }
+        };
+        (1.0 - p) * (1.0 + q * p + (q * p) * (q * p))
+    }
+}
+
+/// The q in [0, 1] where the increasing `f` crosses zero (1 if it never does).
+fn bisect(f: impl Fn(f64) -> f64) -> f64 {
+    if f(1.0) <= 0.0 {
+        return 1.0;
+    }
+    let (mut low, mut high) = (0.0, 1.0);
+    for _ in 0..60 {
+        let mid = (low + high) / 2.0;
+        if f(mid) > 0.0 {
+            high = mid;
+        } else {
+            low = mid;
+        }
+    }
+    low
 }

@@ -75,7 +75,7 @@ fn outcome(verdict: Classification) -> Outcome {
         responded: true,
         may_repeat: true,
         released: false,
-        refused_stream: false,
+        never_left: None,
     }
 }
 
@@ -95,7 +95,7 @@ fn no_limits() -> Limits {
 /// `decide` on a first outcome; the answer and the record.
 fn once(plan: &Plan, limits: &Limits, o: Outcome, world: &mut World) -> (Answer, RetryInfo) {
     let mut info = first();
-    let answer = decide(plan, limits, &o, world, None, &mut info);
+    let answer = decide(plan, &plan.gates, limits, &o, world, None, &mut info);
     (answer, info)
 }
 
@@ -148,6 +148,7 @@ fn a_retryable_outcome_waits_the_backoff_and_starts_the_course() {
     let mut info = first();
     let answer = decide(
         &plan,
+        &plan.gates,
         &no_limits(),
         &outcome(Classification::Retry(S503)),
         &mut world,
@@ -170,6 +171,7 @@ fn a_retryable_outcome_waits_the_backoff_and_starts_the_course() {
     sent(&mut info);
     let answer = decide(
         &plan,
+        &plan.gates,
         &no_limits(),
         &outcome(Classification::Retry(S503)),
         &mut world,
@@ -182,6 +184,7 @@ fn a_retryable_outcome_waits_the_backoff_and_starts_the_course() {
     sent(&mut info);
     let answer = decide(
         &plan,
+        &plan.gates,
         &no_limits(),
         &outcome(Classification::Retry(S503)),
         &mut world,
@@ -226,6 +229,7 @@ fn a_500_is_retried_once() {
     sent(&mut info);
     let answer = decide(
         &plan,
+        &plan.gates,
         &no_limits(),
         &outcome(Classification::RetryOnce(S500)),
         &mut World::new(),
@@ -434,6 +438,7 @@ fn an_exact_hint_is_the_wait_bounded_only_by_the_deadline_and_restarts_the_backo
     let exact = Classification::RetryWithHint(S503, Hint::exact(10 * MS, pushback));
     let answer = decide(
         &plan,
+        &plan.gates,
         &no_limits(),
         &outcome(exact),
         &mut World::new(),
@@ -450,6 +455,7 @@ fn an_exact_hint_is_the_wait_bounded_only_by_the_deadline_and_restarts_the_backo
     sent(&mut info);
     let answer = decide(
         &plan,
+        &plan.gates,
         &no_limits(),
         &outcome(Classification::Retry(S503)),
         &mut World::new(),
@@ -574,13 +580,21 @@ fn a_transparent_retry_waits_nothing_is_not_counted_and_is_paid_for() {
     let refused = Outcome {
         responded: false,
         may_repeat: false,
-        refused_stream: true,
+        never_left: Some(RetryReason::RefusedStream),
         ..outcome(Classification::Retry(RetryReason::RefusedStream))
     };
     let mut world = World::new();
     world.hint = Some(Hint::new(Duration::from_secs(99), HintSource::RetryAfter));
     let mut info = first();
-    let answer = decide(&plan, &no_limits(), &refused, &mut world, None, &mut info);
+    let answer = decide(
+        &plan,
+        &plan.gates,
+        &no_limits(),
+        &refused,
+        &mut world,
+        None,
+        &mut info,
+    );
     let Answer::Retry {
         wait,
         start: Some(mut course),
@@ -597,6 +611,7 @@ fn a_transparent_retry_waits_nothing_is_not_counted_and_is_paid_for() {
     sent(&mut info);
     let answer = decide(
         &plan,
+        &plan.gates,
         &no_limits(),
         &refused,
         &mut world,
@@ -628,6 +643,7 @@ fn decorrelated_jitter_goes_on_from_the_wait_slept_not_a_transparent_one() {
     world.hint = Some(hint);
     let answer = decide(
         &plan,
+        &plan.gates,
         &no_limits(),
         &outcome(Classification::Retry(S503)),
         &mut world,
@@ -648,12 +664,13 @@ fn decorrelated_jitter_goes_on_from_the_wait_slept_not_a_transparent_one() {
     );
     let refused = Outcome {
         responded: false,
-        refused_stream: true,
+        never_left: Some(RetryReason::RefusedStream),
         ..outcome(Classification::Retry(RetryReason::RefusedStream))
     };
     sent(&mut info);
     decide(
         &plan,
+        &plan.gates,
         &no_limits(),
         &refused,
         &mut World::new(),
@@ -880,29 +897,39 @@ fn a_refused_stream_is_retried_transparently_once_whatever_the_verdict() {
         Classification::Retry(RetryReason::ConnectionClosed),
     ] {
         assert_eq!(
-            transparent(true, true, verdict, &[]),
+            transparent(true, Some(RefusedStream), verdict, &[]),
             Some(RefusedStream),
             "{verdict:?}"
         );
         // Only for a policy that has them, and only for a refused stream.
-        assert_eq!(transparent(false, true, verdict, &[]), None, "{verdict:?}");
-        assert_eq!(transparent(true, false, verdict, &[]), None, "{verdict:?}");
+        assert_eq!(
+            transparent(false, Some(RefusedStream), verdict, &[]),
+            None,
+            "{verdict:?}"
+        );
+        assert_eq!(transparent(true, None, verdict, &[]), None, "{verdict:?}");
     }
     // After a normal retry it is still available; after a transparent one, not.
     let verdict = Classification::Retry(RefusedStream);
     let normal = [record(S503)];
     assert_eq!(
-        transparent(true, true, verdict, &normal),
+        transparent(true, Some(RefusedStream), verdict, &normal),
         Some(RefusedStream)
     );
     let once = [record(S503), transparent_record(RefusedStream)];
-    assert_eq!(transparent(true, true, verdict, &once), None);
+    assert_eq!(transparent(true, Some(RefusedStream), verdict, &once), None);
     // A classifier that says stop is obeyed.
     let stop = Classification::Stop(RefusedStream);
-    assert_eq!(transparent(true, true, stop, &[]), None);
+    assert_eq!(transparent(true, Some(RefusedStream), stop, &[]), None);
+    // A request hyper never started is the other proof the transport gives.
+    let not_sent = Some(RetryReason::NotSent);
+    assert_eq!(
+        transparent(true, not_sent, Classification::Done, &[]),
+        not_sent
+    );
     // A connect error proves the request unseen, but is the retry policy's to judge.
     let connect = Classification::Retry(RetryReason::Connect);
-    assert_eq!(transparent(true, false, connect, &[]), None);
+    assert_eq!(transparent(true, None, connect, &[]), None);
 }
 
 #[test]

@@ -63,6 +63,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::bucket::{BALANCE_BITS, Bucket, MAX_BALANCE_UNITS, UNITS_PER_TOKEN};
+use super::partition::{AuthorityKey, Part, Partitions};
 use crate::error::{ConfigKind, InvalidConfig};
 
 /// Largest `max_tokens`: the most whole tokens the bucket's balance can hold.
@@ -117,7 +118,10 @@ const MAX_RATIO: f64 = 1_000.0;
 /// ```
 #[derive(Clone)]
 pub struct RetryBudget {
+    /// The bucket: of every request, or, per authority, of the requests with none.
     inner: Arc<Inner>,
+    /// Per authority: a bucket for each ([`BudgetBuilder::per_authority`]).
+    partitions: Option<Arc<Partitions<Arc<Inner>>>>,
 }
 
 /// The shared part of a [`RetryBudget`].
@@ -142,16 +146,61 @@ impl RetryBudget {
             ratio: 0.1,
             min_per_sec: 10,
             max_tokens: 100,
+            authorities: None,
         }
     }
 
-    fn from_bucket(bucket: Bucket, deposit_units: u64) -> RetryBudget {
+    fn from_bucket(bucket: Bucket, deposit_units: u64, authorities: Option<usize>) -> RetryBudget {
+        let inner = Arc::new(Inner {
+            bucket,
+            deposit_units,
+        });
+        let partitions = authorities.map(|max| Arc::new(Partitions::new(&inner, max)));
+        RetryBudget { inner, partitions }
+    }
+
+    /// True when the budget keeps a bucket per authority
+    /// ([`BudgetBuilder::per_authority`]).
+    pub fn is_per_authority(&self) -> bool {
+        self.partitions.is_some()
+    }
+
+    /// The budget that requests to `uri`'s authority draw from: for a per-authority budget,
+    /// that authority's bucket (made full on first sight; the shared overflow bucket when
+    /// the authorities tracked are all in use); the budget itself otherwise, and for a URI
+    /// without an authority. The layer finds it this way once per logical request, from
+    /// the URI or, in origin form, the `Host` header.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// let budget = RetryBudget::builder().min_per_sec(0).max_tokens(2).per_authority().build();
+    /// let down = budget.partition(&"http://down.example/".parse().unwrap());
+    /// assert!(down.withdraw() && down.withdraw() && !down.withdraw());
+    /// // The other server's bucket is untouched.
+    /// let up = budget.partition(&"http://up.example/".parse().unwrap());
+    /// assert_eq!(up.tokens(), 2.0);
+    /// assert_eq!(budget.partition(&"http://DOWN.example:80/x".parse().unwrap()).tokens(), 0.0);
+    /// ```
+    pub fn partition(&self, uri: &http::Uri) -> RetryBudget {
+        self.partition_of(AuthorityKey::of_uri(uri))
+    }
+
+    /// The bucket of the authority `key` names (see [`RetryBudget::partition`]).
+    pub(crate) fn partition_of(&self, key: Option<AuthorityKey>) -> RetryBudget {
+        let inner = match (&self.partitions, key) {
+            (Some(partitions), Some(key)) => partitions.get(key),
+            _ => Arc::clone(&self.inner),
+        };
         RetryBudget {
-            inner: Arc::new(Inner {
-                bucket,
-                deposit_units,
-            }),
+            inner,
+            partitions: None,
         }
+    }
+
+    /// How many authorities have a bucket of their own: 0 for a budget not per authority.
+    pub fn authorities(&self) -> usize {
+        self.partitions.as_ref().map_or(0, |p| p.len())
     }
 
     /// Records the start of a logical request: adds `ratio` tokens to the
@@ -203,9 +252,33 @@ pub struct BudgetBuilder {
     ratio: f64,
     min_per_sec: u32,
     max_tokens: u32,
+    authorities: Option<usize>,
 }
 
 impl BudgetBuilder {
+    /// One bucket per authority (the request URI's scheme, host and port; the `Host`
+    /// header for a request in origin form), each with these settings, so that a server
+    /// that fails spends its own retries and not a healthy one's. At most 1 024 authorities
+    /// are tracked ([`max_authorities`](Self::max_authorities)); only a bucket back at its
+    /// full state and used by no request in flight is forgotten to make room, and when every
+    /// one is in use, further authorities share one overflow bucket. Requests with no
+    /// authority share the budget's own bucket. Clones share all of them.
+    ///
+    /// A request to an authority already known takes a read lock on the map, never an
+    /// exclusive one.
+    pub fn per_authority(mut self) -> Self {
+        self.authorities
+            .get_or_insert(super::partition::DEFAULT_MAX_AUTHORITIES);
+        self
+    }
+
+    /// One bucket per authority ([`per_authority`](Self::per_authority)), tracking at most
+    /// `max` authorities (default 1 024; at least 1).
+    pub fn max_authorities(mut self, max: usize) -> Self {
+        self.authorities = Some(max);
+        self
+    }
+
     /// Tokens every logical request deposits when it starts (default 0.1: retries under
     /// a tenth of the requests). Counted in thousandths of a token: rounded down to a
     /// multiple of 0.001 (a value that is such a multiple up to floating-point error,
@@ -273,13 +346,33 @@ impl BudgetBuilder {
             }
             .into());
         }
+        if self.authorities == Some(0) {
+            return Err(InvalidBudget {
+                kind: Invalid::ZeroAuthorities,
+            }
+            .into());
+        }
         Ok(RetryBudget::from_bucket(
             Bucket::full(
                 u64::from(self.max_tokens) * UNITS_PER_TOKEN,
                 u64::from(self.min_per_sec),
             ),
             deposit_units,
+            self.authorities,
         ))
+    }
+}
+
+impl Part for Arc<Inner> {
+    fn fresh(&self) -> Self {
+        Arc::new(Inner {
+            bucket: Bucket::full(self.bucket.cap_units(), self.bucket.refill_per_ms()),
+            deposit_units: self.deposit_units,
+        })
+    }
+
+    fn at_rest(&self) -> bool {
+        Arc::strong_count(self) == 1 && self.bucket.units() == self.bucket.cap_units()
     }
 }
 
@@ -294,15 +387,18 @@ impl Default for RetryBudget {
 impl fmt::Debug for RetryBudget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = &self.inner;
-        f.debug_struct("RetryBudget")
-            .field(
-                "ratio",
-                &(inner.deposit_units as f64 / UNITS_PER_TOKEN as f64),
-            )
-            .field("min_per_sec", &inner.bucket.refill_per_ms())
-            .field("max_tokens", &(inner.bucket.cap_units() / UNITS_PER_TOKEN))
-            .field("tokens", &self.tokens())
-            .finish()
+        let mut f = f.debug_struct("RetryBudget");
+        if let Some(partitions) = &self.partitions {
+            f.field("max_authorities", &partitions.max());
+        }
+        f.field(
+            "ratio",
+            &(inner.deposit_units as f64 / UNITS_PER_TOKEN as f64),
+        )
+        .field("min_per_sec", &inner.bucket.refill_per_ms())
+        .field("max_tokens", &(inner.bucket.cap_units() / UNITS_PER_TOKEN))
+        .field("tokens", &self.tokens())
+        .finish()
     }
 }
 
@@ -383,6 +479,7 @@ enum Invalid {
     RatioTooLarge(f64),
     ZeroMaxTokens,
     MaxTokensTooLarge(u32),
+    ZeroAuthorities,
 }
 
 impl fmt::Display for InvalidBudget {
@@ -405,6 +502,7 @@ impl fmt::Display for InvalidBudget {
                 write!(f, "ratio is {ratio}; it must be at most {MAX_RATIO}")
             }
             Invalid::ZeroMaxTokens => f.write_str("max_tokens is 0; it must be at least 1"),
+            Invalid::ZeroAuthorities => f.write_str("max_authorities is 0; it must be at least 1"),
             Invalid::MaxTokensTooLarge(max_tokens) => write!(
                 f,
                 "max_tokens is {max_tokens}; it must be at most {MAX_TOKENS}, the most whole \

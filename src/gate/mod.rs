@@ -6,6 +6,9 @@
 //   withdraws one token or is refused, the bucket refills `min_per_sec` per second.
 // - `Throttle` (failure-driven, gRPC's A6): a failure takes a token, a success gives
 //   `token_ratio` back, and no retry is allowed while half or less is left.
+// - `RetryQuota` (cost-weighted, the AWS SDKs' standard mode): a retry costs tokens by the
+//   failure it follows, a success refunds its request's last retry, or, on a first try,
+//   adds a reward.
 //
 // A request carries a `Ticket` from its first retry on: what its last retry took from each
 // gate, so that a gate that refunds on success (a cost-weighted quota) can give back
@@ -13,9 +16,12 @@
 
 mod bucket;
 mod budget;
+mod partition;
+mod quota;
 mod throttle;
 
 pub use self::budget::{BudgetBuilder, RetryBudget};
+pub use self::quota::{QuotaBuilder, RetryQuota};
 pub use self::throttle::{Throttle, ThrottleBuilder};
 
 use crate::classify::{Classification, FailureKind};
@@ -49,12 +55,17 @@ pub(crate) enum Refusal {
     Budget,
     /// The throttle is at half or below.
     Throttle,
+    /// The quota had not the retry's cost.
+    Quota,
 }
 
-/// What a request's retries took from its gates: the budget's units of its last retry.
+/// What a request's retries took from its gates: the budget's and the quota's units of its
+/// last retry.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Ticket {
     pub(crate) last_withdrawal: u64,
+    /// What the quota took for the last retry, refunded on success; 0 before a retry.
+    pub(crate) quota_units: u64,
 }
 
 /// The gates of one policy, resolved against the layer's.
@@ -62,9 +73,38 @@ pub(crate) struct Ticket {
 pub(crate) struct Gates {
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) throttle: Option<Throttle>,
+    pub(crate) quota: Option<RetryQuota>,
 }
 
 impl Gates {
+    /// Whether a gate keeps its state per authority, so that each request must find its
+    /// own partitions first ([`Gates::for_request`]).
+    pub(crate) fn partitioned(&self) -> bool {
+        self.budget
+            .as_ref()
+            .is_some_and(RetryBudget::is_per_authority)
+            || self
+                .throttle
+                .as_ref()
+                .is_some_and(Throttle::is_per_authority)
+            || self
+                .quota
+                .as_ref()
+                .is_some_and(RetryQuota::is_per_authority)
+    }
+
+    /// The gates of one request to the server `uri` (or, in origin form, the `Host` header)
+    /// names: each per-authority gate's partition for that authority, the others as they
+    /// are. Found once per logical request.
+    pub(crate) fn for_request(&self, uri: &http::Uri, headers: &http::HeaderMap) -> Gates {
+        let key = partition::AuthorityKey::of(uri, headers);
+        Gates {
+            budget: self.budget.as_ref().map(|b| b.partition_of(key.clone())),
+            throttle: self.throttle.as_ref().map(|t| t.partition_of(key.clone())),
+            quota: self.quota.as_ref().map(|q| q.partition_of(key)),
+        }
+    }
+
     /// A logical request starts: it is the client's traffic, retried or not.
     pub(crate) fn on_request(&self) {
         if let Some(budget) = &self.budget {
@@ -74,16 +114,21 @@ impl Gates {
 
     /// Whether any gate wants to hear of successes (else a success needs no telling).
     pub(crate) fn hears_successes(&self) -> bool {
-        self.throttle.is_some()
+        self.throttle.is_some() || self.quota.is_some()
     }
 
     /// Tells every gate of an outcome that was not a transparent retry's (the server never
     /// saw that one), once per outcome. `Err` when a gate refuses any retry after it.
     /// `ticket` is what this request's retries took so far (none before a first retry).
     pub(crate) fn on_outcome(&self, heard: Heard, ticket: Option<&Ticket>) -> Result<(), Refusal> {
-        // The ratio budget counts requests, not outcomes; a refunding gate would give
-        // `ticket` back on a success.
-        let _ = ticket;
+        // The ratio budget counts requests, not outcomes. The quota refunds a success's
+        // last retry, or rewards a first-try success.
+        if let (Heard::Success, Some(quota)) = (heard, &self.quota) {
+            match ticket.map_or(0, |ticket| ticket.quota_units) {
+                0 => quota.reward(),
+                units => quota.refund(units),
+            }
+        }
         match (heard, &self.throttle) {
             (Heard::Success, Some(throttle)) => throttle.record_success(),
             (Heard::Failure(_), Some(throttle)) if !throttle.record_failure() => {
@@ -99,12 +144,25 @@ impl Gates {
     /// and is outside the throttle.
     /// `kind` is the failure the retry follows (a cost-weighted gate would charge by it).
     pub(crate) fn ask_retry(&self, kind: FailureKind, ticket: &mut Ticket) -> Result<(), Refusal> {
-        let _ = kind;
+        let quota = match &self.quota {
+            Some(quota) => match quota.withdraw(kind) {
+                Some(units) => Some((quota, units)),
+                None => return Err(Refusal::Quota),
+            },
+            None => None,
+        };
         if let Some(budget) = &self.budget {
             if !budget.withdraw() {
+                // The budget said no: the quota's cost is given back, nothing was sent.
+                if let Some((quota, units)) = quota {
+                    quota.refund(units);
+                }
                 return Err(Refusal::Budget);
             }
             ticket.last_withdrawal = bucket::UNITS_PER_TOKEN;
+        }
+        if let Some((_, units)) = quota {
+            ticket.quota_units = units;
         }
         Ok(())
     }
@@ -148,6 +206,7 @@ mod tests {
                     .build(),
             ),
             throttle: None,
+            quota: None,
         };
         assert!(!gates.hears_successes());
         let mut ticket = Ticket::default();
@@ -182,6 +241,7 @@ mod tests {
         let gates = Gates {
             budget: None,
             throttle: Some(throttle.clone()),
+            quota: None,
         };
         assert!(gates.hears_successes());
         let failure = Heard::Failure(FailureKind::Transient);

@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::bucket::{Bucket, UNITS_PER_TOKEN};
+use super::partition::{AuthorityKey, Part, Partitions};
 use crate::error::{ConfigKind, InvalidConfig};
 
 /// The largest `max_tokens` A6 allows.
@@ -77,7 +78,10 @@ const MAX_TOKENS: f64 = 1_000.0;
 /// ```
 #[derive(Clone)]
 pub struct Throttle {
+    /// The count: of every request, or, per authority, of the requests with none.
     inner: Arc<Inner>,
+    /// Per authority: a count for each ([`ThrottleBuilder::per_authority`]).
+    partitions: Option<Arc<Partitions<Arc<Inner>>>>,
 }
 
 struct Inner {
@@ -101,16 +105,60 @@ impl Throttle {
         ThrottleBuilder {
             max_tokens: 10.0,
             token_ratio: 0.1,
+            authorities: None,
         }
     }
 
-    fn from_units(max_units: u32, ratio_units: u32) -> Throttle {
+    fn from_units(max_units: u32, ratio_units: u32, authorities: Option<usize>) -> Throttle {
+        let inner = Arc::new(Inner {
+            bucket: Bucket::full(u64::from(max_units), 0),
+            ratio_units: u64::from(ratio_units),
+        });
+        let partitions = authorities.map(|max| Arc::new(Partitions::new(&inner, max)));
+        Throttle { inner, partitions }
+    }
+
+    /// True when the throttle keeps a count per authority
+    /// ([`ThrottleBuilder::per_authority`]).
+    pub fn is_per_authority(&self) -> bool {
+        self.partitions.is_some()
+    }
+
+    /// The throttle of requests to `uri`'s authority: for a per-authority throttle, that
+    /// authority's count (made full on first sight; the shared overflow count when the
+    /// authorities tracked are all in use); the throttle itself otherwise, and for a URI
+    /// without an authority.
+    ///
+    /// ```
+    /// use tower_http_retry::Throttle;
+    ///
+    /// let throttle = Throttle::builder().max_tokens(4.0).per_authority().build();
+    /// let down = throttle.partition(&"http://down.example/".parse().unwrap());
+    /// down.record_failure();
+    /// down.record_failure();
+    /// assert!(!down.allows_retry());
+    /// let up = throttle.partition(&"http://up.example/".parse().unwrap());
+    /// assert!(up.allows_retry());
+    /// ```
+    pub fn partition(&self, uri: &http::Uri) -> Throttle {
+        self.partition_of(AuthorityKey::of_uri(uri))
+    }
+
+    /// The count of the authority `key` names (see [`Throttle::partition`]).
+    pub(crate) fn partition_of(&self, key: Option<AuthorityKey>) -> Throttle {
+        let inner = match (&self.partitions, key) {
+            (Some(partitions), Some(key)) => partitions.get(key),
+            _ => Arc::clone(&self.inner),
+        };
         Throttle {
-            inner: Arc::new(Inner {
-                bucket: Bucket::full(u64::from(max_units), 0),
-                ratio_units: u64::from(ratio_units),
-            }),
+            inner,
+            partitions: None,
         }
+    }
+
+    /// How many authorities have a count of their own: 0 for a throttle not per authority.
+    pub fn authorities(&self) -> usize {
+        self.partitions.as_ref().map_or(0, |p| p.len())
     }
 
     /// Records a failed attempt: takes one token (the count never goes below 0) and says
@@ -185,9 +233,30 @@ impl Throttle {
 pub struct ThrottleBuilder {
     max_tokens: f64,
     token_ratio: f64,
+    authorities: Option<usize>,
 }
 
 impl ThrottleBuilder {
+    /// One count per authority (the request URI's scheme, host and port; the `Host` header
+    /// for a request in origin form), as A6 throttles per server, each with these settings.
+    /// At most 1 024 authorities are tracked ([`max_authorities`](Self::max_authorities));
+    /// only a count back at `max_tokens` and used by no request in flight is forgotten to
+    /// make room (a failing server's count never is, so it cannot reset itself), and when
+    /// every one is in use, further authorities share one overflow count. Requests with no
+    /// authority share the throttle's own count. Clones share all of them.
+    pub fn per_authority(mut self) -> Self {
+        self.authorities
+            .get_or_insert(super::partition::DEFAULT_MAX_AUTHORITIES);
+        self
+    }
+
+    /// One count per authority ([`per_authority`](Self::per_authority)), tracking at most
+    /// `max` authorities (default 1 024; at least 1).
+    pub fn max_authorities(mut self, max: usize) -> Self {
+        self.authorities = Some(max);
+        self
+    }
+
     /// The tokens the throttle holds, and starts with (A6's `maxTokens`, default 10). Counted
     /// in thousandths: digits past the third decimal place are dropped, as A6 allows.
     pub fn max_tokens(mut self, max_tokens: f64) -> Self {
@@ -237,6 +306,7 @@ impl ThrottleBuilder {
         let ThrottleBuilder {
             max_tokens,
             token_ratio,
+            authorities,
         } = self;
         let refuse = |message: String| {
             Err(InvalidConfig::new(
@@ -268,17 +338,40 @@ impl ThrottleBuilder {
                  counts thousandths of a token"
             ));
         }
-        Ok(Throttle::from_units(max_units, ratio_units.min(max_units)))
+        if authorities == Some(0) {
+            return refuse("max_authorities is 0; it must be at least 1".to_string());
+        }
+        Ok(Throttle::from_units(
+            max_units,
+            ratio_units.min(max_units),
+            authorities,
+        ))
     }
 }
 
 impl fmt::Debug for Throttle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Throttle")
-            .field("tokens", &self.tokens())
+        let mut f = f.debug_struct("Throttle");
+        if let Some(partitions) = &self.partitions {
+            f.field("max_authorities", &partitions.max());
+        }
+        f.field("tokens", &self.tokens())
             .field("max_tokens", &self.max_tokens())
             .field("token_ratio", &self.token_ratio())
             .finish()
+    }
+}
+
+impl Part for Arc<Inner> {
+    fn fresh(&self) -> Self {
+        Arc::new(Inner {
+            bucket: Bucket::full(self.bucket.cap_units(), 0),
+            ratio_units: self.ratio_units,
+        })
+    }
+
+    fn at_rest(&self) -> bool {
+        Arc::strong_count(self) == 1 && self.bucket.units() == self.bucket.cap_units()
     }
 }
 

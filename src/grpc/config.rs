@@ -1,12 +1,13 @@
 // Reading a standard gRPC service config: per-method retry policies and retry
-// throttling (A6 "Integration with Service Config").
+// throttling (A6 "Integration with Service Config"), accepted and refused as gRPC's C
+// core reads them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_core::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use tonic::Code;
 
 use crate::backoff::Backoff;
@@ -19,36 +20,66 @@ use crate::route::RouteMatch;
 pub(crate) const MAX_ATTEMPTS_CAP: u32 = 5;
 
 /// Largest seconds value of a protobuf `Duration` (10 000 years).
-const MAX_DURATION_SECONDS: u64 = 315_576_000_000;
+const MAX_DURATION_SECONDS: i64 = 315_576_000_000;
+
+/// The most tokens the crate's [`Throttle`] holds.
+const MAX_THROTTLE_TOKENS: u32 = 1_000;
 
 /// Reads a gRPC service config (the JSON form of `grpc.service_config.ServiceConfig`) for
 /// what retries need: every `methodConfig` entry's names, `retryPolicy` and `timeout`, and
 /// `retryThrottling`. Other fields (`loadBalancingConfig`, `waitForReady`, message size
-/// limits, ...) are ignored.
+/// limits, ...) are not read, and not checked.
 ///
-/// The rules, A6's and grpc-go's:
+/// What it reads, it accepts and refuses as gRPC's C core (grpc-core, under grpcio and
+/// gRPC C++) does, except where A6 says otherwise and for the few number and JSON forms
+/// listed at the end:
 ///
+/// - The text: standard JSON, read by serde_json. A key given twice in one object is
+///   refused, as C-core refuses it.
+/// - `methodConfig`: a list of objects (`null` is refused). Each entry's fields are
+///   checked even when it has no `name`, though such an entry applies to nothing.
 /// - `name[]` entries: `{"service": "pkg.Svc", "method": "Get"}` is one method,
-///   `{"service": "pkg.Svc"}` every method of a service, `{}` (or an empty service)
-///   the default for every method. A method without a service is refused, and so is
-///   the same name given twice. An entry with no `name` applies to nothing and is
-///   skipped.
-/// - `retryPolicy`: `maxAttempts` an integer of at least 2, taken as 5 when higher (A6's
-///   client-side cap); `initialBackoff` and `maxBackoff` protobuf JSON durations (`"0.1s"`,
-///   `".5s"`, `"2s"`) greater than zero; `backoffMultiplier` a number greater than zero;
-///   `retryableStatusCodes` a non-empty list of code names (`"UNAVAILABLE"`) or numbers
-///   (`14`), `OK` excepted (it is not a failure). An entry without one is not retried.
-///   `hedgingPolicy` is not supported: an entry with only that is not retried, and an entry
-///   with both is refused, as A6 allows only one.
-/// - `timeout`: a duration, the method's deadline across all attempts.
-/// - `retryThrottling`: `maxTokens` in `(0, 1000]` and `tokenRatio` greater than 0
-///   become a [`Throttle`], shared by every method (A6 throttles per server).
+///   `{"service": "pkg.Svc"}` (or an empty `method`) every method of a service, `{}` or an
+///   empty `service` the default for every method. A `method` without a `service` is
+///   refused, and so is the same name given twice anywhere in the config.
+/// - `retryPolicy`: `maxAttempts` a whole number of at least 2, taken as 5 when higher (A6's
+///   client-side cap); `initialBackoff` and `maxBackoff` durations greater than zero;
+///   `backoffMultiplier` a number greater than zero; `retryableStatusCodes` a non-empty
+///   list of upper-case code names (`"UNAVAILABLE"`). Numbers are read from JSON numbers
+///   or from strings holding them (`"3"`), as protobuf's JSON mapping allows; a whole
+///   number is one written without a fraction or an exponent (`2.0` is refused). Status code
+///   numbers (`14`) are refused, as C-core and A6 ("specified as strings") have it; `"OK"`
+///   is accepted and has no effect, since a success is never retried.
+/// - Durations: protobuf's JSON form as C-core reads it: whole seconds, an optional
+///   fraction of at most 9 digits, then `s` (`"0.1s"`, `"2s"`; `".5s"` and `"1.s"` are
+///   refused). C-core keeps durations to the millisecond, so a finer part is dropped,
+///   and a backoff of less than a millisecond is zero.
+/// - `timeout`: a duration, the method's deadline across all attempts. Zero means no
+///   timeout, as in C-core.
+/// - `retryThrottling`: `maxTokens` a whole number greater than 0, `tokenRatio` a number
+///   greater than 0 read to three decimal places. They become a [`Throttle`] kept per
+///   authority, one count per server as A6 has it, shared by every method. The crate's throttle holds at most 1000
+///   tokens, so a higher `maxTokens`, which C-core takes, is refused.
+/// - `hedgingPolicy` is not supported: an entry with only that is not retried. C-core
+///   ignores the field altogether; an entry with both it and a `retryPolicy` is refused
+///   here, since A6 allows only one of them.
+///
+/// Where A6 and C-core part, A6 wins: C-core takes a negative backoff (`"0.-5s"`) and a
+/// `backoffMultiplier` of `"NaN"`, which A6's "greater than zero" refuses.
+///
+/// C-core reads each JSON number from its text, field by field; here serde_json gives its
+/// value (a whole number or a float). So a `tokenRatio` with an exponent (`1e-1`), which
+/// C-core refuses, is taken at its value. And C-core's looser forms are refused here: a
+/// number in a string in C's hex form (`"0x1.8"`); a JSON number too large for a double
+/// (`1e400`); C-core's non-standard JSON numbers (`-`, `-01`) and more than 127 levels of
+/// nesting, even in fields not read.
 ///
 /// # Errors
 ///
 /// [`InvalidServiceConfig`] for text that is not JSON, or for a field that is missing,
 /// of the wrong type or out of range; its [`field`](InvalidServiceConfig::field) says which
-/// one, as a path like `methodConfig[0].retryPolicy.maxAttempts`.
+/// one, as a path like `methodConfig[0].retryPolicy.maxAttempts`. When several fields are
+/// wrong, the first one found is reported.
 ///
 /// # Example
 ///
@@ -85,14 +116,15 @@ const MAX_DURATION_SECONDS: u64 = 315_576_000_000;
 /// assert_eq!(error.field(), "methodConfig[0].retryPolicy.maxAttempts");
 /// ```
 pub fn service_config(json: &str) -> Result<ServiceConfig, InvalidServiceConfig> {
-    let value: Value = serde_json::from_str(json)
-        .map_err(|e| InvalidServiceConfig::new("", format!("not valid JSON: {e}")))?;
+    let value = read_json(json)
+        .map_err(|why| InvalidServiceConfig::new("", format!("not valid JSON: {why}")))?;
     let top = as_object(&value, "")?;
 
     let mut methods = Vec::new();
     // Each path, with where it was first named.
     let mut seen: HashMap<String, String> = HashMap::new();
-    if let Some(list) = present(top, "methodConfig") {
+    // Unlike the fields below, a `null` list is refused, as C-core does.
+    if let Some(list) = field(top, "methodConfig") {
         let list = as_array(list, "methodConfig")?;
         for (i, entry) in list.iter().enumerate() {
             let at = format!("methodConfig[{i}]");
@@ -117,7 +149,7 @@ pub fn service_config(json: &str) -> Result<ServiceConfig, InvalidServiceConfig>
                 (None, _) => None,
             };
             let timeout = match present(entry, "timeout") {
-                Some(timeout) => Some(parse_duration_field(timeout, &format!("{at}.timeout"))?),
+                Some(timeout) => parse_timeout(timeout, &format!("{at}.timeout"))?,
                 None => None,
             };
             if !names.is_empty() {
@@ -153,36 +185,38 @@ impl ServiceConfig {
         &self.methods
     }
 
-    /// The throttle made from `retryThrottling`, if the config had one. Every call
-    /// returns the same shared handle.
+    /// The throttle made from `retryThrottling`, if the config had one: per authority (one
+    /// count per server, [`Throttle::partition`] finds one). Every call returns the same
+    /// shared handle.
     pub fn throttle(&self) -> Option<&Throttle> {
         self.throttle.as_ref()
     }
 
     /// The method config that applies to a request path (`/package.Service/Method`), by
-    /// gRPC's precedence: the entry naming the method, else the one naming its service,
-    /// else the default one. The tests' reading of the precedence, against which the
-    /// order of [`ServiceConfig::routes`] is checked.
+    /// gRPC's precedence, looked up as C-core does: the entry whose name is the whole path,
+    /// else the one whose name is the path up to its last `/` (the service), else the
+    /// default one. The tests' reading of the precedence, against which the order of
+    /// [`ServiceConfig::routes`] is checked.
     #[cfg(test)]
     pub(crate) fn method_for_path(&self, path: &str) -> Option<&MethodConfig> {
-        let (service, _method) = split_path(path)?;
-        let mut by_service = None;
-        let mut by_default = None;
-        for config in &self.methods {
-            for name in &config.names {
-                match name {
-                    MethodName::Method { .. } if name.matches(path) => return Some(config),
-                    MethodName::Service { service: s } if s == service => {
-                        by_service.get_or_insert(config);
-                    }
-                    MethodName::Default => {
-                        by_default.get_or_insert(config);
-                    }
-                    _ => {}
-                }
-            }
+        let named = |key: &str| {
+            self.methods
+                .iter()
+                .find(|config| config.names.iter().any(|name| name.path() == key))
+        };
+        let keyed = self
+            .methods
+            .iter()
+            .any(|config| config.names.iter().any(|name| *name != MethodName::Default));
+        if !keyed {
+            return named("");
         }
-        by_service.or(by_default)
+        if let Some(config) = named(path).filter(|_| !path.is_empty()) {
+            return Some(config);
+        }
+        // C-core finds nothing for a path without a `/`, not even the default.
+        let wildcard = service_prefix(path)?;
+        named(wildcard).or_else(|| named(""))
     }
 
     /// The retry parameters for a request path: those of [`Self::method_for_path`]'s
@@ -233,11 +267,10 @@ impl ServiceConfig {
     }
 }
 
-/// The `/service/method` parts of a gRPC request path.
-fn split_path(path: &str) -> Option<(&str, &str)> {
-    let rest = path.strip_prefix('/')?;
-    let (service, method) = rest.split_once('/')?;
-    Some((service, method))
+/// A request path up to and including its last `/`: `/package.Service/` for
+/// `/package.Service/Method`, the key under which a service's entry is found.
+fn service_prefix(path: &str) -> Option<&str> {
+    path.rfind('/').map(|slash| &path[..=slash])
 }
 
 /// One `methodConfig` entry: the names it applies to, its retry policy and timeout.
@@ -259,7 +292,9 @@ impl MethodConfig {
         self.retry.as_ref()
     }
 
-    /// Its `timeout`: the deadline of an RPC across all its attempts.
+    /// Its `timeout`: the deadline of an RPC across all its attempts. `None` when the
+    /// config had none, or a zero one (C-core's "no timeout"); zero when the config's was
+    /// negative (`"0.-5s"`, which C-core reads as a deadline already past).
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
     }
@@ -339,7 +374,7 @@ pub enum MethodName {
 
 impl MethodName {
     /// The path (`/package.Service/Method`), the path prefix (`/package.Service/`), or
-    /// the empty string for the default, as grpc-go keys its method configs.
+    /// the empty string for the default, as C-core and grpc-go key their method configs.
     pub fn path(&self) -> String {
         match self {
             MethodName::Method { service, method } => format!("/{service}/{method}"),
@@ -349,19 +384,22 @@ impl MethodName {
     }
 
     /// True when a request to `path` is named by this (without precedence: see
-    /// [`ServiceConfig::routes`]).
+    /// [`ServiceConfig::routes`]). As in C-core, a method's name matches its whole path,
+    /// and a service's name the paths whose part up to the last `/` is `/service/`.
     pub fn matches(&self, path: &str) -> bool {
-        match (self, split_path(path)) {
-            (MethodName::Method { service, method }, Some((s, m))) => s == service && m == method,
-            (MethodName::Service { service }, Some((s, _))) => s == service,
-            (MethodName::Default, _) => true,
-            _ => false,
+        match self {
+            MethodName::Default => true,
+            named => {
+                let key = named.path();
+                path == key || service_prefix(path) == Some(key.as_str())
+            }
         }
     }
 
     /// A crate route for these requests: `POST` with the path prefix `/service/method`
     /// or `/service` (a prefix matches whole segments only), or any `POST` for the
-    /// default.
+    /// default. A gRPC call's path has exactly two segments, and for those the route
+    /// matches what [`MethodName::matches`] does.
     pub fn route_match(&self) -> RouteMatch {
         match self {
             MethodName::Method { service, method } => {
@@ -385,10 +423,13 @@ pub struct RetryParams {
     pub initial_backoff: Duration,
     /// No backoff ceiling exceeds this. Greater than zero.
     pub max_backoff: Duration,
-    /// Each further retry's ceiling is this many times the last. Greater than zero.
+    /// Each further retry's ceiling is this many times the last. Greater than zero, and
+    /// infinite when the config said so (`"inf"`): every retry after the first then waits
+    /// up to `max_backoff`.
     pub backoff_multiplier: f64,
-    /// The codes to retry, without duplicates, in the config's order. Never empty, never
-    /// `OK`.
+    /// The codes to retry, without duplicates, in the config's order. Never `OK` (a
+    /// success is never retried, so a listed `OK` is dropped), and empty only when `OK`
+    /// was all the config listed.
     pub retryable_status_codes: Vec<Code>,
 }
 
@@ -417,9 +458,10 @@ impl RetryParams {
     /// assert_eq!(backoff.ceiling(3), Duration::from_millis(225));
     /// ```
     pub fn backoff(&self) -> Backoff {
-        // The multiplier was checked when the config was read: finite and above zero.
+        // The multiplier was checked when the config was read: above zero. An infinite one
+        // is taken as the largest finite one, which reaches the cap just the same.
         Backoff::from_initial(self.initial_backoff, self.max_backoff)
-            .try_multiplier(self.backoff_multiplier)
+            .try_multiplier(self.backoff_multiplier.min(f64::MAX))
             .unwrap_or_else(|_| Backoff::from_initial(self.initial_backoff, self.max_backoff))
     }
 }
@@ -480,63 +522,223 @@ impl From<InvalidServiceConfig> for InvalidConfig {
     }
 }
 
-/// The field, unless absent or `null` (protobuf JSON reads `null` as the default).
-fn present<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    object.get(key).filter(|v| !v.is_null())
+/// A JSON value as serde_json reads it, objects kept as their fields in order.
+#[derive(Debug, Clone, PartialEq)]
+enum Json {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(String),
+    Array(Vec<Json>),
+    Object(Vec<(String, Json)>),
 }
 
-fn required<'a>(
-    object: &'a Map<String, Value>,
-    key: &str,
-    at: &str,
-) -> Result<&'a Value, InvalidServiceConfig> {
-    present(object, key).ok_or_else(|| InvalidServiceConfig::new(at, "is missing; it is required"))
+/// A JSON number as serde_json reports it: a whole number when written without a fraction
+/// or an exponent and within 64 bits, else a float (`2.0`, `1e3`, `-0`, or a whole number
+/// too large). C-core reads a number from its text; the integer-or-float distinction is
+/// what is left of the text here. serde_json's float reading is a fast one: a long or
+/// extreme number (`1e-50`) may come out a unit in the last place off.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Number {
+    Unsigned(u64),
+    Negative(i64),
+    Float(f64),
 }
 
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+impl Number {
+    fn as_f64(self) -> f64 {
+        match self {
+            Number::Unsigned(n) => n as f64,
+            Number::Negative(n) => n as f64,
+            Number::Float(f) => f,
+        }
+    }
+
+    /// The value in decimal, without an exponent (a float in the shortest form that reads
+    /// back to it).
+    fn decimal(self) -> String {
+        match self {
+            Number::Unsigned(n) => n.to_string(),
+            Number::Negative(n) => n.to_string(),
+            Number::Float(f) => f.to_string(),
+        }
     }
 }
 
-fn wrong_type(value: &Value, at: &str, expected: &str) -> InvalidServiceConfig {
+impl fmt::Display for Number {
+    /// For messages: a float keeps a `.` or an exponent (`2.0`, `1e300`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Number::Unsigned(n) => write!(f, "{n}"),
+            Number::Negative(n) => write!(f, "{n}"),
+            Number::Float(x) => write!(f, "{x:?}"),
+        }
+    }
+}
+
+/// Reads JSON text with serde_json. A key given twice in one object is refused, as C-core
+/// refuses it (serde_json's own maps would keep the last one), and a NUL character ends the
+/// text, as it does for C-core. serde_json allows 127 levels of arrays and objects, C-core
+/// 255.
+fn read_json(text: &str) -> Result<Json, String> {
+    let text = text.split('\0').next().unwrap_or("");
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let value = Json::deserialize(&mut reader).map_err(|error| error.to_string())?;
+    reader.end().map_err(|error| error.to_string())?;
+    Ok(value)
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(JsonVisitor)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_bool<E: de::Error>(self, b: bool) -> Result<Json, E> {
+        Ok(Json::Bool(b))
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Json, E> {
+        Ok(Json::Number(Number::Unsigned(n)))
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Json, E> {
+        Ok(Json::Number(match u64::try_from(n) {
+            Ok(n) => Number::Unsigned(n),
+            Err(_) => Number::Negative(n),
+        }))
+    }
+
+    fn visit_f64<E: de::Error>(self, f: f64) -> Result<Json, E> {
+        Ok(Json::Number(Number::Float(f)))
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Json, E> {
+        Ok(Json::String(s.to_string()))
+    }
+
+    fn visit_string<E: de::Error>(self, s: String) -> Result<Json, E> {
+        Ok(Json::String(s))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Json::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+        let mut fields = Vec::new();
+        let mut keys = HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !keys.insert(key.clone()) {
+                return Err(de::Error::custom(format_args!(
+                    "the key {key:?} is given twice in one object"
+                )));
+            }
+            fields.push((key, map.next_value()?));
+        }
+        Ok(Json::Object(fields))
+    }
+}
+
+type Object = [(String, Json)];
+
+/// The field, unless absent or `null`. C-core reads `null` as absent for most fields.
+fn present<'a>(object: &'a Object, key: &str) -> Option<&'a Json> {
+    field(object, key).filter(|v| **v != Json::Null)
+}
+
+/// The field as given, `null` included: for the fields whose `null` C-core refuses.
+fn field<'a>(object: &'a Object, key: &str) -> Option<&'a Json> {
+    object.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
+fn required<'a>(object: &'a Object, key: &str, at: &str) -> Result<&'a Json, InvalidServiceConfig> {
+    present(object, key).ok_or_else(|| missing(at))
+}
+
+fn missing(at: &str) -> InvalidServiceConfig {
+    InvalidServiceConfig::new(at, "is missing; it is required")
+}
+
+fn kind(value: &Json) -> &'static str {
+    match value {
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "an array",
+        Json::Object(_) => "an object",
+    }
+}
+
+fn wrong_type(value: &Json, at: &str, expected: &str) -> InvalidServiceConfig {
     InvalidServiceConfig::new(at, format!("is {}; it must be {expected}", kind(value)))
 }
 
-fn as_object<'a>(
-    value: &'a Value,
-    at: &str,
-) -> Result<&'a Map<String, Value>, InvalidServiceConfig> {
-    value
-        .as_object()
-        .ok_or_else(|| wrong_type(value, at, "an object"))
+fn as_object<'a>(value: &'a Json, at: &str) -> Result<&'a Object, InvalidServiceConfig> {
+    match value {
+        Json::Object(fields) => Ok(fields),
+        other => Err(wrong_type(other, at, "an object")),
+    }
 }
 
-fn as_array<'a>(value: &'a Value, at: &str) -> Result<&'a Vec<Value>, InvalidServiceConfig> {
-    value
-        .as_array()
-        .ok_or_else(|| wrong_type(value, at, "an array"))
+fn as_array<'a>(value: &'a Json, at: &str) -> Result<&'a [Json], InvalidServiceConfig> {
+    match value {
+        Json::Array(items) => Ok(items),
+        other => Err(wrong_type(other, at, "an array")),
+    }
 }
 
-fn as_string<'a>(value: &'a Value, at: &str) -> Result<&'a str, InvalidServiceConfig> {
-    value
-        .as_str()
-        .ok_or_else(|| wrong_type(value, at, "a string"))
+fn as_string<'a>(value: &'a Json, at: &str) -> Result<&'a str, InvalidServiceConfig> {
+    match value {
+        Json::String(text) => Ok(text),
+        other => Err(wrong_type(other, at, "a string")),
+    }
 }
 
-fn as_number(value: &Value, at: &str) -> Result<f64, InvalidServiceConfig> {
-    value
-        .as_f64()
-        .ok_or_else(|| wrong_type(value, at, "a number"))
+/// A numeric field: a JSON number, or a string holding one (protobuf's JSON mapping allows
+/// numbers in strings, and C-core reads them from their text).
+enum Numeric<'a> {
+    Number(Number),
+    Text(&'a str),
+}
+
+fn numeric<'a>(value: &'a Json, at: &str) -> Result<Numeric<'a>, InvalidServiceConfig> {
+    match value {
+        Json::Number(number) => Ok(Numeric::Number(*number)),
+        Json::String(text) => Ok(Numeric::Text(text)),
+        other => Err(wrong_type(other, at, "a number")),
+    }
+}
+
+/// A numeric field's value, for messages: `2.5`, or `"2.5"` when a string.
+fn shown(value: &Json) -> String {
+    match value {
+        Json::String(text) => format!("{text:?}"),
+        Json::Number(number) => number.to_string(),
+        other => kind(other).to_string(),
+    }
 }
 
 fn parse_names(
-    names: &Value,
+    names: &Json,
     at: &str,
     seen: &mut HashMap<String, String>,
 ) -> Result<Vec<MethodName>, InvalidServiceConfig> {
@@ -545,35 +747,26 @@ fn parse_names(
     for (j, name) in list.iter().enumerate() {
         let here = format!("{at}.name[{j}]");
         let object = as_object(name, &here)?;
-        let text = |key: &str| -> Result<&str, InvalidServiceConfig> {
-            match present(object, key) {
-                Some(value) => as_string(value, &format!("{here}.{key}")),
-                None => Ok(""),
-            }
+        let text = |key: &str| -> Result<Option<&str>, InvalidServiceConfig> {
+            present(object, key)
+                .map(|value| as_string(value, &format!("{here}.{key}")))
+                .transpose()
         };
         let (service, method) = (text("service")?, text("method")?);
-        // A path is `/service/method`: a `/` inside either name could match no call (and
-        // a route built from it would match calls it does not name).
-        for (key, value) in [("service", service), ("method", method)] {
-            if value.contains('/') {
-                return Err(InvalidServiceConfig::new(
-                    &format!("{here}.{key}"),
-                    format!("is {value:?}; a gRPC {key} name has no '/'"),
-                ));
-            }
-        }
+        // As C-core has it: a method, even an empty one, needs a service field, though an
+        // empty service makes the entry the default whatever the method.
         let parsed = match (service, method) {
-            ("", "") => MethodName::Default,
-            ("", _) => {
+            (None, Some(method)) => {
                 return Err(InvalidServiceConfig::new(
                     &format!("{here}.method"),
-                    format!("is {method:?} with an empty service; a method needs its service"),
+                    format!("is {method:?} with no service; a method needs its service"),
                 ));
             }
-            (service, "") => MethodName::Service {
+            (None | Some(""), _) => MethodName::Default,
+            (Some(service), None | Some("")) => MethodName::Service {
                 service: service.to_string(),
             },
-            (service, method) => MethodName::Method {
+            (Some(service), Some(method)) => MethodName::Method {
                 service: service.to_string(),
                 method: method.to_string(),
             },
@@ -596,63 +789,92 @@ fn parse_names(
     Ok(out)
 }
 
-fn parse_retry_policy(policy: &Value, at: &str) -> Result<RetryParams, InvalidServiceConfig> {
+fn parse_retry_policy(policy: &Json, at: &str) -> Result<RetryParams, InvalidServiceConfig> {
     let policy = as_object(policy, at)?;
-    let field = |key: &str| format!("{at}.{key}");
+    let path_of = |key: &str| format!("{at}.{key}");
 
     let max_attempts = {
-        let at = field("maxAttempts");
+        let at = path_of("maxAttempts");
         let value = required(policy, "maxAttempts", &at)?;
-        let n = as_number(value, &at)?;
-        if n.fract() != 0.0 {
-            return Err(InvalidServiceConfig::new(
+        // C-core reads an integer from the number's text, so `2.0` and `2e0` are refused:
+        // serde_json reports those as floats.
+        let n = match numeric(value, &at)? {
+            Numeric::Number(Number::Unsigned(n)) => i32::try_from(n).ok(),
+            Numeric::Number(Number::Negative(n)) => i32::try_from(n).ok(),
+            Numeric::Number(Number::Float(_)) => None,
+            Numeric::Text(text) => read_trimmed::<i32>(text.as_bytes()),
+        };
+        let n = n.ok_or_else(|| {
+            InvalidServiceConfig::new(
                 &at,
-                format!("is {n}; it must be a whole number"),
-            ));
-        }
-        if n < 2.0 {
+                format!("is {}; it must be a whole number", shown(value)),
+            )
+        })?;
+        if n < 2 {
             return Err(InvalidServiceConfig::new(
                 &at,
                 format!("is {n}; it must be at least 2 (the first attempt and a retry)"),
             ));
         }
         // A6: higher values are taken as the client's cap.
-        if n >= f64::from(MAX_ATTEMPTS_CAP) {
-            MAX_ATTEMPTS_CAP
-        } else {
-            n as u32
-        }
+        u32::try_from(n).map_or(MAX_ATTEMPTS_CAP, |n| n.min(MAX_ATTEMPTS_CAP))
     };
 
     let positive_duration = |key: &str| -> Result<Duration, InvalidServiceConfig> {
-        let at = field(key);
-        let duration = parse_duration_field(required(policy, key, &at)?, &at)?;
-        if duration.is_zero() {
+        let at = path_of(key);
+        let value = required(policy, key, &at)?;
+        let text = as_string(value, &at)?;
+        let millis = parse_duration_field(text, &at)?;
+        if millis == 0 {
             return Err(InvalidServiceConfig::new(
                 &at,
-                "is zero; it must be greater than zero",
+                format!(
+                    "is {text:?}, which is zero to the millisecond (as C-core keeps durations); \
+                     it must be greater than zero"
+                ),
             ));
         }
-        Ok(duration)
+        // C-core takes a negative one; A6 wants it greater than zero.
+        let millis = u64::try_from(millis).map_err(|_| {
+            InvalidServiceConfig::new(
+                &at,
+                format!("is {text:?}, which is negative; it must be greater than zero"),
+            )
+        })?;
+        Ok(Duration::from_millis(millis))
     };
     let initial_backoff = positive_duration("initialBackoff")?;
     let max_backoff = positive_duration("maxBackoff")?;
 
     let backoff_multiplier = {
-        let at = field("backoffMultiplier");
-        let m = as_number(required(policy, "backoffMultiplier", &at)?, &at)?;
-        if !(m > 0.0 && m.is_finite()) {
+        let at = path_of("backoffMultiplier");
+        let value = required(policy, "backoffMultiplier", &at)?;
+        let m = match numeric(value, &at)? {
+            Numeric::Number(number) => Some(number.as_f64()),
+            Numeric::Text(text) => read_trimmed::<f64>(text.as_bytes()),
+        };
+        let m = m.ok_or_else(|| {
+            InvalidServiceConfig::new(&at, format!("is {}, which is not a number", shown(value)))
+        })?;
+        // C-core keeps a `float`: whether that is above zero decides, so a value too small
+        // for one is zero. It takes NaN, which A6's "greater than zero" does not.
+        let kept = m as f32;
+        if kept.is_nan() || kept <= 0.0 {
             return Err(InvalidServiceConfig::new(
                 &at,
-                format!("is {m}; it must be greater than zero"),
+                format!("is {}; it must be greater than zero", shown(value)),
             ));
         }
         m
     };
 
     let retryable_status_codes = {
-        let at = field("retryableStatusCodes");
-        let list = as_array(required(policy, "retryableStatusCodes", &at)?, &at)?;
+        let at = path_of("retryableStatusCodes");
+        // C-core refuses a `null` list, and a missing one as an empty one.
+        let list = as_array(
+            field(policy, "retryableStatusCodes").ok_or_else(|| missing(&at))?,
+            &at,
+        )?;
         if list.is_empty() {
             return Err(InvalidServiceConfig::new(
                 &at,
@@ -662,7 +884,7 @@ fn parse_retry_policy(policy: &Value, at: &str) -> Result<RetryParams, InvalidSe
         let mut codes = Vec::with_capacity(list.len());
         for (k, value) in list.iter().enumerate() {
             let code = parse_code(value, &format!("{at}[{k}]"))?;
-            if !codes.contains(&code) {
+            if code != Code::Ok && !codes.contains(&code) {
                 codes.push(code);
             }
         }
@@ -705,132 +927,209 @@ pub(crate) fn code_name(code: Code) -> &'static str {
     CODE_NAMES[code as usize]
 }
 
-fn parse_code(value: &Value, at: &str) -> Result<Code, InvalidServiceConfig> {
-    let number = match value {
-        Value::String(name) => match CODE_NAMES.iter().position(|n| n == name) {
-            Some(n) => n,
-            None => {
-                let hint = CODE_NAMES
-                    .iter()
-                    .find(|n| n.eq_ignore_ascii_case(name))
-                    .map(|n| format!(" (names are upper case: {n})"))
-                    .unwrap_or_default();
-                return Err(InvalidServiceConfig::new(
-                    at,
-                    format!("is {name:?}, which is not a status code name{hint}"),
-                ));
-            }
-        },
-        Value::Number(n) => match n.as_u64().filter(|&n| n <= 16) {
-            Some(n) => n as usize,
-            None => {
-                return Err(InvalidServiceConfig::new(
-                    at,
-                    format!("is {n}; a status code number is a whole number from 0 to 16"),
-                ));
-            }
-        },
-        other => return Err(wrong_type(other, at, "a status code name or number")),
+/// A status code name, exactly as C-core matches it (upper case, nothing around it).
+fn parse_code(value: &Json, at: &str) -> Result<Code, InvalidServiceConfig> {
+    let name = match value {
+        Json::String(name) => name,
+        Json::Number(n) => {
+            return Err(InvalidServiceConfig::new(
+                at,
+                format!(
+                    "is {n}; status codes are given by name, such as \"UNAVAILABLE\", not by number"
+                ),
+            ));
+        }
+        other => return Err(wrong_type(other, at, "a status code name")),
     };
-    if number == 0 {
-        return Err(InvalidServiceConfig::new(
-            at,
-            "is OK, which is not a failure and cannot be retried",
-        ));
+    match CODE_NAMES.iter().position(|n| n == name) {
+        Some(number) => Ok(Code::from_i32(number as i32)),
+        None => {
+            let hint = CODE_NAMES
+                .iter()
+                .find(|n| n.eq_ignore_ascii_case(name.trim()))
+                .map(|n| format!(" (write it as {n})"))
+                .unwrap_or_default();
+            Err(InvalidServiceConfig::new(
+                at,
+                format!("is {name:?}, which is not a status code name{hint}"),
+            ))
+        }
     }
-    Ok(Code::from_i32(number as i32))
 }
 
-fn parse_duration_field(value: &Value, at: &str) -> Result<Duration, InvalidServiceConfig> {
-    let text = as_string(value, at)?;
-    match parse_proto_duration(text) {
-        Ok((false, duration)) => Ok(duration),
-        Ok((true, _)) => Err(InvalidServiceConfig::new(
-            at,
-            format!("is {text:?}, which is negative"),
-        )),
-        Err(why) => Err(InvalidServiceConfig::new(
+/// A `timeout`: `None` for zero, which C-core takes as no timeout, and zero for a
+/// negative one (a deadline already past when the call starts).
+fn parse_timeout(value: &Json, at: &str) -> Result<Option<Duration>, InvalidServiceConfig> {
+    let millis = parse_duration_field(as_string(value, at)?, at)?;
+    Ok(match u64::try_from(millis) {
+        Ok(0) => None,
+        Ok(millis) => Some(Duration::from_millis(millis)),
+        Err(_) => Some(Duration::ZERO),
+    })
+}
+
+/// A duration field's milliseconds, or why it is not a duration.
+fn parse_duration_field(text: &str, at: &str) -> Result<i64, InvalidServiceConfig> {
+    parse_grpc_duration(text).map_err(|why| {
+        InvalidServiceConfig::new(
             at,
             format!(
-                "is {text:?}, which is not a duration ({why}); write seconds with an \"s\", such as \"0.1s\" or \"2s\""
+                "is {text:?}, which is not a duration ({why}); write seconds with an \"s\", \
+                 such as \"0.1s\" or \"2s\""
             ),
-        )),
-    }
+        )
+    })
 }
 
-/// Parses the protobuf JSON form of a `Duration`: an optional `-`, seconds, an optional
-/// fraction of up to 9 digits, and `s` (`"1.5s"`, `".1s"`, `"-2s"`). Returns whether it is
-/// negative, and its size.
-pub(crate) fn parse_proto_duration(text: &str) -> Result<(bool, Duration), &'static str> {
+/// Reads the protobuf JSON form of a `Duration` as C-core does, to its milliseconds: an
+/// `s` at the very end; before it, with ASCII spaces around allowed, whole seconds from 0
+/// to 315576000000 and an optional `.` and fraction of at most 9 characters. The seconds
+/// and the fraction are each read as C-core reads an integer, so each may have a sign
+/// (`"+1s"`, and `"1.-5s"`, which is 1 s less 0.05 s). The fraction's part below a
+/// millisecond is dropped, toward zero. The result is negative only for a negative
+/// fraction on zero seconds (`"0.-5s"`).
+pub(crate) fn parse_grpc_duration(text: &str) -> Result<i64, &'static str> {
     let body = text.strip_suffix('s').ok_or("no \"s\" at the end")?;
-    let (negative, body) = match body.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, body),
+    let body = strip_ascii_space(body.as_bytes());
+    let (seconds, nanos) = match body.iter().position(|&b| b == b'.') {
+        Some(dot) => {
+            let fraction = &body[dot + 1..];
+            let value = read_trimmed::<i32>(fraction).ok_or("no number after the \".\"")?;
+            if fraction.len() > 9 {
+                return Err("more than 9 digits after the \".\"");
+            }
+            let scale = 10i64.pow(9 - fraction.len() as u32);
+            (&body[..dot], i64::from(value) * scale)
+        }
+        None => (body, 0),
     };
-    let (whole, fraction) = match body.split_once('.') {
-        Some((whole, fraction)) => (whole, fraction),
-        None => (body, ""),
-    };
-    if whole.is_empty() && fraction.is_empty() {
-        return Err("no digits");
+    let seconds = read_trimmed::<i64>(seconds).ok_or("no whole number of seconds")?;
+    if seconds < 0 {
+        return Err("negative seconds");
     }
-    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(whole) || !digits(fraction) {
-        return Err("only digits and one \".\" may come before the \"s\"");
+    if seconds > MAX_DURATION_SECONDS {
+        return Err("more than 315576000000 seconds");
     }
-    if fraction.len() > 9 {
-        return Err("more than 9 digits after the \".\"");
-    }
-    let seconds = if whole.is_empty() {
-        0
-    } else {
-        whole
-            .parse::<u64>()
-            .ok()
-            .filter(|&s| s <= MAX_DURATION_SECONDS)
-            .ok_or("more than 315576000000 seconds")?
-    };
-    let nanos = if fraction.is_empty() {
-        0
-    } else {
-        let scale = 10u32.pow(9 - fraction.len() as u32);
-        fraction.parse::<u32>().map_err(|_| "bad fraction")? * scale
-    };
-    Ok((negative, Duration::new(seconds, nanos)))
+    Ok(seconds * 1000 + nanos / 1_000_000)
 }
 
-fn parse_throttling(value: &Value) -> Result<Throttle, InvalidServiceConfig> {
+/// The ASCII spaces C-core's number reading skips: space, tab, line feed, vertical tab,
+/// form feed and carriage return.
+fn strip_ascii_space(text: &[u8]) -> &[u8] {
+    let space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r');
+    let start = text.iter().position(|b| !space(b)).unwrap_or(text.len());
+    let end = text
+        .iter()
+        .rposition(|b| !space(b))
+        .map_or(start, |i| i + 1);
+    &text[start..end]
+}
+
+/// A number in text as C-core reads one (absl's `SimpleAtoi` and `SimpleAtof`), through
+/// Rust's own parsing: ASCII spaces around it, then an optional sign and decimal digits
+/// (for an unsigned type, no `-`; for a float, also an optional `.` and `e` exponent, or
+/// `inf`, `infinity` or `nan` in any case). C-core's float reading takes C's hex floats
+/// (`0x1.8`) and `nan(...)` besides; those are refused here.
+fn read_trimmed<T: std::str::FromStr>(text: &[u8]) -> Option<T> {
+    std::str::from_utf8(strip_ascii_space(text))
+        .ok()?
+        .parse()
+        .ok()
+}
+
+fn parse_throttling(value: &Json) -> Result<Throttle, InvalidServiceConfig> {
     let at = "retryThrottling";
     let object = as_object(value, at)?;
+
     let max_at = format!("{at}.maxTokens");
-    let max_tokens = as_number(required(object, "maxTokens", &max_at)?, &max_at)?;
-    let ratio_at = format!("{at}.tokenRatio");
-    let token_ratio = as_number(required(object, "tokenRatio", &ratio_at)?, &ratio_at)?;
-    if !(max_tokens > 0.0 && max_tokens <= 1000.0) {
+    // C-core refuses a `null` here rather than taking it as missing.
+    let value = field(object, "maxTokens").ok_or_else(|| missing(&max_at))?;
+    let max_tokens = match numeric(value, &max_at)? {
+        Numeric::Number(Number::Unsigned(n)) => u32::try_from(n).ok(),
+        Numeric::Number(Number::Negative(_) | Number::Float(_)) => None,
+        Numeric::Text(text) => read_trimmed::<u32>(text.as_bytes()),
+    };
+    let max_tokens = max_tokens.ok_or_else(|| {
+        InvalidServiceConfig::new(
+            &max_at,
+            format!(
+                "is {}; it must be a whole number from 1 to {MAX_THROTTLE_TOKENS}",
+                shown(value)
+            ),
+        )
+    })?;
+    if max_tokens == 0 {
         return Err(InvalidServiceConfig::new(
             &max_at,
-            format!("is {max_tokens}; it must be greater than 0 and at most 1000"),
+            "is 0; it must be greater than 0",
         ));
     }
-    if token_ratio.is_nan() || token_ratio <= 0.0 {
+    if max_tokens > MAX_THROTTLE_TOKENS {
+        return Err(InvalidServiceConfig::new(
+            &max_at,
+            format!(
+                "is {max_tokens}; this crate's throttle holds at most {MAX_THROTTLE_TOKENS} \
+                 tokens (C-core takes up to 4294967295)"
+            ),
+        ));
+    }
+
+    let ratio_at = format!("{at}.tokenRatio");
+    let value = field(object, "tokenRatio").ok_or_else(|| missing(&ratio_at))?;
+    // C-core reads the ratio from the number's text; the value written in decimal stands in
+    // for it, so an exponent (`1e-1`), which C-core refuses, is taken.
+    let millis = match numeric(value, &ratio_at)? {
+        Numeric::Number(number) => token_ratio_millis(number.decimal().as_bytes()),
+        Numeric::Text(text) => token_ratio_millis(text.as_bytes()),
+    };
+    let millis = millis.ok_or_else(|| {
+        InvalidServiceConfig::new(
+            &ratio_at,
+            format!(
+                "is {}; it must be a decimal number greater than 0, such as 0.1",
+                shown(value)
+            ),
+        )
+    })?;
+    if millis == 0 {
         return Err(InvalidServiceConfig::new(
             &ratio_at,
-            format!("is {token_ratio}; it must be greater than 0"),
+            format!(
+                "is {}, which is 0 to three decimal places; it must be greater than 0",
+                shown(value)
+            ),
         ));
     }
+
+    // A6 keeps the throttle's state per server name: one count per authority.
     Throttle::builder()
-        .max_tokens(max_tokens)
-        .token_ratio(token_ratio)
+        .max_tokens(f64::from(max_tokens))
+        .token_ratio(millis as f64 / 1000.0)
+        .per_authority()
         .try_build()
-        .map_err(|error| {
-            // Left: the values below a thousandth.
-            let field = if error.to_string().contains("max_tokens") {
-                max_at
-            } else {
-                ratio_at
-            };
-            InvalidServiceConfig::new(&field, error.to_string())
-        })
+        .map_err(|error| InvalidServiceConfig::new(at, error.to_string()))
+}
+
+/// A `tokenRatio`'s thousandths, read from its text as C-core reads it: whole tokens, then
+/// optionally a `.` and decimals, of which only the first three count, each part read as
+/// C-core reads an unsigned integer (so no exponent, and no sign but `+`).
+///
+/// C-core itself reads a ratio written without a `.` as thousandths (`1` as 0.001); this
+/// reads it as whole tokens, as A6 means it. Both take and refuse the same texts.
+fn token_ratio_millis(text: &[u8]) -> Option<u64> {
+    let (whole, thousandths) = match text.iter().position(|&b| b == b'.') {
+        Some(dot) => {
+            let decimals = &text[dot + 1..];
+            let decimals = &decimals[..decimals.len().min(3)];
+            let scale = 10u64.pow(3 - decimals.len() as u32);
+            (
+                &text[..dot],
+                u64::from(read_trimmed::<u32>(decimals)?) * scale,
+            )
+        }
+        None => (text, 0),
+    };
+    Some(u64::from(read_trimmed::<u32>(whole)?) * 1000 + thousandths)
 }
 
 #[cfg(test)]
@@ -838,6 +1137,25 @@ mod tests {
     use super::*;
 
     use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(serde_json::Value::from),
+            ".{0,8}".prop_map(serde_json::Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+                prop::collection::btree_map(".{0,4}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
 
     fn refused(json: &str) -> InvalidServiceConfig {
         service_config(json).expect_err("this config must be refused")
@@ -882,7 +1200,9 @@ mod tests {
 
     #[test]
     fn reads_a_full_policy() {
-        let retry = params("retryableStatusCodes=[\"UNAVAILABLE\", 8, \"ABORTED\", 14]");
+        let retry = params(
+            "retryableStatusCodes=[\"UNAVAILABLE\", \"RESOURCE_EXHAUSTED\", \"ABORTED\", \"UNAVAILABLE\"]",
+        );
         assert_eq!(
             retry,
             RetryParams {
@@ -906,15 +1226,22 @@ mod tests {
     fn max_attempts_is_capped_at_five_and_must_be_two_or_more() {
         assert_eq!(params("maxAttempts=5").max_attempts, 5);
         assert_eq!(params("maxAttempts=6").max_attempts, 5);
-        assert_eq!(params("maxAttempts=1e300").max_attempts, 5);
-        assert_eq!(params("maxAttempts=2.0").max_attempts, 2);
+        assert_eq!(params("maxAttempts=2147483647").max_attempts, 5);
+        // In a string, with C-core's spaces and sign.
+        assert_eq!(params("maxAttempts=\"3\"").max_attempts, 3);
+        assert_eq!(params("maxAttempts=\" +4 \"").max_attempts, 4);
         let field = "methodConfig[0].retryPolicy.maxAttempts";
         for (value, says) in [
             ("1", "is 1; it must be at least 2"),
             ("0", "is 0; it must be at least 2"),
             ("-3", "is -3; it must be at least 2"),
             ("2.5", "is 2.5; it must be a whole number"),
-            ("\"3\"", "is a string; it must be a number"),
+            ("2.0", "is 2.0; it must be a whole number"),
+            ("1e300", "is 1e300; it must be a whole number"),
+            ("2147483648", "is 2147483648; it must be a whole number"),
+            ("\"3.0\"", "is \"3.0\"; it must be a whole number"),
+            ("\"0x3\"", "is \"0x3\"; it must be a whole number"),
+            ("true", "is a boolean; it must be a number"),
             ("-", "is missing; it is required"),
             ("null", "is missing; it is required"),
         ] {
@@ -928,12 +1255,26 @@ mod tests {
     #[test]
     fn backoffs_are_positive_protobuf_durations() {
         assert_eq!(
-            params("initialBackoff=\".5s\"").initial_backoff,
+            params("initialBackoff=\"0.5s\"").initial_backoff,
             Duration::from_millis(500)
         );
+        // C-core keeps milliseconds.
         assert_eq!(
             params("maxBackoff=\"1.000000001s\"").max_backoff,
-            Duration::new(1, 1)
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            params("maxBackoff=\"0.0019s\"").max_backoff,
+            Duration::from_millis(1)
+        );
+        // Its spaces and signs.
+        assert_eq!(
+            params("initialBackoff=\" +2 s\"").initial_backoff,
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            params("initialBackoff=\"1.-5s\"").initial_backoff,
+            Duration::from_millis(950)
         );
         assert_eq!(
             params("maxBackoff=\"30s\"").max_backoff,
@@ -942,11 +1283,18 @@ mod tests {
         for (key, value, says) in [
             ("initialBackoff", "\"0s\"", "is zero"),
             ("initialBackoff", "\"0.0s\"", "is zero"),
-            ("maxBackoff", "\"-1s\"", "which is negative"),
+            ("initialBackoff", "\"0.0009s\"", "zero to the millisecond"),
+            ("maxBackoff", "\"-1s\"", "negative seconds"),
+            ("maxBackoff", "\"0.-5s\"", "which is negative"),
             ("initialBackoff", "\"100ms\"", "not a duration"),
             ("initialBackoff", "\"0.1\"", "no \"s\" at the end"),
-            ("maxBackoff", "\"s\"", "no digits"),
-            ("maxBackoff", "\"1.2.3s\"", "only digits"),
+            ("initialBackoff", "\"1S\"", "no \"s\" at the end"),
+            ("initialBackoff", "\"1s \"", "no \"s\" at the end"),
+            ("maxBackoff", "\"s\"", "no whole number of seconds"),
+            ("maxBackoff", "\".5s\"", "no whole number of seconds"),
+            ("maxBackoff", "\"1e3s\"", "no whole number of seconds"),
+            ("maxBackoff", "\"1.s\"", "no number after the \".\""),
+            ("maxBackoff", "\"1.2.3s\"", "no number after the \".\""),
             ("maxBackoff", "\"1.0000000001s\"", "more than 9 digits"),
             (
                 "maxBackoff",
@@ -965,10 +1313,29 @@ mod tests {
     #[test]
     fn the_multiplier_is_a_positive_number() {
         assert_eq!(params("backoffMultiplier=1.5").backoff_multiplier, 1.5);
+        assert_eq!(params("backoffMultiplier=\" 2\"").backoff_multiplier, 2.0);
+        assert_eq!(params("backoffMultiplier=1E1").backoff_multiplier, 10.0);
+        assert_eq!(params("backoffMultiplier=\"+.5\"").backoff_multiplier, 0.5);
+        // Too large for C-core's `float`, and taken: infinite, or as large as it says.
+        assert_eq!(params("backoffMultiplier=1e39").backoff_multiplier, 1e39);
+        let endless = params("backoffMultiplier=\"inf\"");
+        assert_eq!(endless.backoff_multiplier, f64::INFINITY);
+        assert_eq!(endless.backoff().ceiling(2), endless.max_backoff);
         for (value, says) in [
             ("0", "is 0; it must be greater than zero"),
             ("-1", "is -1; it must be greater than zero"),
-            ("\"2\"", "is a string"),
+            ("\"-inf\"", "is \"-inf\"; it must be greater than zero"),
+            // Zero as a `float`. (serde_json reads it as 9.999999999999999e-51: its float
+            // reading may be a unit in the last place off.)
+            ("1e-50", "it must be greater than zero"),
+            // C-core takes NaN; A6 wants a value greater than zero.
+            ("\"nan\"", "is \"nan\"; it must be greater than zero"),
+            ("\"2x\"", "is \"2x\", which is not a number"),
+            // C-core's reading takes C's hex floats; Rust's does not.
+            ("\"0x1.8\"", "is \"0x1.8\", which is not a number"),
+            ("\"nan(1)\"", "which is not a number"),
+            ("\"++2\"", "which is not a number"),
+            ("true", "is a boolean; it must be a number"),
             ("-", "is missing"),
         ] {
             let (at, text) = refusal(&format!("backoffMultiplier={value}"));
@@ -978,33 +1345,46 @@ mod tests {
     }
 
     #[test]
-    fn codes_are_names_or_numbers_never_ok() {
-        let all: Vec<String> = CODE_NAMES[1..].iter().map(|n| format!("\"{n}\"")).collect();
+    fn codes_are_upper_case_names_and_ok_is_dropped() {
+        let all: Vec<String> = CODE_NAMES.iter().map(|n| format!("\"{n}\"")).collect();
         let retry = params(&format!("retryableStatusCodes=[{}]", all.join(",")));
-        assert_eq!(retry.retryable_status_codes.len(), 16);
+        assert_eq!(retry.retryable_status_codes.len(), 16, "all but OK");
         for code in &retry.retryable_status_codes {
             assert_eq!(Code::from_i32(*code as i32), *code);
             assert_eq!(CODE_NAMES[*code as usize], code_name(*code));
         }
+        // C-core takes a list of only OK; it retries nothing.
+        let nothing = params("retryableStatusCodes=[\"OK\"]");
+        assert!(nothing.retryable_status_codes.is_empty());
+        assert!(!nothing.retries(Code::Ok));
         for (value, at, says) in [
             ("[]", "", "is empty"),
             ("\"UNAVAILABLE\"", "", "is a string; it must be an array"),
-            ("[\"OK\"]", "[0]", "is OK, which is not a failure"),
-            ("[14, 0]", "[1]", "is OK"),
+            ("null", "", "is null; it must be an array"),
+            ("-", "", "is missing"),
+            ("[14]", "[0]", "is 14; status codes are given by name"),
+            ("[\"UNAVAILABLE\", 0]", "[1]", "not by number"),
+            (
+                "[\"14\"]",
+                "[0]",
+                "is \"14\", which is not a status code name",
+            ),
             (
                 "[\"unavailable\"]",
                 "[0]",
-                "names are upper case: UNAVAILABLE",
+                "which is not a status code name (write it as UNAVAILABLE)",
             ),
+            ("[\" UNAVAILABLE\"]", "[0]", "(write it as UNAVAILABLE)"),
             (
                 "[\"GONE\"]",
                 "[0]",
                 "\"GONE\", which is not a status code name",
             ),
-            ("[17]", "[0]", "from 0 to 16"),
-            ("[-1]", "[0]", "from 0 to 16"),
-            ("[1.5]", "[0]", "from 0 to 16"),
-            ("[true]", "[0]", "is a boolean"),
+            (
+                "[true]",
+                "[0]",
+                "is a boolean; it must be a status code name",
+            ),
         ] {
             let (field, text) = refusal(&format!("retryableStatusCodes={value}"));
             assert_eq!(
@@ -1101,24 +1481,24 @@ mod tests {
     fn name_errors() {
         let cases = [
             (
-                r#"{"methodConfig": [{"name": [{"service": "test.Raw/Unary"}]}]}"#,
-                "methodConfig[0].name[0].service",
-                "a gRPC service name has no '/'",
-            ),
-            (
-                r#"{"methodConfig": [{"name": [{"service": "test.Raw/"}]}]}"#,
-                "methodConfig[0].name[0].service",
-                "a gRPC service name has no '/'",
-            ),
-            (
-                r#"{"methodConfig": [{"name": [{"service": "a.B", "method": "C/D"}]}]}"#,
-                "methodConfig[0].name[0].method",
-                "a gRPC method name has no '/'",
-            ),
-            (
                 r#"{"methodConfig": [{"name": [{"method": "Get"}]}]}"#,
                 "methodConfig[0].name[0].method",
                 "a method needs its service",
+            ),
+            (
+                r#"{"methodConfig": [{"name": [{"method": ""}]}]}"#,
+                "methodConfig[0].name[0].method",
+                "a method needs its service",
+            ),
+            (
+                r#"{"methodConfig": [{"name": [{"service": null, "method": "Get"}]}]}"#,
+                "methodConfig[0].name[0].method",
+                "a method needs its service",
+            ),
+            (
+                r#"{"methodConfig": [{"name": [{"service": "", "method": "Get"}]}, {"name": [{}]}]}"#,
+                "methodConfig[1].name[0]",
+                "names the default name again (first named at methodConfig[0].name[0])",
             ),
             (
                 r#"{"methodConfig": [{"name": [{"service": "a.B"}]}, {"name": [{"service": "a.B", "method": ""}]}]}"#,
@@ -1151,6 +1531,16 @@ mod tests {
                 "is a number; it must be an object",
             ),
             (
+                r#"{"methodConfig": null}"#,
+                "methodConfig",
+                "is null; it must be an array",
+            ),
+            (
+                r#"{"methodConfig": [null]}"#,
+                "methodConfig[0]",
+                "is null; it must be an object",
+            ),
+            (
                 r#"{"methodConfig": [{"name": [{}], "retryPolicy": {}, "hedgingPolicy": {}}]}"#,
                 "methodConfig[0]",
                 "only one may be set",
@@ -1169,10 +1559,52 @@ mod tests {
     }
 
     #[test]
+    fn names_are_keyed_and_looked_up_as_c_core_does() {
+        // An empty service makes the default, whatever the method; a `/` is just a
+        // character of the name.
+        let config = service_config(
+            r#"{"methodConfig": [
+                {"name": [{"service": "", "method": "Ignored"}], "timeout": "1s"},
+                {"name": [{"service": "a/B"}], "timeout": "2s"},
+                {"name": [{"service": "c.D", "method": "E/F"}], "timeout": "3s"},
+                {"name": [{"service": "g.H", "method": null}], "timeout": "4s"}
+            ]}"#,
+        )
+        .unwrap();
+        let timeout = |path: &str| config.method_for_path(path).and_then(MethodConfig::timeout);
+        let secs = |s| Some(Duration::from_secs(s));
+        assert_eq!(config.methods()[0].names(), [MethodName::Default]);
+        assert_eq!(timeout("/x.Y/Z"), secs(1));
+        assert_eq!(timeout("/a/B/C"), secs(2));
+        assert_eq!(timeout("/c.D/E/F"), secs(3));
+        assert_eq!(timeout("/c.D/E"), secs(1));
+        assert_eq!(timeout("/g.H/I"), secs(4));
+        // C-core looks up the whole path, then the path to its last `/`.
+        assert_eq!(timeout("/g.H/I/J"), secs(1));
+        assert!(config.methods()[1].names()[0].matches("/a/B/C"));
+        assert!(!config.methods()[1].names()[0].matches("/a/B/C/D"));
+        // A service's names are keyed as paths: a name may repeat another in another form.
+        let error = refused(
+            r#"{"methodConfig": [{"name": [{"service": "a/B"}]},
+                {"name": [{"service": "a", "method": "B/"}]}]}"#,
+        );
+        assert_eq!(error.field(), "methodConfig[1].name[0]");
+        assert!(error.message().contains("names \"/a/B/\" again"), "{error}");
+    }
+
+    #[test]
     fn whole_text_errors_have_no_field() {
         for (json, says) in [
             ("", "not valid JSON"),
             ("{", "not valid JSON"),
+            (
+                "{} x",
+                "not valid JSON: trailing characters at line 1 column 4",
+            ),
+            (
+                r#"{"retryThrottling": {}, "retryThrottling": {}}"#,
+                "not valid JSON: the key \"retryThrottling\" is given twice in one object at line 1 column 41",
+            ),
             ("[]", "is an array; it must be an object"),
             ("null", "is null; it must be an object"),
         ] {
@@ -1200,10 +1632,14 @@ mod tests {
         assert!(config.throttle().is_none());
         assert!(service_config("{}").unwrap().methods().is_empty());
         assert!(
-            service_config(r#"{"methodConfig": null, "retryThrottling": null}"#)
+            service_config(r#"{"methodConfig": [], "retryThrottling": null}"#)
                 .unwrap()
                 .throttle()
                 .is_none()
+        );
+        // C-core ignores a hedging policy of any shape.
+        assert!(
+            service_config(r#"{"methodConfig": [{"name": [{}], "hedgingPolicy": 3}]}"#).is_ok()
         );
     }
 
@@ -1216,26 +1652,62 @@ mod tests {
         // Clones of the config share the throttle.
         assert!(config.clone().throttle().unwrap().same_as(throttle));
 
+        // Values as C-core reads them: whole tokens, a ratio to three decimal places, either
+        // in a string.
+        for (json, tokens, ratio) in [
+            (
+                r#"{"maxTokens": "1000", "tokenRatio": " 0.5"}"#,
+                1000.0,
+                0.5,
+            ),
+            (r#"{"maxTokens": 1, "tokenRatio": 0.1239}"#, 1.0, 0.123),
+            // From the value, not the text: C-core refuses `1e-1`, and reads `0.100e1` as
+            // 0.1 (its first three decimals).
+            (r#"{"maxTokens": 10, "tokenRatio": 1e-1}"#, 10.0, 0.1),
+            (r#"{"maxTokens": 10, "tokenRatio": 0.100e1}"#, 10.0, 1.0),
+            (r#"{"maxTokens": 10, "tokenRatio": 0.1239999}"#, 10.0, 0.123),
+            (r#"{"maxTokens": 10, "tokenRatio": 1}"#, 10.0, 1.0),
+            (r#"{"maxTokens": 10, "tokenRatio": 1.5}"#, 10.0, 1.5),
+        ] {
+            let config = service_config(&format!(r#"{{"retryThrottling": {json}}}"#)).unwrap();
+            let throttle = config.throttle().unwrap();
+            assert_eq!(
+                (throttle.max_tokens(), throttle.token_ratio()),
+                (tokens, ratio),
+                "{json}"
+            );
+        }
+
         for (json, field, says) in [
             (
                 r#"{"maxTokens": 0, "tokenRatio": 0.1}"#,
                 "maxTokens",
-                "is 0; it must be greater than 0 and at most 1000",
+                "is 0; it must be greater than 0",
             ),
             (
                 r#"{"maxTokens": 1001, "tokenRatio": 0.1}"#,
                 "maxTokens",
-                "at most 1000",
+                "is 1001; this crate's throttle holds at most 1000 tokens",
             ),
             (
-                r#"{"maxTokens": 0.0001, "tokenRatio": 0.1}"#,
+                r#"{"maxTokens": 10.5, "tokenRatio": 0.1}"#,
                 "maxTokens",
-                "at least 0.001",
+                "is 10.5; it must be a whole number",
+            ),
+            (
+                r#"{"maxTokens": -1, "tokenRatio": 0.1}"#,
+                "maxTokens",
+                "is -1; it must be a whole number",
+            ),
+            (
+                r#"{"maxTokens": null, "tokenRatio": 0.1}"#,
+                "maxTokens",
+                "is null; it must be a number",
             ),
             (
                 r#"{"maxTokens": 10, "tokenRatio": 0}"#,
                 "tokenRatio",
-                "is 0; it must be greater than 0",
+                "is 0, which is 0 to three decimal places; it must be greater than 0",
             ),
             (
                 r#"{"maxTokens": 10, "tokenRatio": -1}"#,
@@ -1245,12 +1717,37 @@ mod tests {
             (
                 r#"{"maxTokens": 10, "tokenRatio": 0.0001}"#,
                 "tokenRatio",
-                "at least 0.001",
+                "is 0.0001, which is 0 to three decimal places",
             ),
             (
-                r#"{"maxTokens": "10", "tokenRatio": 0.1}"#,
+                r#"{"maxTokens": 10, "tokenRatio": -0}"#,
+                "tokenRatio",
+                "is -0.0; it must be a decimal number greater than 0",
+            ),
+            (
+                r#"{"maxTokens": 10, "tokenRatio": 5e9}"#,
+                "tokenRatio",
+                "is 5000000000.0; it must be a decimal number greater than 0",
+            ),
+            (
+                r#"{"maxTokens": -0, "tokenRatio": 0.1}"#,
                 "maxTokens",
-                "is a string",
+                "is -0.0; it must be a whole number",
+            ),
+            (
+                r#"{"maxTokens": 1e1, "tokenRatio": 0.1}"#,
+                "maxTokens",
+                "is 10.0; it must be a whole number",
+            ),
+            (
+                r#"{"maxTokens": 10, "tokenRatio": null}"#,
+                "tokenRatio",
+                "is null; it must be a number",
+            ),
+            (
+                r#"{"maxTokens": true, "tokenRatio": 0.1}"#,
+                "maxTokens",
+                "is a boolean",
             ),
             (r#"{"tokenRatio": 0.1}"#, "maxTokens", "is missing"),
             (r#"[]"#, "", "is an array; it must be an object"),
@@ -1272,7 +1769,8 @@ mod tests {
             r#"{"methodConfig": [
                 {"name": [{"service": "a.B"}], "timeout": "1.5s", "retryPolicy": {
                     "maxAttempts": 9, "initialBackoff": "0.2s", "maxBackoff": "0.5s",
-                    "backoffMultiplier": 1.5, "retryableStatusCodes": ["UNAVAILABLE", 8]}},
+                    "backoffMultiplier": 1.5,
+                    "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}},
                 {"name": [{}]}
             ]}"#,
         )
@@ -1315,30 +1813,225 @@ mod tests {
     }
 
     #[test]
-    fn proto_durations() {
-        let ok = |text: &str, d: Duration| assert_eq!(parse_proto_duration(text), Ok((false, d)));
-        ok("0s", Duration::ZERO);
-        ok("1s", Duration::from_secs(1));
-        ok(".1s", Duration::from_millis(100));
-        ok("1.s", Duration::from_secs(1));
-        ok("0.000000001s", Duration::from_nanos(1));
-        ok("315576000000s", Duration::from_secs(315_576_000_000));
+    fn durations_as_c_core_reads_them() {
+        let ok =
+            |text: &str, millis: i64| assert_eq!(parse_grpc_duration(text), Ok(millis), "{text:?}");
+        ok("0s", 0);
+        ok("1s", 1000);
+        ok("0.1s", 100);
+        ok("01.5s", 1500);
+        ok("0.000999999s", 0);
+        ok("1.000000001s", 1000);
+        ok("315576000000s", 315_576_000_000_000);
+        ok("315576000000.999999999s", 315_576_000_000_999);
+        // Spaces around the number, and a sign on either part.
+        ok(" 1s", 1000);
+        ok("1 s", 1000);
+        ok("\x0b1s", 1000);
+        ok("+1s", 1000);
+        ok("1 .5s", 1500);
+        // The sign counts as a digit of the fraction: "+5" is 5 hundredths.
+        ok("1.+5s", 1050);
+        ok("1.-5s", 950);
+        ok("-0.5s", 500);
+        ok("0.-5s", -50);
+        for (bad, why) in [
+            ("", "no \"s\" at the end"),
+            ("1", "no \"s\" at the end"),
+            ("1S", "no \"s\" at the end"),
+            ("1s ", "no \"s\" at the end"),
+            ("s", "no whole number of seconds"),
+            (".1s", "no whole number of seconds"),
+            ("1e3s", "no whole number of seconds"),
+            ("0x1s", "no whole number of seconds"),
+            ("+-1s", "no whole number of seconds"),
+            ("- 1s", "no whole number of seconds"),
+            ("\u{a0}1s", "no whole number of seconds"),
+            ("١s", "no whole number of seconds"),
+            ("1.s", "no number after the \".\""),
+            ("1.5.5s", "no number after the \".\""),
+            ("1. s", "no number after the \".\""),
+            ("1.0000000000s", "more than 9 digits after the \".\""),
+            ("1.+999999999s", "more than 9 digits after the \".\""),
+            ("-1s", "negative seconds"),
+            ("315576000001s", "more than 315576000000 seconds"),
+            ("9223372036854775808s", "no whole number of seconds"),
+        ] {
+            assert_eq!(parse_grpc_duration(bad), Err(why), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn numbers_as_c_core_reads_them() {
+        assert_eq!(read_trimmed::<i32>(b" +42\t\x0b"), Some(42));
+        assert_eq!(read_trimmed::<i32>(b"-0"), Some(0));
+        assert_eq!(read_trimmed::<i32>(b"2147483648"), None);
+        assert_eq!(read_trimmed::<i32>(b"-2147483648"), Some(i32::MIN));
+        assert_eq!(read_trimmed::<i64>(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(read_trimmed::<u32>(b"4294967295"), Some(u32::MAX));
+        for bad in [
+            &b""[..],
+            b"+",
+            b"-",
+            b"- 1",
+            b"1 2",
+            b"+-1",
+            b"0x1",
+            b"1.0",
+            b"1e1",
+            b"\xc2\xa01",
+        ] {
+            assert_eq!(read_trimmed::<i64>(bad), None, "{bad:?}");
+        }
+        assert_eq!(read_trimmed::<u32>(b"-0"), None);
+        assert_eq!(read_trimmed::<u32>(b"4294967296"), None);
+
+        let float = read_trimmed::<f64>;
+        assert_eq!(float(b" +.5 "), Some(0.5));
+        assert_eq!(float(b"1."), Some(1.0));
+        assert_eq!(float(b"1E5"), Some(1e5));
+        assert_eq!(float(b"1e400"), Some(f64::INFINITY));
+        assert_eq!(float(b"Infinity"), Some(f64::INFINITY));
+        assert_eq!(float(b"-INF"), Some(f64::NEG_INFINITY));
+        for nan in [&b"nan"[..], b"-NaN"] {
+            assert!(float(nan).is_some_and(f64::is_nan), "{nan:?}");
+        }
+        for bad in [
+            &b""[..],
+            b".",
+            b"e5",
+            b"1e",
+            b"1e+",
+            b"1p3",
+            b"0x1p3",
+            b"0x1.8",
+            b"++2",
+            b"+-2",
+            b"infinit",
+            b"nanx",
+            b"nan(abc)",
+            b"1,5",
+        ] {
+            assert_eq!(float(bad), None, "{bad:?}");
+        }
+
+        assert_eq!(token_ratio_millis(b"0.1"), Some(100));
+        assert_eq!(token_ratio_millis(b"0.1239"), Some(123));
+        assert_eq!(token_ratio_millis(b"0.+12"), Some(12));
+        assert_eq!(token_ratio_millis(b" 2"), Some(2000));
+        for bad in [&b"-0.5"[..], b".5", b"1.", b"1e-1", b"0.1e1", b"0.-1"] {
+            assert_eq!(token_ratio_millis(bad), None, "{bad:?}");
+        }
+        // A JSON number's stand-in text: its value in decimal, never with an exponent.
+        assert_eq!(Number::Float(1e-1).decimal(), "0.1");
+        assert_eq!(Number::Float(1e21).decimal(), "1000000000000000000000");
+        assert_eq!(Number::Float(-0.0).decimal(), "-0");
+        assert_eq!(Number::Float(2.0).to_string(), "2.0");
+        assert_eq!(Number::Float(1e300).to_string(), "1e300");
+    }
+
+    #[test]
+    fn json_through_serde_json() {
+        let float = |f: f64| Json::Number(Number::Float(f));
         assert_eq!(
-            parse_proto_duration("-1.5s"),
-            Ok((true, Duration::from_millis(1500)))
+            read_json(
+                r#" {"a": [1, -2, 2.0, -0.5e+3, "x\u00e9\ud83d\ude00\n", true, null], "b": {}} "#
+            ),
+            Ok(Json::Object(vec![
+                (
+                    "a".to_string(),
+                    Json::Array(vec![
+                        Json::Number(Number::Unsigned(1)),
+                        Json::Number(Number::Negative(-2)),
+                        float(2.0),
+                        float(-500.0),
+                        Json::String("x\u{e9}\u{1f600}\n".to_string()),
+                        Json::Bool(true),
+                        Json::Null,
+                    ])
+                ),
+                ("b".to_string(), Json::Object(vec![])),
+            ]))
+        );
+        // Whole numbers beyond 64 bits, `-0` and exponents are floats.
+        for (text, value) in [
+            (
+                "18446744073709551615",
+                Json::Number(Number::Unsigned(u64::MAX)),
+            ),
+            ("18446744073709551616", float(18446744073709551616.0)),
+            (
+                "-9223372036854775808",
+                Json::Number(Number::Negative(i64::MIN)),
+            ),
+            ("-0", float(-0.0)),
+            ("1e2", float(100.0)),
+        ] {
+            assert_eq!(read_json(text), Ok(value), "{text}");
+        }
+        // The text ends at a NUL, as for C-core.
+        assert_eq!(read_json("{}\0 junk"), Ok(Json::Object(vec![])));
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(read_json(&nested(127)).is_ok());
+        assert!(
+            read_json(&nested(128))
+                .unwrap_err()
+                .contains("recursion limit exceeded")
         );
         for bad in [
-            "", "s", ".s", "-s", "1", "1m", "1.5.5s", "+1s", " 1s", "1 s", "1e3s", "١s",
+            "",
+            " ",
+            "{",
+            "}",
+            "01",
+            "-",
+            "-01",
+            "1.",
+            ".5",
+            "1e",
+            "1e+",
+            "+1",
+            "1e400",
+            "1 2",
+            "[1,]",
+            "{\"a\": 1,}",
+            "{\"a\" 1}",
+            "{a: 1}",
+            "tru",
+            "truex",
+            "\"\t\"",
+            "\"\\x\"",
+            "\"\\u12\"",
+            "\"\\ud800\"",
+            "\"\\udc00\"",
+            "\"abc",
+            "\u{feff}{}",
+            "[1}",
         ] {
-            assert!(parse_proto_duration(bad).is_err(), "{bad:?}");
+            assert!(read_json(bad).is_err(), "{bad:?}");
         }
+        // A key twice, at any depth, even with the same value.
+        for twice in [
+            r#"{"a": 1, "a": 1}"#,
+            r#"{"a": 1, "b": {"c": [], "c": null}}"#,
+            r#"[{"x": {}, "y": 0, "x": 2}]"#,
+        ] {
+            let error = read_json(twice).unwrap_err();
+            assert!(
+                error.contains("is given twice in one object"),
+                "{twice}: {error}"
+            );
+        }
+        assert!(read_json(r#"{"a": {"a": 1}, "b": {"a": 2}}"#).is_ok());
     }
 
     proptest! {
         #[test]
         fn never_panics_on_any_text(text in ".{0,80}") {
             let _ = service_config(&text);
-            let _ = parse_proto_duration(&text);
+            let _ = parse_grpc_duration(&text);
+            let _ = read_trimmed::<f64>(text.as_bytes());
+            let _ = token_ratio_millis(text.as_bytes());
         }
 
         #[test]
@@ -1362,11 +2055,36 @@ mod tests {
             }
         }
 
-        /// Durations written the way grpc-go writes them read back exactly.
+        /// Durations written the way grpc-go writes them read back to the millisecond.
         #[test]
-        fn proto_durations_round_trip(secs in 0u64..=315_576_000_000, nanos in 0u32..1_000_000_000) {
+        fn proto_durations_round_trip(secs in 0i64..=315_576_000_000, nanos in 0i64..1_000_000_000) {
             let text = format!("{secs}.{nanos:09}s");
-            prop_assert_eq!(parse_proto_duration(&text), Ok((false, Duration::new(secs, nanos))));
+            prop_assert_eq!(parse_grpc_duration(&text), Ok(secs * 1000 + nanos / 1_000_000));
+        }
+
+        /// JSON reads as serde_json's own `Value` has it (which keeps no key twice).
+        #[test]
+        fn standard_json_reads_as_serde_json_does(value in json_value()) {
+            fn convert(value: &serde_json::Value) -> Json {
+                match value {
+                    serde_json::Value::Null => Json::Null,
+                    serde_json::Value::Bool(b) => Json::Bool(*b),
+                    serde_json::Value::Number(n) => Json::Number(match (n.as_u64(), n.as_i64()) {
+                        (Some(n), _) => Number::Unsigned(n),
+                        (None, Some(n)) => Number::Negative(n),
+                        (None, None) => Number::Float(n.as_f64().unwrap()),
+                    }),
+                    serde_json::Value::String(s) => Json::String(s.clone()),
+                    serde_json::Value::Array(items) => Json::Array(items.iter().map(convert).collect()),
+                    serde_json::Value::Object(fields) => Json::Object(
+                        fields.iter().map(|(k, v)| (k.clone(), convert(v))).collect(),
+                    ),
+                }
+            }
+            let text = serde_json::to_string_pretty(&value).unwrap();
+            // Against serde_json's own reading of the text.
+            let read: serde_json::Value = serde_json::from_str(&text).unwrap();
+            prop_assert_eq!(read_json(&text), Ok(convert(&read)));
         }
     }
 }

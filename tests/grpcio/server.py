@@ -25,6 +25,11 @@ command line (--plan, comma-separated; "ok" once the plan is used up):
   after:CODE          Reply only: send the reply message, then abort with CODE
   sleep:MS:STEP       wait MS milliseconds (less if the call ends first), then
                       answer as STEP says
+  meta                answer as the call's own "x-step" metadata says (one of
+                      the steps above); "ok" without it. The record names the
+                      step taken. So a client decides each call's answer
+                      (tests/grpcio/client.py --step), whatever the retries
+                      before it took from the plan.
 
 CODE is a grpc.StatusCode name, such as UNAVAILABLE.
 
@@ -33,6 +38,10 @@ its step, when it arrived (milliseconds since the server started), its metadata
 as grpcio hands it to the handler, the time grpcio says is left before its
 deadline, and its request messages (hex). test.Control/Seen answers with the
 records so far as JSON, and takes no step.
+
+--option NAME=VALUE (repeatable) passes a channel option to grpc.server, an
+integer when VALUE is one: --option grpc.max_connection_age_ms=300 makes the
+server send GOAWAY on every connection 300 ms old.
 
 The server stops when its stdin closes (the test holds the other end) or after
 --lifetime seconds, whichever comes first.
@@ -62,6 +71,8 @@ def parse_step(text):
     if kind == "sleep":
         millis, _, inner = rest.partition(":")
         return ("sleep", int(millis), parse_step(inner))
+    if kind == "meta" and not rest:
+        return ("meta",)
     raise ValueError(f"unknown step {text!r}")
 
 
@@ -95,6 +106,11 @@ class Script:
             metadata.append([key, value])
         with self.lock:
             step = self.plan.pop(0) if self.plan else ("ok",)
+            if step == ("meta",):
+                said = dict(context.invocation_metadata() or ()).get("x-step")
+                step = parse_step(said) if said else ("ok",)
+                if step == ("meta",):
+                    raise ValueError("x-step: meta names itself")
             self.records.append(
                 {
                     "method": method,
@@ -136,7 +152,7 @@ def fail(step, context):
     context.abort(step[1], f"scripted {step_name(step)}")
 
 
-def serve(script):
+def serve(script, options=()):
     def unary(request, context):
         step = settle(script.take("Unary", context, [request]), context)
         if step[0] != "ok":
@@ -174,7 +190,9 @@ def serve(script):
         "test.Control", {"Seen": grpc.unary_unary_rpc_method_handler(seen)}
     )
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=16), handlers=(raw, control)
+        futures.ThreadPoolExecutor(max_workers=16),
+        handlers=(raw, control),
+        options=list(options),
     )
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -185,9 +203,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", default="", help="comma-separated steps")
     parser.add_argument("--lifetime", type=float, default=120.0)
+    parser.add_argument(
+        "--option", action="append", default=[], help="NAME=VALUE for grpc.server"
+    )
     args = parser.parse_args()
     plan = [parse_step(s) for s in args.plan.split(",") if s]
-    server, port = serve(Script(plan))
+    options = []
+    for option in args.option:
+        name, _, value = option.partition("=")
+        options.append((name, int(value) if value.lstrip("-").isdigit() else value))
+    server, port = serve(Script(plan), options)
     print(f"PORT {port}", flush=True)
 
     # Whatever happens to the test, the server does not outlive its lifetime.

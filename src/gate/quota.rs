@@ -1,0 +1,1295 @@
+// A cost-weighted retry quota: the AWS SDKs' standard-mode rule, ported from smithy-rs (the
+// Rust SDK's runtime) as a third kind over the crate's one token bucket (`gate::bucket`),
+// without refill. A retry takes a cost that depends on the failure it follows (10 tokens
+// after a transient failure, 5 otherwise, from 500), or is refused when the cost is not
+// there; a request that then succeeds gives back what its last retry took; a request that
+// succeeds on its first try adds 1 token. Nothing else refills the quota: not time, not
+// requests.
+//
+// Ported from smithy-rs at commit c01b59123b51e2e5643a6c19ca1b48a9b4208c8c (14 August 2025;
+// the rules below held until its token bucket gained optional fractional rewards and a
+// time-based refill, that December):
+//
+// - rust-runtime/aws-smithy-runtime/src/client/retries/token_bucket.rs: the capacity (500),
+//   the two costs (5, and twice that after a `TransientError`), and the regeneration of one
+//   token after a success that held no permit;
+// - rust-runtime/aws-smithy-runtime/src/client/retries/strategy/standard.rs: the request
+//   loop (a retry past the attempt limit asks nothing of the bucket; each retry's permit
+//   replaces the one before, which is forgotten; a success releases the permit it holds,
+//   that of the last retry, or else regenerates a token);
+// - rust-runtime/aws-smithy-runtime/src/client/retries/classifiers.rs: what is transient
+//   (timeouts, IO errors, and 500, 502, 503 and 504 responses).
+//
+// smithy-rs keeps the bucket as a tokio semaphore, the last retry's permit in the retry
+// strategy. Here the balance is the crate's atomic bucket in thousandths of a token (whole
+// tokens only, so every step is exact), and the permit is the request's `Ticket`: the units
+// its last retry withdrew, which the gate wiring gives back through `refund` on a success.
+// Every change is one compare-and-swap loop of `bucket.rs` (`withdraw`: all or nothing;
+// `deposit`: clipped at the cap), so the quota is lock-free and needs no primitive of its
+// own. One deliberate difference: the balance never exceeds `max_tokens`. A smithy-rs
+// semaphore can end slightly above its capacity when a first-try success regenerates a
+// token while another request holds a permit that it later releases (its token bucket says
+// as much); here the refund is clipped at the cap like any deposit.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::bucket::{BALANCE_BITS, Bucket, MAX_BALANCE_UNITS, UNITS_PER_TOKEN};
+use super::partition::{AuthorityKey, Part, Partitions};
+use crate::classify::FailureKind;
+use crate::error::{ConfigKind, InvalidConfig};
+
+/// The most whole tokens a quota holds, and the largest value of any of its settings: what
+/// the bucket's balance of thousandths can count.
+const MAX_TOKENS: u32 = (MAX_BALANCE_UNITS / UNITS_PER_TOKEN) as u32;
+
+/// smithy-rs's capacity: the tokens a quota holds, and starts with.
+const AWS_MAX_TOKENS: u32 = 500;
+/// smithy-rs's cost of a retry after a failure that is not transient.
+const AWS_RETRY_COST: u32 = 5;
+/// smithy-rs's cost of a retry after a transient failure (twice the other).
+const AWS_TRANSIENT_RETRY_COST: u32 = 10;
+/// smithy-rs's regeneration after a success that held no permit (a first-try success).
+const AWS_SUCCESS_REWARD: u32 = 1;
+
+/// The error kind the quota's settings are refused with.
+const REFUSED: ConfigKind = ConfigKind::Quota;
+
+/// A retry quota, as the AWS SDKs keep it in their standard retry mode: a shared pool of
+/// tokens that every retry spends from, at a cost set by the failure it follows, and that
+/// only successes fill back up.
+///
+/// * The quota starts full, at `max_tokens` (500), and never holds more or less than
+///   `max_tokens` and 0.
+/// * A retry after a transient failure costs `transient_retry_cost` (10): a connection
+///   failure, a timeout, 408, 500, 502, 503 or 504, gRPC's `UNAVAILABLE`
+///   ([`FailureKind::Transient`]). smithy-rs charges its higher cost for the same
+///   failures: timeouts, IO errors and the 500, 502, 503 and 504 responses.
+/// * A retry after any other failure costs `retry_cost` (5): throttling (429, gRPC's
+///   `RESOURCE_EXHAUSTED`, [`FailureKind::Throttling`], as smithy-rs charges a throttling
+///   error) and every other failure a classifier retries ([`FailureKind::Other`], as
+///   smithy-rs charges its server and client errors).
+/// * A retry whose cost is not in the quota is refused, and takes nothing.
+/// * A request that succeeds after retries gives back what its last retry took (only the
+///   last: the earlier retries' tokens stay spent). A request that succeeds on its first try
+///   adds `success_reward` (1). A request that ends in a failure gives nothing back.
+///
+/// With the defaults, a quota allows 50 retries in a row after transient failures (100
+/// after other failures) before it refuses; after that each retry needs the successes that
+/// pay for it. Nothing else refills it: no clock is read, and a client that only fails stays
+/// refused, which is the point.
+///
+/// # Which gate to pick
+///
+/// * [`RetryBudget`](crate::RetryBudget) bounds retry load relative to traffic: retries
+///   stay under a share of the requests sent, plus a small floor per second, whatever
+///   fails. Pick it to cap the load retries add to a struggling service.
+/// * `RetryQuota` bounds retries after failures: a run of failures spends a fixed pool,
+///   costlier failures faster, and only successes win it back. It is the AWS SDKs' rule:
+///   pick it to retry as an AWS SDK client does, or for a fixed allowance of retries that
+///   does not grow with traffic or time.
+/// * [`Throttle`](crate::Throttle) is gRPC's rule (its `retryThrottling`): every failure
+///   takes a token and every success gives back a set fraction of one, and retries stop
+///   while half the pool or less is left. Pick it for gRPC clients, or to stop retrying a
+///   server that fails more often than a set share of its attempts.
+///
+/// # The port
+///
+/// The defaults and the rules are those of smithy-rs at commit
+/// `c01b59123b51e2e5643a6c19ca1b48a9b4208c8c` (its `aws-smithy-runtime` crate, files
+/// `client/retries/token_bucket.rs` and `client/retries/strategy/standard.rs`). Its later
+/// versions keep these defaults and add two options, both off by default: a refill over
+/// time, and a success reward in fractions of a token that, once set, replaces both the
+/// refund and the first-try token. Its opt-in newer retry behavior charges 14 tokens for a
+/// retry after a transient or other failure and 5 after throttling; here
+/// `retry_cost(14).transient_retry_cost(14)` comes closest, though throttling then costs 14
+/// too: this quota has two costs, not three.
+///
+/// The quota is kept in thousandths of a token in one atomic word updated by
+/// compare-and-swap: no lock, and no update is lost whichever threads call in.
+///
+/// # Clone
+///
+/// `RetryQuota` is a cheap handle (a reference-counted pointer): every clone spends from and
+/// fills the same quota. The AWS SDKs for Rust share one per retry partition, by default a
+/// service in a region: give every client of one service the same handle.
+///
+/// # Example
+///
+/// ```
+/// use tower_http_retry::RetryQuota;
+///
+/// let quota = RetryQuota::aws_standard();
+/// let shared = quota.clone();
+/// assert_eq!((quota.tokens(), quota.max_tokens()), (500, 500));
+/// assert_eq!((quota.retry_cost(), quota.transient_retry_cost()), (5, 10));
+/// assert_eq!(quota.success_reward(), 1);
+///
+/// // A smaller quota: two retries after transient failures, or four after others.
+/// let small = RetryQuota::builder().max_tokens(20).build();
+/// assert_eq!(small.tokens(), 20);
+/// # drop(shared);
+/// ```
+#[derive(Clone)]
+pub struct RetryQuota {
+    /// The pool: of every request, or, per authority, of the requests with none.
+    inner: Arc<Inner>,
+    /// Per authority: a pool for each ([`QuotaBuilder::per_authority`]).
+    partitions: Option<Arc<Partitions<Arc<Inner>>>>,
+}
+
+/// The shared part of a [`RetryQuota`].
+struct Inner {
+    /// The balance, in thousandths of a token; it starts full, at `max_tokens`, and has no
+    /// refill.
+    bucket: Bucket,
+    /// `retry_cost` in units.
+    retry_units: u64,
+    /// `transient_retry_cost` in units.
+    transient_units: u64,
+    /// `success_reward` in units.
+    reward_units: u64,
+}
+
+impl RetryQuota {
+    /// A builder of a quota, from smithy-rs's defaults: `max_tokens` 500, `retry_cost` 5,
+    /// `transient_retry_cost` 10, `success_reward` 1. Every setting is named, so none can be
+    /// swapped for another.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryQuota;
+    ///
+    /// let quota = RetryQuota::builder()
+    ///     .max_tokens(1_000)
+    ///     .retry_cost(5)
+    ///     .transient_retry_cost(20)
+    ///     .success_reward(2)
+    ///     .build();
+    /// assert_eq!(quota.tokens(), 1_000);
+    /// assert_eq!(quota.transient_retry_cost(), 20);
+    /// ```
+    pub fn builder() -> QuotaBuilder {
+        QuotaBuilder {
+            max_tokens: AWS_MAX_TOKENS,
+            retry_cost: AWS_RETRY_COST,
+            transient_retry_cost: AWS_TRANSIENT_RETRY_COST,
+            success_reward: AWS_SUCCESS_REWARD,
+            authorities: None,
+        }
+    }
+
+    /// The AWS SDKs' standard quota, as smithy-rs sets it up: 500 tokens, a retry costs 10
+    /// after a transient failure and 5 after any other, a first-try success adds 1. The
+    /// same as [`RetryQuota::default`] and [`RetryQuota::builder`] built as it comes.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryQuota;
+    ///
+    /// let quota = RetryQuota::aws_standard();
+    /// assert_eq!(format!("{quota:?}"), format!("{:?}", RetryQuota::default()));
+    /// ```
+    #[must_use]
+    pub fn aws_standard() -> RetryQuota {
+        RetryQuota::builder().build()
+    }
+
+    /// The current balance, in whole tokens. A snapshot, for metrics and tests: other
+    /// clones may change it right after, so do not use it to decide whether to retry.
+    #[must_use]
+    pub fn tokens(&self) -> u32 {
+        // At most `MAX_TOKENS`, which fits.
+        (self.inner.bucket.units() / UNITS_PER_TOKEN) as u32
+    }
+
+    /// The most tokens the quota holds, and where it starts.
+    #[must_use]
+    pub fn max_tokens(&self) -> u32 {
+        (self.inner.bucket.cap_units() / UNITS_PER_TOKEN) as u32
+    }
+
+    /// What a retry after a failure that is not transient costs (throttling included).
+    #[must_use]
+    pub fn retry_cost(&self) -> u32 {
+        (self.inner.retry_units / UNITS_PER_TOKEN) as u32
+    }
+
+    /// What a retry after a transient failure costs.
+    #[must_use]
+    pub fn transient_retry_cost(&self) -> u32 {
+        (self.inner.transient_units / UNITS_PER_TOKEN) as u32
+    }
+
+    /// What a request that succeeds on its first try adds.
+    #[must_use]
+    pub fn success_reward(&self) -> u32 {
+        (self.inner.reward_units / UNITS_PER_TOKEN) as u32
+    }
+
+    /// The units a retry after a failure of `kind` costs: the transient cost for a
+    /// transient failure, the other cost for throttling and anything else.
+    pub(crate) fn cost_units(&self, kind: FailureKind) -> u64 {
+        match kind {
+            FailureKind::Transient => self.inner.transient_units,
+            FailureKind::Throttling | FailureKind::Other => self.inner.retry_units,
+        }
+    }
+
+    /// Asks for a retry after a failure of `kind`: takes its cost and returns the units
+    /// taken (for the request's ticket, so that a success can give exactly these back), or
+    /// returns `None` and takes nothing when the quota holds less than the cost.
+    ///
+    /// Call it before each retry, after everything else has allowed it (smithy-rs asks the
+    /// quota last: a retry past the attempt limit takes nothing). Never blocks, never
+    /// allocates, never reads the clock.
+    #[must_use = "a refused withdrawal means the retry must not be sent"]
+    pub(crate) fn withdraw(&self, kind: FailureKind) -> Option<u64> {
+        let units = self.cost_units(kind);
+        self.inner.bucket.withdraw(units).then_some(units)
+    }
+
+    /// Gives back `units`, up to `max_tokens`: for a request that succeeded after retries,
+    /// what its last retry withdrew (its ticket's last withdrawal), once. The earlier
+    /// retries' tokens stay spent, as in smithy-rs, where each new retry's permit replaces
+    /// and forgets the one before.
+    pub(crate) fn refund(&self, units: u64) {
+        self.inner.bucket.deposit(units);
+    }
+
+    /// Adds `success_reward`, up to `max_tokens`: for a request that succeeded on its first
+    /// try, once.
+    pub(crate) fn reward(&self) {
+        self.inner.bucket.deposit(self.inner.reward_units);
+    }
+
+    /// True when two handles share one quota.
+    #[cfg(all(test, not(tower_http_retry_loom)))]
+    pub(crate) fn same_as(&self, other: &RetryQuota) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    #[cfg(all(test, not(tower_http_retry_loom)))]
+    fn units(&self) -> u64 {
+        self.inner.bucket.units()
+    }
+}
+
+impl RetryQuota {
+    /// True when the quota keeps a pool per authority ([`QuotaBuilder::per_authority`]).
+    pub fn is_per_authority(&self) -> bool {
+        self.partitions.is_some()
+    }
+
+    /// The quota that requests to `uri`'s authority spend from: for a per-authority quota,
+    /// that authority's pool (made full on first sight; the shared overflow pool when the
+    /// authorities tracked are all in use); the quota itself otherwise, and for a URI
+    /// without an authority.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryQuota;
+    ///
+    /// let quota = RetryQuota::builder().per_authority().build();
+    /// let s3 = quota.partition(&"https://s3.example/".parse().unwrap());
+    /// assert_eq!(s3.tokens(), 500);
+    /// assert_eq!(quota.authorities(), 1);
+    /// ```
+    pub fn partition(&self, uri: &http::Uri) -> RetryQuota {
+        self.partition_of(AuthorityKey::of_uri(uri))
+    }
+
+    /// The pool of the authority `key` names (see [`RetryQuota::partition`]).
+    pub(crate) fn partition_of(&self, key: Option<AuthorityKey>) -> RetryQuota {
+        let inner = match (&self.partitions, key) {
+            (Some(partitions), Some(key)) => partitions.get(key),
+            _ => Arc::clone(&self.inner),
+        };
+        RetryQuota {
+            inner,
+            partitions: None,
+        }
+    }
+
+    /// How many authorities have a pool of their own: 0 for a quota not per authority.
+    pub fn authorities(&self) -> usize {
+        self.partitions.as_ref().map_or(0, |p| p.len())
+    }
+}
+
+impl Part for Arc<Inner> {
+    fn fresh(&self) -> Self {
+        Arc::new(Inner {
+            bucket: Bucket::full(self.bucket.cap_units(), 0),
+            retry_units: self.retry_units,
+            transient_units: self.transient_units,
+            reward_units: self.reward_units,
+        })
+    }
+
+    fn at_rest(&self) -> bool {
+        Arc::strong_count(self) == 1 && self.bucket.units() == self.bucket.cap_units()
+    }
+}
+
+impl Default for RetryQuota {
+    /// [`RetryQuota::aws_standard`].
+    fn default() -> Self {
+        RetryQuota::aws_standard()
+    }
+}
+
+impl fmt::Debug for RetryQuota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryQuota")
+            .field("tokens", &self.tokens())
+            .field("max_tokens", &self.max_tokens())
+            .field("retry_cost", &self.retry_cost())
+            .field("transient_retry_cost", &self.transient_retry_cost())
+            .field("success_reward", &self.success_reward())
+            .finish()
+    }
+}
+
+/// Builds a [`RetryQuota`]: see [`RetryQuota::builder`]. Every setting counts whole tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a builder does nothing until it is built"]
+pub struct QuotaBuilder {
+    max_tokens: u32,
+    retry_cost: u32,
+    transient_retry_cost: u32,
+    success_reward: u32,
+    authorities: Option<usize>,
+}
+
+impl QuotaBuilder {
+    /// One pool per authority (the request URI's scheme, host and port; the `Host` header
+    /// for a request in origin form), each with these settings, as the AWS SDKs keep a
+    /// bucket per partition: a server that fails spends its own pool, not a healthy one's.
+    /// At most 1 024 authorities are tracked ([`max_authorities`](Self::max_authorities));
+    /// only a pool back at `max_tokens` and used by no request in flight is forgotten to
+    /// make room (a failing server's pool never is: a quota does not refill with time), and
+    /// when every one is in use, further authorities share one overflow pool. Requests with
+    /// no authority share the quota's own pool. Clones share all of them.
+    pub fn per_authority(mut self) -> Self {
+        self.authorities
+            .get_or_insert(super::partition::DEFAULT_MAX_AUTHORITIES);
+        self
+    }
+
+    /// One pool per authority ([`per_authority`](Self::per_authority)), tracking at most
+    /// `max` authorities (default 1 024; at least 1).
+    pub fn max_authorities(mut self, max: usize) -> Self {
+        self.authorities = Some(max);
+        self
+    }
+
+    /// The most tokens the quota holds, and where it starts (default 500, smithy-rs's
+    /// capacity). 0 makes a quota that refuses every retry that costs anything.
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// What a retry costs after a failure that is not transient: throttling, and anything
+    /// else a classifier retries (default 5, smithy-rs's retry cost). 0 makes those retries
+    /// free.
+    pub fn retry_cost(mut self, retry_cost: u32) -> Self {
+        self.retry_cost = retry_cost;
+        self
+    }
+
+    /// What a retry costs after a transient failure: a connection failure, a timeout, 408,
+    /// 500, 502, 503, 504 (default 10, smithy-rs's timeout retry cost, which it charges for
+    /// all of its transient errors). 0 makes those retries free.
+    pub fn transient_retry_cost(mut self, transient_retry_cost: u32) -> Self {
+        self.transient_retry_cost = transient_retry_cost;
+        self
+    }
+
+    /// What a request that succeeds on its first try adds (default 1, smithy-rs's
+    /// regeneration); 0 for nothing, so that only refunds fill the quota.
+    pub fn success_reward(mut self, success_reward: u32) -> Self {
+        self.success_reward = success_reward;
+        self
+    }
+
+    /// The quota.
+    ///
+    /// # Panics
+    ///
+    /// When [`QuotaBuilder::try_build`] would refuse the settings, with its error's message
+    /// naming the value at fault.
+    #[must_use]
+    #[track_caller]
+    pub fn build(self) -> RetryQuota {
+        match self.try_build() {
+            Ok(quota) => quota,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// The quota, or which setting is invalid and why.
+    ///
+    /// A cost above `max_tokens` is accepted: the quota then never grants a retry after
+    /// that kind of failure (nor would a smithy-rs bucket), and 0 tokens make a quota that
+    /// grants only free retries.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] when any setting is above 67 108, the most whole tokens the quota's
+    /// 26-bit balance of thousandths can hold: no quota could hold such a balance or pay
+    /// such a cost.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryQuota;
+    ///
+    /// let error = RetryQuota::builder().max_tokens(100_000).try_build().unwrap_err();
+    /// assert!(error.to_string().contains("quota max_tokens is 100000"), "{error}");
+    /// assert!(RetryQuota::builder().max_tokens(67_108).try_build().is_ok());
+    /// ```
+    pub fn try_build(self) -> Result<RetryQuota, InvalidConfig> {
+        let QuotaBuilder {
+            max_tokens,
+            retry_cost,
+            transient_retry_cost,
+            success_reward,
+            authorities,
+        } = self;
+        if authorities == Some(0) {
+            return Err(InvalidConfig::new(
+                REFUSED,
+                "quota max_authorities is 0; it must be at least 1",
+            ));
+        }
+        let settings = [
+            ("max_tokens", max_tokens),
+            ("retry_cost", retry_cost),
+            ("transient_retry_cost", transient_retry_cost),
+            ("success_reward", success_reward),
+        ];
+        for (name, value) in settings {
+            if value > MAX_TOKENS {
+                return Err(InvalidConfig::new(
+                    REFUSED,
+                    format!(
+                        "quota {name} is {value}; it must be at most {MAX_TOKENS}, the most \
+                         whole tokens the quota's {BALANCE_BITS}-bit balance of thousandths \
+                         can hold"
+                    ),
+                ));
+            }
+        }
+        let units = |tokens: u32| u64::from(tokens) * UNITS_PER_TOKEN;
+        let inner = Arc::new(Inner {
+            bucket: Bucket::full(units(max_tokens), 0),
+            retry_units: units(retry_cost),
+            transient_units: units(transient_retry_cost),
+            reward_units: units(success_reward),
+        });
+        let partitions = authorities.map(|max| Arc::new(Partitions::new(&inner, max)));
+        Ok(RetryQuota { inner, partitions })
+    }
+}
+
+/// The SDKs' test cases, ported and run through `withdraw`, `refund` and `reward` as the
+/// gate wiring calls them. Sources, each named again at its table:
+///
+/// - smithy-kotlin, `runtime/runtime-core/jvm/test/aws/smithy/kotlin/runtime/retries/impl/`
+///   `StandardRetryIntegrationTestResources.kt` at commit
+///   920fc7125728465619010a8694fe9453b6552191: the cross-SDK "standard retry" cases of the
+///   SDKs' shared retry specification, as smithy-kotlin runs them (6 cases);
+/// - smithy-rs at commit c01b59123b51e2e5643a6c19ca1b48a9b4208c8c:
+///   `rust-runtime/aws-smithy-runtime/src/client/retries/strategy/standard.rs` (`mod
+///   tests`), `.../client/retries/token_bucket.rs` (`mod tests`) and
+///   `rust-runtime/aws-smithy-runtime/tests/retries.rs`.
+#[cfg(all(test, not(tower_http_retry_loom)))]
+mod tests {
+    use super::*;
+
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    const TOKEN: u64 = UNITS_PER_TOKEN;
+
+    /// What one attempt of a request got.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Response {
+        Success,
+        Failure(FailureKind),
+    }
+
+    /// What the request loop did after it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Outcome {
+        /// Retried: the quota paid for it.
+        Retry,
+        /// Done, successfully.
+        Success,
+        /// Failed, and out of attempts: the quota was not asked.
+        MaxAttempts,
+        /// Failed, and the quota refused the retry.
+        QuotaExceeded,
+    }
+
+    use FailureKind::{Other, Throttling, Transient};
+    use Outcome::{MaxAttempts, QuotaExceeded, Retry};
+
+    /// A failure smithy-rs's tests call a server error (`RetryAction::server_error()`,
+    /// `ErrorKind::ServerError`), and smithy-kotlin's cross-SDK tests a server-side error:
+    /// retryable, not transient, not throttling. The SDKs charge it the lower cost, as this
+    /// quota charges `FailureKind::Other`.
+    const SERVER: Response = Response::Failure(Other);
+    /// A transient failure (`RetryAction::transient_error()`): a timeout, an IO error, a
+    /// 500, 502, 503 or 504 to smithy-rs's classifiers.
+    const TRANSIENT: Response = Response::Failure(Transient);
+    const THROTTLING: Response = Response::Failure(Throttling);
+    const OK: Response = Response::Success;
+    const SUCCESS: Outcome = Outcome::Success;
+
+    /// One logical request, driven as the gate wiring drives it: before each retry the
+    /// quota is asked by the failure's kind (after the attempt limit, which smithy-rs checks
+    /// first), and on success the request's ticket (its last retry's withdrawal) is
+    /// refunded, or the quota rewarded when it never retried.
+    struct Request<'q> {
+        quota: &'q RetryQuota,
+        max_attempts: u32,
+        /// Attempts sent so far: the first one is.
+        attempts: u32,
+        /// What the last retry took, from the first retry on.
+        ticket: Option<u64>,
+        done: bool,
+    }
+
+    impl<'q> Request<'q> {
+        fn new(quota: &'q RetryQuota, max_attempts: u32) -> Self {
+            Request {
+                quota,
+                max_attempts,
+                attempts: 1,
+                ticket: None,
+                done: false,
+            }
+        }
+
+        /// The latest attempt got `response`: what the loop does next.
+        fn hear(&mut self, response: Response) -> Outcome {
+            assert!(!self.done, "a response after the request ended");
+            let outcome = match response {
+                Response::Success => {
+                    match self.ticket {
+                        Some(units) => self.quota.refund(units),
+                        None => self.quota.reward(),
+                    }
+                    Outcome::Success
+                }
+                Response::Failure(_) if self.attempts >= self.max_attempts => MaxAttempts,
+                Response::Failure(kind) => match self.quota.withdraw(kind) {
+                    Some(units) => {
+                        self.ticket = Some(units);
+                        self.attempts += 1;
+                        Retry
+                    }
+                    None => QuotaExceeded,
+                },
+            };
+            self.done = outcome != Retry;
+            outcome
+        }
+
+        /// Hears `failure` on every attempt until the request stops; why it stopped.
+        fn fail_until_stopped(&mut self, failure: Response) -> Outcome {
+            loop {
+                let outcome = self.hear(failure);
+                if outcome != Retry {
+                    return outcome;
+                }
+            }
+        }
+    }
+
+    /// A case: one request against a new quota of `max_tokens` (the other settings are the
+    /// builder's: the defaults, unless a test says otherwise) with at most `max_attempts`
+    /// attempts, and for each response the outcome and the balance after it.
+    struct Case {
+        name: &'static str,
+        max_tokens: u32,
+        max_attempts: u32,
+        steps: &'static [(Response, Outcome, u32)],
+    }
+
+    /// Runs every case of `cases` on quotas from `builder` with its `max_tokens`, each
+    /// response read through `read`; the number of cases run.
+    fn run(cases: &[Case], builder: QuotaBuilder, read: fn(Response) -> Response) -> usize {
+        for case in cases {
+            let quota = builder.max_tokens(case.max_tokens).build();
+            let mut request = Request::new(&quota, case.max_attempts);
+            for (step, &(response, outcome, balance)) in case.steps.iter().enumerate() {
+                let response = read(response);
+                let got = request.hear(response);
+                assert_eq!(
+                    (got, quota.tokens()),
+                    (outcome, balance),
+                    "{}: response {step} ({response:?})",
+                    case.name
+                );
+                assert_eq!(
+                    quota.units() % TOKEN,
+                    0,
+                    "{}: a fraction of a token",
+                    case.name
+                );
+            }
+            assert!(request.done, "{}: the request did not end", case.name);
+        }
+        cases.len()
+    }
+
+    /// smithy-kotlin's cross-SDK standard-retry cases
+    /// (`StandardRetryIntegrationTestResources.kt`, smithy-kotlin commit
+    /// 920fc7125728465619010a8694fe9453b6552191; its header says they come from the SDKs'
+    /// shared retry specification). `initial_retry_tokens` is `max_tokens` (smithy-kotlin
+    /// builds its bucket's maximum from it), each response is a 500 or 502 that the harness
+    /// classifies as a server-side error ([`SERVER`]), and the delays are not the quota's
+    /// business. Every outcome and `retry_quota` is the published one.
+    const CROSS_SDK: &[Case] = &[
+        Case {
+            name: "Retry eventually succeeds",
+            max_tokens: 500,
+            max_attempts: 3,
+            steps: &[
+                (SERVER, Retry, 495),
+                (SERVER, Retry, 490),
+                (OK, SUCCESS, 495),
+            ],
+        },
+        Case {
+            name: "Fail due to max attempts reached",
+            max_tokens: 500,
+            max_attempts: 3,
+            steps: &[
+                (SERVER, Retry, 495),
+                (SERVER, Retry, 490),
+                (SERVER, MaxAttempts, 490),
+            ],
+        },
+        Case {
+            name: "Retry Quota reached after a single retry",
+            max_tokens: 5,
+            max_attempts: 3,
+            steps: &[(SERVER, Retry, 0), (SERVER, QuotaExceeded, 0)],
+        },
+        Case {
+            name: "No retries at all if retry quota is 0",
+            max_tokens: 0,
+            max_attempts: 3,
+            steps: &[(SERVER, QuotaExceeded, 0)],
+        },
+        Case {
+            name: "Verifying exponential backoff timing",
+            max_tokens: 500,
+            max_attempts: 5,
+            steps: &[
+                (SERVER, Retry, 495),
+                (SERVER, Retry, 490),
+                (SERVER, Retry, 485),
+                (SERVER, Retry, 480),
+                (SERVER, MaxAttempts, 480),
+            ],
+        },
+        Case {
+            name: "Verify max backoff time",
+            max_tokens: 500,
+            max_attempts: 5,
+            steps: &[
+                (SERVER, Retry, 495),
+                (SERVER, Retry, 490),
+                (SERVER, Retry, 485),
+                (SERVER, Retry, 480),
+                (SERVER, MaxAttempts, 480),
+            ],
+        },
+    ];
+
+    #[test]
+    fn the_cross_sdk_cases_give_the_published_balances() {
+        assert_eq!(
+            run(CROSS_SDK, RetryQuota::builder(), |response| response),
+            6
+        );
+    }
+
+    /// smithy-rs's own tests of the standard strategy with exact balances
+    /// (`strategy/standard.rs`, `mod tests`, commit
+    /// c01b59123b51e2e5643a6c19ca1b48a9b4208c8c), by their names there. `TokenBucket::new(n)`
+    /// is `max_tokens` n, `TokenBucket::default()` 500; `RetryAction::server_error()` is
+    /// [`SERVER`], `RetryAction::transient_error()` (with an explicit delay or not)
+    /// [`TRANSIENT`], and a successful output [`OK`].
+    const SMITHY_RS: &[Case] = &[
+        Case {
+            name: "no_retry_necessary_for_ok_result",
+            max_tokens: 500,
+            max_attempts: 3,
+            // A first-try success on a full quota: the reward is clipped.
+            steps: &[(OK, SUCCESS, 500)],
+        },
+        Case {
+            name: "eventual_success",
+            max_tokens: 500,
+            max_attempts: 5,
+            steps: &[
+                (SERVER, Retry, 495),
+                (SERVER, Retry, 490),
+                (OK, SUCCESS, 495),
+            ],
+        },
+        Case {
+            name: "no_more_attempts",
+            max_tokens: 500,
+            max_attempts: 3,
+            steps: &[
+                (SERVER, Retry, 495),
+                (SERVER, Retry, 490),
+                (SERVER, MaxAttempts, 490),
+            ],
+        },
+        Case {
+            name: "successful_request_and_deser_should_be_retryable",
+            max_tokens: 5,
+            max_attempts: 5,
+            steps: &[(SERVER, Retry, 0), (OK, SUCCESS, 5)],
+        },
+        Case {
+            name: "no_quota",
+            max_tokens: 5,
+            max_attempts: 5,
+            steps: &[(SERVER, Retry, 0), (SERVER, QuotaExceeded, 0)],
+        },
+        Case {
+            name: "quota_replenishes_on_success",
+            max_tokens: 100,
+            max_attempts: 5,
+            steps: &[
+                (TRANSIENT, Retry, 90),
+                (TRANSIENT, Retry, 80),
+                (OK, SUCCESS, 90),
+            ],
+        },
+        Case {
+            name: "backoff_timing",
+            max_tokens: 500,
+            max_attempts: 5,
+            steps: &[
+                (SERVER, Retry, 495),
+                (SERVER, Retry, 490),
+                (SERVER, Retry, 485),
+                (SERVER, Retry, 480),
+                (SERVER, MaxAttempts, 480),
+            ],
+        },
+        Case {
+            name: "max_backoff_time",
+            max_tokens: 500,
+            max_attempts: 5,
+            steps: &[
+                (SERVER, Retry, 495),
+                (SERVER, Retry, 490),
+                (SERVER, Retry, 485),
+                (SERVER, Retry, 480),
+                (SERVER, MaxAttempts, 480),
+            ],
+        },
+    ];
+
+    #[test]
+    fn smithy_rs_standard_strategy_cases_give_its_balances() {
+        assert_eq!(
+            run(SMITHY_RS, RetryQuota::builder(), |response| response),
+            8
+        );
+    }
+
+    /// smithy-rs `dont_retry_when_out_of_attempts`: the fourth attempt of four fails
+    /// transiently; the quota is not asked, and keeps all it had.
+    #[test]
+    fn smithy_rs_dont_retry_when_out_of_attempts() {
+        let quota = RetryQuota::default();
+        let mut request = Request::new(&quota, 4);
+        request.attempts = 4;
+        assert_eq!(request.hear(TRANSIENT), MaxAttempts);
+        assert_eq!(quota.tokens(), 500);
+    }
+
+    /// smithy-rs `quota_replenishes_on_first_try_success`: a quota of 20 is drained by two
+    /// transient retries; the request's permit is then forgotten (it never succeeds, so
+    /// nothing comes back), and 20 first-try successes fill the quota again, one token
+    /// each, the 20th on attempt 23 counting from the first.
+    #[test]
+    fn smithy_rs_quota_replenishes_on_first_try_success() {
+        let quota = RetryQuota::builder().max_tokens(20).build();
+        let mut drained = Request::new(&quota, u32::MAX);
+        assert_eq!(drained.hear(TRANSIENT), Retry);
+        assert_eq!(drained.hear(TRANSIENT), Retry);
+        assert_eq!(quota.tokens(), 0);
+        // Two attempts so far (and one more sent after the last retry).
+        let mut attempt = 3;
+        while quota.tokens() < 20 {
+            assert!(attempt <= 23, "not refilled by attempt 23");
+            assert_eq!(Request::new(&quota, u32::MAX).hear(OK), SUCCESS);
+            attempt += 1;
+        }
+        assert_eq!(attempt, 23);
+        assert_eq!(quota.tokens(), 20);
+        // And never past the maximum.
+        assert_eq!(Request::new(&quota, u32::MAX).hear(OK), SUCCESS);
+        assert_eq!(quota.tokens(), 20);
+    }
+
+    /// smithy-rs `should_retry_{transient,client,server,throttling}_error_result_after_2s`
+    /// retry every error kind (at attempt 3 of 4, on a default bucket); its `acquire`
+    /// charges the timeout cost for `TransientError` and the retry cost for the others.
+    /// Here: client and server errors are `Other`.
+    #[test]
+    fn smithy_rs_every_error_kind_is_retried_at_its_cost() {
+        for (kind, balance) in [(Transient, 490), (Other, 495), (Throttling, 495)] {
+            let quota = RetryQuota::default();
+            assert_eq!(
+                quota.withdraw(kind),
+                Some(quota.cost_units(kind)),
+                "{kind:?}"
+            );
+            assert_eq!(quota.tokens(), balance, "{kind:?}");
+        }
+    }
+
+    /// smithy-rs `token_bucket.rs` `test_bounded_permits_exhaustion`: a bucket of 10 grants
+    /// two retries after throttling errors (5 each), then refuses.
+    #[test]
+    fn smithy_rs_bounded_permits_exhaustion() {
+        let quota = RetryQuota::builder().max_tokens(10).build();
+        let granted = (0..100).map_while(|_| quota.withdraw(Throttling)).count();
+        assert_eq!(granted, 2);
+        assert_eq!(quota.withdraw(Throttling), None);
+        assert_eq!(quota.tokens(), 0);
+    }
+
+    /// smithy-rs `token_bucket.rs` `test_unlimited_token_bucket`: with no costs, every
+    /// retry is granted and the balance never moves. (Its unlimited bucket holds the
+    /// semaphore's maximum; here the largest quota.)
+    #[test]
+    fn smithy_rs_unlimited_token_bucket() {
+        let quota = RetryQuota::builder()
+            .max_tokens(MAX_TOKENS)
+            .retry_cost(0)
+            .transient_retry_cost(0)
+            .build();
+        for _ in 0..100 {
+            assert_eq!(quota.withdraw(Throttling), Some(0));
+            assert_eq!(quota.withdraw(Transient), Some(0));
+            assert_eq!(quota.tokens(), MAX_TOKENS);
+        }
+    }
+
+    /// smithy-rs `tests/retries.rs` `token_bucket_exhausted_before_max_attempts`: 503 on
+    /// every attempt (transient to its status-code classifier, and to this crate's), 100
+    /// attempts allowed, the default bucket: the quota runs out first. Exactly: 50 retries
+    /// of 10 tokens, so 51 attempts, and none left.
+    #[test]
+    fn smithy_rs_token_bucket_exhausted_before_max_attempts() {
+        let quota = RetryQuota::default();
+        let mut request = Request::new(&quota, 100);
+        assert_eq!(request.fail_until_stopped(TRANSIENT), QuotaExceeded);
+        assert_eq!(request.attempts, 51);
+        assert_eq!(quota.tokens(), 0);
+    }
+
+    /// smithy-rs `tests/retries.rs` `token_bucket_partitioning`: a second request on the
+    /// drained quota (same partition: a clone here) is sent once; a request on another
+    /// quota (another partition) retries as the first did.
+    #[test]
+    fn smithy_rs_token_bucket_partitioning() {
+        let first = RetryQuota::default();
+        let mut request = Request::new(&first, 100);
+        assert_eq!(request.fail_until_stopped(TRANSIENT), QuotaExceeded);
+        let same = first.clone();
+        let mut second = Request::new(&same, 100);
+        assert_eq!(second.hear(TRANSIENT), QuotaExceeded);
+        assert_eq!(second.attempts, 1);
+        let other = RetryQuota::default();
+        let mut third = Request::new(&other, 100);
+        assert_eq!(third.fail_until_stopped(TRANSIENT), QuotaExceeded);
+        assert_eq!(third.attempts, 51);
+        assert_eq!(first.tokens(), 0);
+    }
+
+    /// The cross-SDK responses are 500s and 502s, which this crate's classifier calls
+    /// transient, as smithy-rs's status-code classifier does (both charge the higher cost
+    /// for them). Balances derived from the costs, not published: smithy-rs's own port of
+    /// these cases uses server errors instead, as [`CROSS_SDK`] does.
+    #[test]
+    fn status_codes_as_this_crate_classifies_them_cost_the_transient_price() {
+        const AS_CLASSIFIED: &[Case] = &[
+            Case {
+                name: "Retry eventually succeeds (500 as transient)",
+                max_tokens: 500,
+                max_attempts: 3,
+                steps: &[
+                    (TRANSIENT, Retry, 490),
+                    (TRANSIENT, Retry, 480),
+                    (OK, SUCCESS, 490),
+                ],
+            },
+            Case {
+                name: "Retry Quota reached after a single retry (500 as transient)",
+                max_tokens: 5,
+                max_attempts: 3,
+                steps: &[(TRANSIENT, QuotaExceeded, 5)],
+            },
+        ];
+        assert_eq!(
+            run(AS_CLASSIFIED, RetryQuota::builder(), |response| response),
+            2
+        );
+        // With the transient cost at 5, the published balances hold for them too.
+        let cheap = RetryQuota::builder().transient_retry_cost(5);
+        let as_transient = |response| match response {
+            SERVER => TRANSIENT,
+            other => other,
+        };
+        assert_eq!(run(CROSS_SDK, cheap, as_transient), 6);
+    }
+
+    #[test]
+    fn only_the_last_retry_is_refunded_and_only_on_success() {
+        let quota = RetryQuota::default();
+        // Transient (10), throttling (5), then success: the 5 comes back, not the 10.
+        let mut request = Request::new(&quota, 5);
+        assert_eq!(request.hear(TRANSIENT), Retry);
+        assert_eq!(request.hear(THROTTLING), Retry);
+        assert_eq!(quota.tokens(), 485);
+        assert_eq!(request.hear(OK), SUCCESS);
+        assert_eq!(quota.tokens(), 490);
+        // A request that ends in a failure gives nothing back.
+        let mut failed = Request::new(&quota, 2);
+        assert_eq!(failed.hear(TRANSIENT), Retry);
+        assert_eq!(failed.hear(TRANSIENT), MaxAttempts);
+        assert_eq!(quota.tokens(), 480);
+        // A first-try success adds the reward.
+        assert_eq!(Request::new(&quota, 2).hear(OK), SUCCESS);
+        assert_eq!(quota.tokens(), 481);
+    }
+
+    #[test]
+    fn a_refused_retry_takes_nothing_and_a_cheaper_one_may_still_pass() {
+        let quota = RetryQuota::builder().max_tokens(14).build();
+        assert_eq!(quota.withdraw(Transient), Some(10 * TOKEN));
+        // 4 left: neither cost is there.
+        assert_eq!(quota.withdraw(Transient), None);
+        assert_eq!(quota.withdraw(Other), None);
+        assert_eq!(quota.tokens(), 4);
+        quota.reward();
+        // 5: the lower cost is, the higher is not.
+        assert_eq!(quota.withdraw(Transient), None);
+        assert_eq!(quota.withdraw(Throttling), Some(5 * TOKEN));
+        assert_eq!(quota.tokens(), 0);
+        // Refunds are clipped at the maximum.
+        quota.refund(100 * TOKEN);
+        assert_eq!(quota.tokens(), 14);
+    }
+
+    #[test]
+    fn a_cost_above_the_maximum_is_never_granted() {
+        let quota = RetryQuota::builder()
+            .max_tokens(8)
+            .transient_retry_cost(9)
+            .build();
+        assert_eq!(quota.withdraw(Transient), None);
+        assert_eq!(quota.withdraw(Other), Some(5 * TOKEN));
+        assert_eq!(quota.tokens(), 3);
+    }
+
+    #[test]
+    fn the_defaults_are_smithy_rs_standard_ones() {
+        let quota = RetryQuota::aws_standard();
+        assert_eq!(
+            (
+                quota.tokens(),
+                quota.max_tokens(),
+                quota.retry_cost(),
+                quota.transient_retry_cost(),
+                quota.success_reward()
+            ),
+            (500, 500, 5, 10, 1)
+        );
+        assert_eq!(quota.cost_units(Transient), 10_000);
+        assert_eq!(quota.cost_units(Throttling), 5_000);
+        assert_eq!(quota.cost_units(Other), 5_000);
+        assert_eq!(RetryQuota::builder(), RetryQuota::builder().max_tokens(500));
+        assert_eq!(
+            format!("{:?}", RetryQuota::default()),
+            "RetryQuota { tokens: 500, max_tokens: 500, retry_cost: 5, \
+             transient_retry_cost: 10, success_reward: 1 }"
+        );
+        assert_eq!(
+            format!("{:?}", RetryQuota::builder()),
+            "QuotaBuilder { max_tokens: 500, retry_cost: 5, transient_retry_cost: 10, \
+             success_reward: 1, authorities: None }"
+        );
+    }
+
+    #[test]
+    fn try_build_refuses_every_setting_too_large_to_count() {
+        let too_large = MAX_TOKENS + 1;
+        let builders = [
+            ("max_tokens", RetryQuota::builder().max_tokens(too_large)),
+            ("retry_cost", RetryQuota::builder().retry_cost(too_large)),
+            (
+                "transient_retry_cost",
+                RetryQuota::builder().transient_retry_cost(too_large),
+            ),
+            (
+                "success_reward",
+                RetryQuota::builder().success_reward(u32::MAX),
+            ),
+        ];
+        for (name, builder) in builders {
+            let error = builder.try_build().expect_err(name);
+            let value = if name == "success_reward" {
+                u32::MAX
+            } else {
+                too_large
+            };
+            assert_eq!(
+                error.to_string(),
+                format!(
+                    "invalid retry configuration: quota {name} is {value}; it must be at \
+                     most 67108, the most whole tokens the quota's 26-bit balance of \
+                     thousandths can hold"
+                )
+            );
+            assert!(error.is_quota(), "{name}: the kind quotas are refused with");
+        }
+        // The largest values, and the smallest, are accepted.
+        let largest = RetryQuota::builder()
+            .max_tokens(MAX_TOKENS)
+            .retry_cost(MAX_TOKENS)
+            .transient_retry_cost(MAX_TOKENS)
+            .success_reward(MAX_TOKENS)
+            .build();
+        assert_eq!(largest.tokens(), 67_108);
+        assert_eq!(largest.withdraw(Transient), Some(67_108 * TOKEN));
+        assert_eq!(largest.withdraw(Other), None);
+        largest.reward();
+        assert_eq!(largest.tokens(), 67_108);
+        let smallest = RetryQuota::builder()
+            .max_tokens(0)
+            .retry_cost(0)
+            .transient_retry_cost(0)
+            .success_reward(0)
+            .build();
+        assert_eq!(smallest.withdraw(Transient), Some(0));
+        smallest.reward();
+        assert_eq!(smallest.tokens(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "invalid retry configuration: quota max_tokens is 67109")]
+    fn build_panics_with_the_error_message() {
+        let _ = RetryQuota::builder().max_tokens(67_109).build();
+    }
+
+    #[test]
+    fn clones_share_one_balance_and_new_quotas_do_not() {
+        let quota = RetryQuota::builder().max_tokens(20).build();
+        let clone = quota.clone();
+        assert!(quota.same_as(&clone));
+        assert_eq!(clone.withdraw(Transient), Some(10 * TOKEN));
+        assert_eq!(quota.tokens(), 10);
+        assert_eq!(quota.withdraw(Transient), Some(10 * TOKEN));
+        assert_eq!(
+            clone.withdraw(Other),
+            None,
+            "the clone had a balance of its own"
+        );
+        clone.refund(10 * TOKEN);
+        quota.reward();
+        assert_eq!((quota.tokens(), clone.tokens()), (11, 11));
+        let other = RetryQuota::builder().max_tokens(20).build();
+        assert!(!other.same_as(&quota));
+        assert_eq!(other.tokens(), 20);
+    }
+
+    const THREADS: u64 = 4;
+    const KINDS: [FailureKind; 3] = [Transient, Throttling, Other];
+
+    /// Four threads run bounded loops of requests on one small quota: up to two retries
+    /// (of every kind), then a success (a refund or a reward) or a failure. The balance,
+    /// read after every call, stays within 0 and the maximum; in the end no more was
+    /// granted than the quota held plus what came back, and nothing was created.
+    #[test]
+    fn racing_requests_keep_the_balance_between_zero_and_the_maximum() {
+        const REQUESTS: u64 = 5_000;
+        const MAX: u32 = 50;
+        for round in 0..5 {
+            let quota = RetryQuota::builder().max_tokens(MAX).build();
+            let withdrawn = AtomicU64::new(0);
+            let deposited = AtomicU64::new(0);
+            std::thread::scope(|scope| {
+                for thread in 0..THREADS {
+                    let (quota, withdrawn, deposited) = (&quota, &withdrawn, &deposited);
+                    scope.spawn(move || {
+                        let check = || {
+                            let units = quota.units();
+                            assert!(units <= u64::from(MAX) * TOKEN, "above the maximum");
+                            assert_eq!(units % TOKEN, 0);
+                        };
+                        for i in 0..REQUESTS {
+                            let step = i + thread + round;
+                            let mut ticket = None;
+                            for retry in 0..step % 3 {
+                                let kind = KINDS[((step + retry) % 3) as usize];
+                                let Some(units) = quota.withdraw(kind) else {
+                                    break;
+                                };
+                                assert_eq!(units, quota.cost_units(kind));
+                                withdrawn.fetch_add(units, Ordering::Relaxed);
+                                ticket = Some(units);
+                                check();
+                            }
+                            if step % 5 != 0 {
+                                let units = match ticket {
+                                    Some(units) => {
+                                        quota.refund(units);
+                                        units
+                                    }
+                                    None => {
+                                        quota.reward();
+                                        TOKEN
+                                    }
+                                };
+                                deposited.fetch_add(units, Ordering::Relaxed);
+                                check();
+                            }
+                        }
+                    });
+                }
+            });
+            let (withdrawn, deposited) = (withdrawn.into_inner(), deposited.into_inner());
+            let left = quota.units();
+            assert!(
+                withdrawn > 0 && deposited > 0,
+                "round {round}: nothing raced"
+            );
+            // Deposits may be clipped at the maximum, never lost otherwise or invented.
+            assert!(
+                left + withdrawn <= u64::from(MAX) * TOKEN + deposited,
+                "round {round}: {withdrawn} granted and {left} left from {deposited} deposited"
+            );
+        }
+    }
+
+    /// Far from both bounds, nothing is clipped or refused: every withdrawal is granted,
+    /// every refund and reward counts, and the balance ends exactly where it started.
+    #[test]
+    fn racing_requests_away_from_the_bounds_lose_nothing() {
+        const STEPS: u64 = 4_000;
+        for round in 0..5 {
+            let quota = RetryQuota::default();
+            for _ in 0..25 {
+                assert!(quota.withdraw(Transient).is_some());
+            }
+            assert_eq!(quota.tokens(), 250);
+            std::thread::scope(|scope| {
+                for thread in 0..THREADS {
+                    let quota = &quota;
+                    scope.spawn(move || {
+                        for i in 0..STEPS {
+                            // Net zero per step, at most 10 tokens below the start per
+                            // thread: the four stay within 210 and 250.
+                            if (i + thread + round) % 2 == 0 {
+                                let units = quota.withdraw(Transient).expect("granted");
+                                quota.refund(units);
+                            } else {
+                                assert!(quota.withdraw(Other).is_some(), "refused");
+                                for _ in 0..5 {
+                                    quota.reward();
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+            assert_eq!(quota.units(), 250 * TOKEN, "round {round}");
+        }
+    }
+}
+
+/// Loom models of the quota: every interleaving of a few threads withdrawing, refunding and
+/// rewarding, on loom's atomics (the bucket's, under the cfg). Run with
+/// `RUSTFLAGS="--cfg tower_http_retry_loom" cargo test --release --lib gate::quota::loom_models`.
+#[cfg(all(test, tower_http_retry_loom))]
+mod loom_models {
+    use super::RetryQuota;
+    use crate::classify::FailureKind::{Other, Transient};
+
+    use ::loom::thread;
+
+    /// Runs `work` on a new loom thread with a clone of `quota`.
+    fn spawn<T: 'static>(
+        quota: &RetryQuota,
+        work: impl FnOnce(&RetryQuota) -> T + 'static,
+    ) -> thread::JoinHandle<T> {
+        let quota = quota.clone();
+        thread::spawn(move || work(&quota))
+    }
+
+    /// Three transient retries race for 25 tokens: exactly two are granted, 10 tokens
+    /// each, and 5 are left.
+    #[test]
+    fn racing_withdrawals_never_overdraw() {
+        ::loom::model(|| {
+            let quota = RetryQuota::builder().max_tokens(25).build();
+            let first = spawn(&quota, |quota| quota.withdraw(Transient));
+            let second = spawn(&quota, |quota| quota.withdraw(Transient));
+            let third = quota.withdraw(Transient);
+            let answers = [first.join().unwrap(), second.join().unwrap(), third];
+            let granted: Vec<u64> = answers.into_iter().flatten().collect();
+            assert_eq!(granted, [10_000, 10_000]);
+            assert_eq!(quota.tokens(), 5);
+        });
+    }
+
+    /// A refund races a withdrawal that only it can pay for: the answers match some
+    /// sequential order (refund first: granted, 0 left; withdrawal first: refused, 10 left).
+    #[test]
+    fn a_refund_and_a_withdrawal_match_some_sequential_order() {
+        ::loom::model(|| {
+            let quota = RetryQuota::builder().max_tokens(20).build();
+            // 20 - 5 - 10: 5 left, short of a transient retry.
+            let refund = quota.withdraw(Other).unwrap();
+            assert!(quota.withdraw(Transient).is_some());
+            let refunder = spawn(&quota, move |quota| quota.refund(refund));
+            let granted = quota.withdraw(Transient).is_some();
+            refunder.join().unwrap();
+            let left = quota.tokens();
+            assert!(
+                matches!((granted, left), (true, 0) | (false, 10)),
+                "no sequential order gives {granted} and {left} tokens left"
+            );
+        });
+    }
+
+    /// Two rewards race with a withdrawal on a full quota: the balance never rises above
+    /// the maximum, and ends as some sequential order leaves it.
+    #[test]
+    fn rewards_at_the_maximum_never_fill_past_it() {
+        ::loom::model(|| {
+            let quota = RetryQuota::builder().max_tokens(10).build();
+            let first = spawn(&quota, |quota| quota.reward());
+            let second = spawn(&quota, |quota| quota.reward());
+            let granted = quota.withdraw(Other);
+            first.join().unwrap();
+            second.join().unwrap();
+            assert_eq!(granted, Some(5_000));
+            let left = quota.tokens();
+            // Both rewards first (clipped): 5; one before and one after: 6; both after: 7.
+            assert!((5..=7).contains(&left), "{left} tokens left");
+        });
+    }
+}
