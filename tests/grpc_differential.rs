@@ -44,8 +44,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -55,8 +54,8 @@ use tonic::transport::{Channel, Endpoint};
 use tower_http_retry::grpc;
 use tower_http_retry::{AttemptKind, AttemptOutcome, RetryError, RetryInfo, RetryLayer};
 
-use common::grpc::{COLLECT, RawCodec, UNARY, stack, unary};
-use common::grpcio::{Call, SEEN, python};
+use common::grpc::{COLLECT, RawCodec, UNARY, stack};
+use common::grpcio::{Call, GrpcioServer as Server, python};
 
 /// The server-streaming method of `tests/grpcio/server.py`.
 const REPLY: &str = "/test.Raw/Reply";
@@ -70,88 +69,12 @@ const SLACK_MS: f64 = 120.0;
 // The grpcio server, started with server options as well as a plan.
 // ---------------------------------------------------------------------------------------
 
-/// A running `tests/grpcio/server.py`; killed and reaped when dropped.
-struct Server {
-    child: Child,
-    _stdin: ChildStdin,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    /// Starts the script with `plan` and `--option`s, off the async threads, and waits at
-    /// most 20 s for its port.
-    async fn start(python: &'static str, plan: Vec<String>, options: Vec<String>) -> Server {
-        tokio::task::spawn_blocking(move || Server::start_blocking(python, &plan, &options))
-            .await
-            .expect("the server start did not panic")
-    }
-
-    fn start_blocking(python: &str, plan: &[String], options: &[String]) -> Server {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpcio/server.py");
-        let mut command = Command::new(python);
-        command
-            .arg(script)
-            .arg("--plan")
-            .arg(plan.join(","))
-            .args(["--lifetime", LIFETIME_S]);
-        for option in options {
-            command.arg("--option").arg(option);
-        }
-        let mut child = command
-            .env("GRPC_VERBOSITY", "ERROR")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start tests/grpcio/server.py");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut server = Server {
-            child,
-            _stdin: stdin,
-            port: 0,
-        };
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the grpcio server reports its port within 20 s");
-        server.port = line
-            .strip_prefix("PORT ")
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or_else(|| panic!("the grpcio server said {line:?}, not PORT <n>"));
-        server
-    }
-
-    fn target(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Every call of a `test.Raw` method so far, asked over a channel of its own.
-    async fn seen(&self) -> Vec<Call> {
-        let channel = Endpoint::from_shared(format!("http://{}", self.target()))
-            .unwrap()
-            .connect()
-            .await
-            .expect("connect to the grpcio server");
-        let reply = unary(channel, SEEN, b"")
-            .await
-            .expect("the server's record");
-        let calls: Vec<serde_json::Value> =
-            serde_json::from_slice(reply.get_ref()).expect("JSON records");
-        calls.iter().map(Call::from_json).collect()
-    }
+/// Starts `tests/grpcio/server.py` with `plan` and server `options`, off the async threads
+/// (the start waits for the script's port).
+async fn start_server(python: &'static str, plan: Vec<String>, options: Vec<String>) -> Server {
+    tokio::task::spawn_blocking(move || Server::start_with(python, &plan, &options, LIFETIME_S))
+        .await
+        .expect("the server start did not panic")
 }
 
 // ---------------------------------------------------------------------------------------
@@ -478,8 +401,7 @@ impl Scenario {
     /// Runs the scenario through both clients at once, each against its own fresh server.
     async fn run(&self, python: &'static str) -> (Side, Side) {
         let reference = async {
-            let server =
-                Server::start(python, self.plan.clone(), self.server_options.clone()).await;
+            let server = start_server(python, self.plan.clone(), self.server_options.clone()).await;
             let outcomes =
                 reference_calls(python, &server.target(), &self.config, &self.calls).await;
             let seen = server.seen().await;
@@ -490,8 +412,7 @@ impl Scenario {
             }
         };
         let ours = async {
-            let server =
-                Server::start(python, self.plan.clone(), self.server_options.clone()).await;
+            let server = start_server(python, self.plan.clone(), self.server_options.clone()).await;
             let channel = Endpoint::from_shared(format!("http://{}", server.target()))
                 .unwrap()
                 .connect()

@@ -13,16 +13,16 @@
 //! under `CI=true`, and elsewhere says loudly that it skipped.
 #![cfg(feature = "grpc")]
 
+mod common;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use tonic::Code;
 use tower_http_retry::grpc::{MethodName, ServiceConfig, service_config};
 
-/// The grpcio version `.ci/run` installs, and the table's verdicts were found with.
-const GRPCIO: &str = "1.85.3";
+use common::grpcio::python;
 
 /// What C-core does with a config: takes it, or refuses it with a message containing the
 /// text given (its `field:... error:...` part, usually).
@@ -855,36 +855,6 @@ fn rows_that_differ_say_why_and_stay_few() {
     texts.sort_unstable();
     texts.dedup();
     assert_eq!(texts.len(), rows.len(), "two rows hold the same config");
-}
-
-/// The Python interpreter with grpcio, or `None` (after saying so) when the test should
-/// skip. Under `CI=true` a missing grpcio fails the test.
-fn python(test: &str) -> Option<&'static str> {
-    static PYTHON: OnceLock<Option<String>> = OnceLock::new();
-    let found = PYTHON.get_or_init(|| {
-        let python = std::env::var("PYTHON3").unwrap_or_else(|_| "python3".to_string());
-        let ok = Command::new(&python)
-            .args(["-c", "import grpc"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then_some(python)
-    });
-    match found {
-        Some(python) => Some(python.as_str()),
-        None if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("grpcio is required under CI=true (python3 -m pip install grpcio=={GRPCIO})")
-        }
-        None => {
-            eprintln!(
-                "\n*** SKIPPED {test}: Python's grpcio not found \
-                 (python3 -m pip install grpcio=={GRPCIO}) ***\n"
-            );
-            None
-        }
-    }
 }
 
 /// C-core's verdict on each config, from `tests/grpcio/config_verdict.py`: whether it

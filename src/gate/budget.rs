@@ -63,7 +63,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::bucket::{BALANCE_BITS, Bucket, MAX_BALANCE_UNITS, UNITS_PER_TOKEN};
-use super::partition::{AuthorityKey, Part, Partitions};
+use super::partition::{AuthorityKey, Part, Scoped};
 use crate::error::{ConfigKind, InvalidConfig};
 
 /// Largest `max_tokens`: the most whole tokens the bucket's balance can hold.
@@ -118,10 +118,8 @@ const MAX_RATIO: f64 = 1_000.0;
 /// ```
 #[derive(Clone)]
 pub struct RetryBudget {
-    /// The bucket: of every request, or, per authority, of the requests with none.
-    inner: Arc<Inner>,
-    /// Per authority: a bucket for each ([`BudgetBuilder::per_authority`]).
-    partitions: Option<Arc<Partitions<Arc<Inner>>>>,
+    /// The bucket: of every request, or one per authority.
+    inner: Scoped<Inner>,
 }
 
 /// The shared part of a [`RetryBudget`].
@@ -151,18 +149,19 @@ impl RetryBudget {
     }
 
     fn from_bucket(bucket: Bucket, deposit_units: u64, authorities: Option<usize>) -> RetryBudget {
-        let inner = Arc::new(Inner {
+        let inner = Inner {
             bucket,
             deposit_units,
-        });
-        let partitions = authorities.map(|max| Arc::new(Partitions::new(&inner, max)));
-        RetryBudget { inner, partitions }
+        };
+        RetryBudget {
+            inner: Scoped::new(inner, authorities),
+        }
     }
 
     /// True when the budget keeps a bucket per authority
     /// ([`BudgetBuilder::per_authority`]).
     pub fn is_per_authority(&self) -> bool {
-        self.partitions.is_some()
+        self.inner.is_per_authority()
     }
 
     /// The budget that requests to `uri`'s authority draw from: for a per-authority budget,
@@ -188,19 +187,14 @@ impl RetryBudget {
 
     /// The bucket of the authority `key` names (see [`RetryBudget::partition`]).
     pub(crate) fn partition_of(&self, key: Option<AuthorityKey>) -> RetryBudget {
-        let inner = match (&self.partitions, key) {
-            (Some(partitions), Some(key)) => partitions.get(key),
-            _ => Arc::clone(&self.inner),
-        };
         RetryBudget {
-            inner,
-            partitions: None,
+            inner: self.inner.partition_of(key),
         }
     }
 
     /// How many authorities have a bucket of their own: 0 for a budget not per authority.
     pub fn authorities(&self) -> usize {
-        self.partitions.as_ref().map_or(0, |p| p.len())
+        self.inner.authorities()
     }
 
     /// Records the start of a logical request: adds `ratio` tokens to the
@@ -388,8 +382,8 @@ impl fmt::Debug for RetryBudget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = &self.inner;
         let mut f = f.debug_struct("RetryBudget");
-        if let Some(partitions) = &self.partitions {
-            f.field("max_authorities", &partitions.max());
+        if let Some(max) = self.inner.max_authorities() {
+            f.field("max_authorities", &max);
         }
         f.field(
             "ratio",

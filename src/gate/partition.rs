@@ -17,7 +17,7 @@
 // (no authority in the URI and no `Host` header) share the gate's own state.
 
 use std::collections::HashMap;
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use http::HeaderMap;
 use http::uri::{Authority, Uri};
@@ -116,12 +116,12 @@ impl AuthorityKey {
         }
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(tower_http_retry_loom)))]
     fn as_str(&self) -> &str {
         std::str::from_utf8(self.as_bytes()).unwrap()
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(tower_http_retry_loom)))]
     fn port(&self) -> &str {
         self.as_str().rsplit(':').next().unwrap_or("")
     }
@@ -155,6 +155,75 @@ impl std::fmt::Debug for AuthorityKey {
 impl PartialEq for AuthorityKey {
     fn eq(&self, other: &Self) -> bool {
         self.as_bytes() == other.as_bytes()
+    }
+}
+
+/// A gate's state: one for every request, or one per authority (and the gate's own for
+/// requests with none). Dereferences to the state requests use when not partitioned.
+pub(crate) struct Scoped<I> {
+    inner: Arc<I>,
+    partitions: Option<Arc<Partitions<Arc<I>>>>,
+}
+
+impl<I> Clone for Scoped<I> {
+    fn clone(&self) -> Self {
+        Scoped {
+            inner: Arc::clone(&self.inner),
+            partitions: self.partitions.clone(),
+        }
+    }
+}
+
+impl<I> std::ops::Deref for Scoped<I> {
+    type Target = I;
+
+    fn deref(&self) -> &I {
+        &self.inner
+    }
+}
+
+impl<I> Scoped<I>
+where
+    Arc<I>: Part,
+{
+    /// `inner`, and, with `authorities`, partitions of its settings, at most that many.
+    pub(crate) fn new(inner: I, authorities: Option<usize>) -> Self {
+        let inner = Arc::new(inner);
+        let partitions = authorities.map(|max| Arc::new(Partitions::new(&inner, max)));
+        Scoped { inner, partitions }
+    }
+
+    pub(crate) fn is_per_authority(&self) -> bool {
+        self.partitions.is_some()
+    }
+
+    /// The state of the authority `key` names, unpartitioned: the partition's for a gate
+    /// per authority and a key, else this one's.
+    pub(crate) fn partition_of(&self, key: Option<AuthorityKey>) -> Self {
+        let inner = match (&self.partitions, key) {
+            (Some(partitions), Some(key)) => partitions.get(key),
+            _ => Arc::clone(&self.inner),
+        };
+        Scoped {
+            inner,
+            partitions: None,
+        }
+    }
+
+    /// How many authorities have a state of their own.
+    pub(crate) fn authorities(&self) -> usize {
+        self.partitions.as_ref().map_or(0, |p| p.len())
+    }
+
+    /// The most authorities tracked, for a gate per authority.
+    pub(crate) fn max_authorities(&self) -> Option<usize> {
+        self.partitions.as_ref().map(|p| p.max())
+    }
+
+    /// True when two handles share one state.
+    #[cfg(all(test, not(tower_http_retry_loom)))]
+    pub(crate) fn same_as(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 }
 

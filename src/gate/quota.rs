@@ -35,7 +35,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::bucket::{BALANCE_BITS, Bucket, MAX_BALANCE_UNITS, UNITS_PER_TOKEN};
-use super::partition::{AuthorityKey, Part, Partitions};
+use super::partition::{AuthorityKey, Part, Scoped};
 use crate::classify::FailureKind;
 use crate::error::{ConfigKind, InvalidConfig};
 
@@ -132,10 +132,8 @@ const REFUSED: ConfigKind = ConfigKind::Quota;
 /// ```
 #[derive(Clone)]
 pub struct RetryQuota {
-    /// The pool: of every request, or, per authority, of the requests with none.
-    inner: Arc<Inner>,
-    /// Per authority: a pool for each ([`QuotaBuilder::per_authority`]).
-    partitions: Option<Arc<Partitions<Arc<Inner>>>>,
+    /// The pool: of every request, or one per authority.
+    inner: Scoped<Inner>,
 }
 
 /// The shared part of a [`RetryQuota`].
@@ -264,7 +262,7 @@ impl RetryQuota {
     /// True when two handles share one quota.
     #[cfg(all(test, not(tower_http_retry_loom)))]
     pub(crate) fn same_as(&self, other: &RetryQuota) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        self.inner.same_as(&other.inner)
     }
 
     #[cfg(all(test, not(tower_http_retry_loom)))]
@@ -276,7 +274,7 @@ impl RetryQuota {
 impl RetryQuota {
     /// True when the quota keeps a pool per authority ([`QuotaBuilder::per_authority`]).
     pub fn is_per_authority(&self) -> bool {
-        self.partitions.is_some()
+        self.inner.is_per_authority()
     }
 
     /// The quota that requests to `uri`'s authority spend from: for a per-authority quota,
@@ -298,19 +296,14 @@ impl RetryQuota {
 
     /// The pool of the authority `key` names (see [`RetryQuota::partition`]).
     pub(crate) fn partition_of(&self, key: Option<AuthorityKey>) -> RetryQuota {
-        let inner = match (&self.partitions, key) {
-            (Some(partitions), Some(key)) => partitions.get(key),
-            _ => Arc::clone(&self.inner),
-        };
         RetryQuota {
-            inner,
-            partitions: None,
+            inner: self.inner.partition_of(key),
         }
     }
 
     /// How many authorities have a pool of their own: 0 for a quota not per authority.
     pub fn authorities(&self) -> usize {
-        self.partitions.as_ref().map_or(0, |p| p.len())
+        self.inner.authorities()
     }
 }
 
@@ -478,14 +471,15 @@ impl QuotaBuilder {
             }
         }
         let units = |tokens: u32| u64::from(tokens) * UNITS_PER_TOKEN;
-        let inner = Arc::new(Inner {
+        let inner = Inner {
             bucket: Bucket::full(units(max_tokens), 0),
             retry_units: units(retry_cost),
             transient_units: units(transient_retry_cost),
             reward_units: units(success_reward),
-        });
-        let partitions = authorities.map(|max| Arc::new(Partitions::new(&inner, max)));
-        Ok(RetryQuota { inner, partitions })
+        };
+        Ok(RetryQuota {
+            inner: Scoped::new(inner, authorities),
+        })
     }
 }
 

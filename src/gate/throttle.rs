@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::bucket::{Bucket, UNITS_PER_TOKEN};
-use super::partition::{AuthorityKey, Part, Partitions};
+use super::partition::{AuthorityKey, Part, Scoped};
 use crate::error::{ConfigKind, InvalidConfig};
 
 /// The largest `max_tokens` A6 allows.
@@ -78,10 +78,8 @@ const MAX_TOKENS: f64 = 1_000.0;
 /// ```
 #[derive(Clone)]
 pub struct Throttle {
-    /// The count: of every request, or, per authority, of the requests with none.
-    inner: Arc<Inner>,
-    /// Per authority: a count for each ([`ThrottleBuilder::per_authority`]).
-    partitions: Option<Arc<Partitions<Arc<Inner>>>>,
+    /// The count: of every request, or one per authority.
+    inner: Scoped<Inner>,
 }
 
 struct Inner {
@@ -110,18 +108,19 @@ impl Throttle {
     }
 
     fn from_units(max_units: u32, ratio_units: u32, authorities: Option<usize>) -> Throttle {
-        let inner = Arc::new(Inner {
+        let inner = Inner {
             bucket: Bucket::full(u64::from(max_units), 0),
             ratio_units: u64::from(ratio_units),
-        });
-        let partitions = authorities.map(|max| Arc::new(Partitions::new(&inner, max)));
-        Throttle { inner, partitions }
+        };
+        Throttle {
+            inner: Scoped::new(inner, authorities),
+        }
     }
 
     /// True when the throttle keeps a count per authority
     /// ([`ThrottleBuilder::per_authority`]).
     pub fn is_per_authority(&self) -> bool {
-        self.partitions.is_some()
+        self.inner.is_per_authority()
     }
 
     /// The throttle of requests to `uri`'s authority: for a per-authority throttle, that
@@ -146,19 +145,14 @@ impl Throttle {
 
     /// The count of the authority `key` names (see [`Throttle::partition`]).
     pub(crate) fn partition_of(&self, key: Option<AuthorityKey>) -> Throttle {
-        let inner = match (&self.partitions, key) {
-            (Some(partitions), Some(key)) => partitions.get(key),
-            _ => Arc::clone(&self.inner),
-        };
         Throttle {
-            inner,
-            partitions: None,
+            inner: self.inner.partition_of(key),
         }
     }
 
     /// How many authorities have a count of their own: 0 for a throttle not per authority.
     pub fn authorities(&self) -> usize {
-        self.partitions.as_ref().map_or(0, |p| p.len())
+        self.inner.authorities()
     }
 
     /// Records a failed attempt: takes one token (the count never goes below 0) and says
@@ -213,7 +207,7 @@ impl Throttle {
     /// True when two handles share one count.
     #[cfg(all(test, not(tower_http_retry_loom)))]
     pub(crate) fn same_as(&self, other: &Throttle) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        self.inner.same_as(&other.inner)
     }
 
     fn above_threshold(&self, units: u64) -> bool {
@@ -352,8 +346,8 @@ impl ThrottleBuilder {
 impl fmt::Debug for Throttle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut f = f.debug_struct("Throttle");
-        if let Some(partitions) = &self.partitions {
-            f.field("max_authorities", &partitions.max());
+        if let Some(max) = self.inner.max_authorities() {
+            f.field("max_authorities", &max);
         }
         f.field("tokens", &self.tokens())
             .field("max_tokens", &self.max_tokens())

@@ -69,12 +69,29 @@ impl GrpcioServer {
     /// Starts the script with `plan` (its steps, see the script's docs) and waits, at most
     /// 20 s, for it to say which port it serves on.
     pub fn start(python: &str, plan: &[&str]) -> GrpcioServer {
+        Self::start_with(python, plan, &[] as &[&str], "60")
+    }
+
+    /// [`start`](Self::start) with grpc server options (`NAME=VALUE`, the script's
+    /// `--option`) and a lifetime in seconds.
+    pub fn start_with(
+        python: &str,
+        plan: &[impl AsRef<str>],
+        options: &[impl AsRef<str>],
+        lifetime_s: &str,
+    ) -> GrpcioServer {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpcio/server.py");
-        let mut child = Command::new(python)
+        let plan: Vec<&str> = plan.iter().map(AsRef::as_ref).collect();
+        let mut command = Command::new(python);
+        command
             .arg(script)
             .arg("--plan")
             .arg(plan.join(","))
-            .args(["--lifetime", "60"])
+            .args(["--lifetime", lifetime_s]);
+        for option in options {
+            command.arg("--option").arg(option.as_ref());
+        }
+        let mut child = command
             .env("GRPC_VERBOSITY", "ERROR")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -103,6 +120,11 @@ impl GrpcioServer {
             .and_then(|p| p.trim().parse().ok())
             .unwrap_or_else(|| panic!("the grpcio server said {line:?}, not PORT <n>"));
         server
+    }
+
+    /// `127.0.0.1:port`, as grpcio's client takes it.
+    pub fn target(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
 
     pub fn uri(&self) -> String {
