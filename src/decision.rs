@@ -265,7 +265,11 @@ pub(crate) fn decide(
         transparent: transparent.is_some(),
     };
     let ticket = &mut course.ticket;
-    let record = match schedule_retry(&schedule, || gates.ask_retry(reason.kind(), ticket)) {
+    let ask = || match schedule.transparent {
+        true => gates.ask_transparent_retry(ticket),
+        false => gates.ask_retry(reason.kind(), ticket),
+    };
+    let record = match schedule_retry(&schedule, ask) {
         Ok(record) => record,
         Err(refused) => {
             if refused == StopReason::BudgetExhausted {

@@ -52,9 +52,10 @@
 //!    closed connection, a `GOAWAY` and a timed-out attempt are `UNAVAILABLE`; a stream the
 //!    server reset has the code of its HTTP/2 error (`INTERNAL_ERROR` is `INTERNAL`,
 //!    `CANCEL` `CANCELLED`, `ENHANCE_YOUR_CALM` `RESOURCE_EXHAUSTED`). A stream refused
-//!    before it left (`REFUSED_STREAM`) is first sent again at once, counted neither as an
-//!    attempt nor for throttling ([`AttemptKind::Transparent`]), whatever the codes; a
-//!    second refusal is `UNAVAILABLE` for the policy. A refused connection gets no such
+//!    before it left (`REFUSED_STREAM`), or a request hyper never started (its connection
+//!    closed under it), is first sent again at once, counted neither as an attempt nor for
+//!    throttling ([`AttemptKind::Transparent`]), whatever the codes; a second one is
+//!    `UNAVAILABLE` for the policy. A refused connection gets no such
 //!    retry: C-core and grpc-go hand a failed connection to the retry policy.
 //! 4. On the response it returns: tonic's client moves the http response's extensions
 //!    (`RetryInfo`) into the `tonic::Response` of a successful call, but builds the

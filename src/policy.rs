@@ -408,12 +408,13 @@ impl RetryPolicy {
         self
     }
 
-    /// Sends a request again at once when the transport proved its stream never left
-    /// (`RST_STREAM(REFUSED_STREAM)` on the request's own stream, with the `hyper`
-    /// feature): once per logical request, whatever the classifier says, without counting
-    /// against [`max_attempts`](Self::max_attempts), without a wait, and outside the
-    /// throttle; the deadline and the budget still apply, and a second refusal is judged by
-    /// the normal rules. A refused connection is no transparent retry: the server is down,
+    /// Sends a request again at once when the transport proved it never left the client
+    /// (`RST_STREAM(REFUSED_STREAM)` on the request's own stream, or a request hyper never
+    /// started because its connection closed; with the `hyper` feature): once per logical
+    /// request, whatever the classifier says, without counting against
+    /// [`max_attempts`](Self::max_attempts), without a wait, and outside the throttle and
+    /// the quota; the deadline and the budget still apply, and a second such failure is
+    /// judged by the normal rules. A refused connection is no transparent retry: the server is down,
     /// and the policy judges that (as gRPC's clients do). The retry is in the record, of kind
     /// [`AttemptKind::Transparent`](crate::AttemptKind::Transparent). gRPC's A6 calls it a
     /// transparent retry, and gRPC policies have it.

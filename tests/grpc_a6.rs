@@ -933,3 +933,27 @@ async fn retries_are_told_the_time_left_of_the_callers_timeout() {
     assert!(sent[1] + Duration::from_millis(20) <= sent[0], "{sent:?}");
     assert!(sent[2] + Duration::from_millis(20) <= sent[1], "{sent:?}");
 }
+
+/// A `GOAWAY` under a call reaches the caller as UNAVAILABLE, the code the retry policy
+/// judged it by (a method that retries only RESOURCE_EXHAUSTED does not retry it), not as
+/// its HTTP/2 error code (`NO_ERROR` would read as INTERNAL).
+#[tokio::test]
+async fn a_goaway_reaches_the_caller_as_unavailable() {
+    use common::transport::{Proto, Script, client, raw_goaway, status};
+    use tower::Layer;
+
+    let server = raw_goaway(5, false, |_, _, _| async { Ok(status(200)) }).await;
+    let layer = RetryLayer::grpc().policy(quick().grpc_codes([Code::ResourceExhausted]));
+    let retrying = layer.layer(client(Proto::H2));
+    let request = http::Request::post(server.url(UNARY))
+        .header("content-type", "application/grpc")
+        .body(Script::empty())
+        .unwrap();
+    let error = tower::ServiceExt::oneshot(retrying, request)
+        .await
+        .unwrap_err();
+    let info = error.downcast_ref::<RetryError>().unwrap().info().clone();
+    assert_eq!((info.attempts(), info.stop()), (1, StopReason::Final));
+    let status = grpc::into_status(error);
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+}

@@ -157,12 +157,16 @@ fn the_map_is_bounded_and_forgets_only_partitions_at_rest() {
     two.record_failure();
     assert!(one.tokens() == 10.0 && two.tokens() == 9.0);
     drop(one);
-    // Now `one` is at rest: a newcomer replaces it.
+    // Now `one` is at rest: a newcomer replaces it, starting from the overflow's count,
+    // which `two` drained a token of: `two` may be that newcomer one day, and must not get
+    // a full count by moving out of the overflow.
     let three = held.partition(&"http://three/".parse().unwrap());
+    assert_eq!(held.authorities(), 1);
+    assert_eq!(three.tokens(), 9.0);
     three.record_failure();
     assert_eq!(
         held.partition(&"http://three/".parse().unwrap()).tokens(),
-        9.0
+        8.0
     );
     // Build errors name the setting.
     let error = Throttle::builder()
@@ -181,6 +185,35 @@ fn the_map_is_bounded_and_forgets_only_partitions_at_rest() {
         error.to_string().contains("max_authorities is 0"),
         "{error}"
     );
+}
+
+/// A server that failed in the overflow keeps its failures when it gets a place of its own.
+#[tokio::test(start_paused = true)]
+async fn leaving_the_overflow_resets_nothing() {
+    let throttle = Throttle::builder()
+        .max_tokens(4.0)
+        .token_ratio(1.0)
+        .max_authorities(1)
+        .build();
+    let at = |host: &str| throttle.partition(&format!("http://{host}/").parse().unwrap());
+    at("a").record_failure();
+    // `b` finds no room: the overflow, which it drains to its threshold.
+    at("b").record_failure();
+    at("b").record_failure();
+    assert!(!at("b").allows_retry());
+    // `a` recovers and rests; `b` takes its place, but not with a full count.
+    at("a").record_success();
+    assert_eq!(at("a").tokens(), 4.0);
+    // Past the interval between two scans of a full map for a partition at rest.
+    tokio::time::advance(std::time::Duration::from_millis(120)).await;
+    let b = at("b");
+    assert_eq!(throttle.authorities(), 1);
+    assert_eq!(b.tokens(), 2.0);
+    assert!(!b.allows_retry());
+    // It is `b`'s own count now: its success does not reach the overflow's.
+    b.record_success();
+    assert_eq!(b.tokens(), 3.0);
+    assert_eq!(at("c").tokens(), 2.0, "a newcomer shares the overflow");
 }
 
 /// Threads creating, draining and looking up partitions at once: the map never tracks more

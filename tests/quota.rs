@@ -111,3 +111,74 @@ async fn a_per_authority_quota_keeps_each_servers_pool() {
     assert_eq!(pool("up.test").tokens(), 20);
     assert_eq!(quota.authorities(), 2);
 }
+
+/// A transparent retry (a stream the server refused before it left) is the transport's,
+/// not a failure of the server's: the quota neither pays for it nor counts it as a retry,
+/// so a success after it is a first-try success for the quota.
+#[tokio::test]
+async fn a_transparent_retry_costs_the_quota_nothing() {
+    use common::transport::{H2Action, Proto, Script, client, h2_server};
+
+    let server = h2_server(|index| match index {
+        0 => H2Action::Refuse,
+        1 => H2Action::Apply(503),
+        _ => H2Action::Apply(200),
+    })
+    .await;
+    let quota = RetryQuota::builder().max_tokens(100).build();
+    let client = RetryLayer::new()
+        .no_budget()
+        .quota(quota.clone())
+        .policy(policy(3).transparent_retry())
+        .layer(client(Proto::H2));
+    let request = http::Request::get(server.url("/"))
+        .body(Script::empty())
+        .unwrap();
+    let response = client.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let info = response
+        .extensions()
+        .get::<tower_http_retry::RetryInfo>()
+        .unwrap();
+    let kinds: Vec<_> = info.retries().iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            tower_http_retry::AttemptKind::Transparent,
+            tower_http_retry::AttemptKind::Retry
+        ]
+    );
+    // The 503's retry cost 10 and its success refunded it; the refusal cost nothing.
+    assert_eq!(quota.tokens(), 100);
+}
+
+/// A retry that cost nothing is still a retry: the success after it refunds its 0 and earns
+/// no first-try reward (smithy-rs releases the zero permit).
+#[tokio::test(start_paused = true)]
+async fn a_success_after_a_free_retry_earns_no_reward() {
+    let quota = RetryQuota::builder()
+        .max_tokens(20)
+        .retry_cost(0)
+        .transient_retry_cost(10)
+        .build();
+    let mock = Mock::statuses(&[503, 503, 503, 429, 200]);
+    let client = RetryLayer::new()
+        .no_budget()
+        .quota(quota.clone())
+        .policy(policy(3))
+        .layer(mock);
+    // Three 503s: two retries at 10, no success to refund them.
+    client
+        .clone()
+        .oneshot(get("http://api.test/"))
+        .await
+        .unwrap();
+    assert_eq!(quota.tokens(), 0);
+    // A 429's retry costs 0 here; the success after it refunds that 0, no reward.
+    client.oneshot(get("http://api.test/")).await.unwrap();
+    assert_eq!(
+        quota.tokens(),
+        0,
+        "no reward after a retry, even a free one"
+    );
+}

@@ -165,10 +165,10 @@ impl RetryBudget {
     }
 
     /// The budget that requests to `uri`'s authority draw from: for a per-authority budget,
-    /// that authority's bucket (made full on first sight; the shared overflow bucket when
+    /// that authority's bucket (made on first sight, from the overflow's balance, full unless authorities failed there; the shared overflow bucket when
     /// the authorities tracked are all in use); the budget itself otherwise, and for a URI
     /// without an authority. The layer finds it this way once per logical request, from
-    /// the URI or, in origin form, the `Host` header.
+    /// the URI or, in origin form, the `Host` header (whose bucket this cannot name).
     ///
     /// ```
     /// use tower_http_retry::RetryBudget;
@@ -363,6 +363,13 @@ impl Part for Arc<Inner> {
             bucket: Bucket::full(self.bucket.cap_units(), self.bucket.refill_per_ms()),
             deposit_units: self.deposit_units,
         })
+    }
+
+    fn successor(&self) -> Self {
+        let next = self.fresh();
+        let missing = self.bucket.cap_units() - self.bucket.units();
+        next.bucket.take_saturating(missing);
+        next
     }
 
     fn at_rest(&self) -> bool {

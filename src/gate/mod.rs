@@ -64,8 +64,9 @@ pub(crate) enum Refusal {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Ticket {
     pub(crate) last_withdrawal: u64,
-    /// What the quota took for the last retry, refunded on success; 0 before a retry.
-    pub(crate) quota_units: u64,
+    /// What the quota took for the last retry that it paid for, refunded on success (a
+    /// retry may cost nothing); `None` before one, and for transparent retries.
+    pub(crate) quota_units: Option<u64>,
 }
 
 /// The gates of one policy, resolved against the layer's.
@@ -124,9 +125,9 @@ impl Gates {
         // The ratio budget counts requests, not outcomes. The quota refunds a success's
         // last retry, or rewards a first-try success.
         if let (Heard::Success, Some(quota)) = (heard, &self.quota) {
-            match ticket.map_or(0, |ticket| ticket.quota_units) {
-                0 => quota.reward(),
-                units => quota.refund(units),
+            match ticket.and_then(|ticket| ticket.quota_units) {
+                None => quota.reward(),
+                Some(units) => quota.refund(units),
             }
         }
         match (heard, &self.throttle) {
@@ -162,7 +163,20 @@ impl Gates {
             ticket.last_withdrawal = bucket::UNITS_PER_TOKEN;
         }
         if let Some((_, units)) = quota {
-            ticket.quota_units = units;
+            ticket.quota_units = Some(units);
+        }
+        Ok(())
+    }
+
+    /// Asks for a transparent retry (of a request the server provably never saw): the
+    /// budget pays for it, as for any retry the layer sends; the throttle and the quota,
+    /// which weigh the server's failures, have no part in it.
+    pub(crate) fn ask_transparent_retry(&self, ticket: &mut Ticket) -> Result<(), Refusal> {
+        if let Some(budget) = &self.budget {
+            if !budget.withdraw() {
+                return Err(Refusal::Budget);
+            }
+            ticket.last_withdrawal = bucket::UNITS_PER_TOKEN;
         }
         Ok(())
     }

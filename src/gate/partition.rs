@@ -12,12 +12,21 @@
 // The map holds at most `max` authorities. Only a partition at rest may be forgotten: back
 // at its full state, and held by no request in flight. Making it again later starts it
 // full, which changes nothing, so a failing server can never reset its state by being
-// evicted (this matters for the throttle, which does not refill with time). When all `max`
-// are in use, further authorities share one overflow partition. Requests with no authority
+// evicted (this matters for the throttle and the quota, which do not refill with time).
+// When all `max` are in use, further authorities share one overflow partition, and a
+// partition made later starts from the overflow's state, so that an authority that failed
+// there gains nothing by getting a place of its own (a healthy newcomer pays for that until
+// its successes, or for a budget the time, refill it). While the map is full, the overflow's
+// authorities take the read lock only, and the map is scanned for a partition at rest at
+// most once per 100 ms. Partitions of servers that failed and were never heard of again
+// stay (a throttle or a quota refills only with successes): enough of them keep the map
+// full, and further authorities then share the overflow. Requests with no authority
 // (no authority in the URI and no `Host` header) share the gate's own state.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
+use tokio::time::Instant;
 
 use http::HeaderMap;
 use http::uri::{Authority, Uri};
@@ -29,6 +38,8 @@ pub(crate) const DEFAULT_MAX_AUTHORITIES: usize = 1_024;
 pub(crate) trait Part: Clone {
     /// A new state with the same settings, at its full state.
     fn fresh(&self) -> Self;
+    /// A new state with the same settings, at this one's balance now.
+    fn successor(&self) -> Self;
     /// Whether the state is back at its full state and held by nothing but the map
     /// (`self` being the map's handle).
     fn at_rest(&self) -> bool;
@@ -80,19 +91,21 @@ impl AuthorityKey {
             Some(at) => &text[at + 1..],
             None => text,
         };
+        let default: &[u8] = if scheme.eq_ignore_ascii_case("https") {
+            b"443"
+        } else if scheme.eq_ignore_ascii_case("http") {
+            b"80"
+        } else {
+            b""
+        };
         let (host, port): (&[u8], &[u8]) = match memchr_last(b':', text) {
-            // Not the last colon of an IPv6 literal without a port.
-            Some(colon) if !text[colon..].contains(&b']') => (&text[..colon], &text[colon + 1..]),
-            _ => {
-                let default: &[u8] = if scheme.eq_ignore_ascii_case("https") {
-                    b"443"
-                } else if scheme.eq_ignore_ascii_case("http") {
-                    b"80"
-                } else {
-                    b"0"
-                };
-                (text, default)
-            }
+            // Not the last colon of an IPv6 literal without a port. An empty port is the
+            // default one.
+            Some(colon) if !text[colon..].contains(&b']') => match &text[colon + 1..] {
+                [] => (&text[..colon], default),
+                port => (&text[..colon], port),
+            },
+            _ => (text, default),
         };
         let parts: [&[u8]; 5] = [scheme.as_bytes(), b"://", host, b":", port];
         let len: usize = parts.iter().map(|part| part.len()).sum();
@@ -233,7 +246,16 @@ pub(crate) struct Partitions<T> {
     /// Shared by the authorities that found the map full of partitions in use.
     overflow: T,
     max: usize,
+    /// While the map is full, the earliest time (in milliseconds from `epoch`) at which an
+    /// authority without a partition looks again for one at rest to replace: an authority
+    /// in the overflow takes the read lock only, and the map is scanned at most once per
+    /// [`RESCAN_MS`].
+    next_scan_ms: AtomicU64,
+    epoch: Instant,
 }
+
+/// How often, at most, a full map is scanned for a partition at rest.
+const RESCAN_MS: u64 = 100;
 
 impl<T: Part> Partitions<T> {
     /// Partitions of `template`'s settings, at most `max` of them (at least 1).
@@ -242,6 +264,8 @@ impl<T: Part> Partitions<T> {
             map: RwLock::new(HashMap::new()),
             overflow: template.fresh(),
             max: max.max(1),
+            next_scan_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
         }
     }
 
@@ -255,6 +279,9 @@ impl<T: Part> Partitions<T> {
             let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(part) = map.get(key.as_bytes()) {
                 return part.clone();
+            }
+            if map.len() >= self.max && !self.may_scan() {
+                return self.overflow.clone();
             }
         }
         let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
@@ -274,9 +301,24 @@ impl<T: Part> Partitions<T> {
                 None => return self.overflow.clone(),
             }
         }
-        let part = self.overflow.fresh();
+        // A new partition starts from the overflow's state, which is full unless
+        // authorities that shared it failed there: one of them may be this one, and it
+        // must not get a full state by moving out.
+        let part = self.overflow.successor();
         map.insert(key.as_bytes().into(), part.clone());
         part
+    }
+
+    /// Whether this lookup may scan the full map for a partition at rest: at most one per
+    /// [`RESCAN_MS`], so that authorities in the overflow do not all take the write lock.
+    fn may_scan(&self) -> bool {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let next = self.next_scan_ms.load(Ordering::Relaxed);
+        now >= next
+            && self
+                .next_scan_ms
+                .compare_exchange(next, now + RESCAN_MS, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 
     /// How many authorities have a partition of their own.
@@ -309,6 +351,7 @@ mod tests {
         headers.insert(http::header::HOST, "api.example:9000".parse().unwrap());
         let origin = AuthorityKey::of(&"/x".parse().unwrap(), &headers).unwrap();
         assert_eq!(origin.as_str(), "://api.example:9000");
+        assert_eq!(key("http://example.com:/"), key("http://example.com/"));
         assert_eq!(origin.port(), "9000");
         assert_eq!(
             key("HTTPS://User@Example.COM/").unwrap().as_str(),

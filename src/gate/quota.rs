@@ -63,8 +63,9 @@ const REFUSED: ConfigKind = ConfigKind::Quota;
 ///   `max_tokens` and 0.
 /// * A retry after a transient failure costs `transient_retry_cost` (10): a connection
 ///   failure, a timeout, 408, 500, 502, 503 or 504, gRPC's `UNAVAILABLE`
-///   ([`FailureKind::Transient`]). smithy-rs charges its higher cost for the same
-///   failures: timeouts, IO errors and the 500, 502, 503 and 504 responses.
+///   ([`FailureKind::Transient`]). smithy-rs charges its higher cost for timeouts, IO
+///   errors and the 500, 502, 503 and 504 responses; 408, a `GOAWAY` and gRPC's
+///   `UNAVAILABLE` are this crate's transient failures too.
 /// * A retry after any other failure costs `retry_cost` (5): throttling (429, gRPC's
 ///   `RESOURCE_EXHAUSTED`, [`FailureKind::Throttling`], as smithy-rs charges a throttling
 ///   error) and every other failure a classifier retries ([`FailureKind::Other`], as
@@ -72,7 +73,11 @@ const REFUSED: ConfigKind = ConfigKind::Quota;
 /// * A retry whose cost is not in the quota is refused, and takes nothing.
 /// * A request that succeeds after retries gives back what its last retry took (only the
 ///   last: the earlier retries' tokens stay spent). A request that succeeds on its first try
-///   adds `success_reward` (1). A request that ends in a failure gives nothing back.
+///   adds `success_reward` (1); a transparent retry (of a request the server provably
+///   never saw) costs nothing and does not count as one. A request that ends in a failure
+///   gives nothing back. (In smithy-rs the last retry's permit is the client's, not the
+///   request's: a request that fails leaves it to be released by the next success of any
+///   request, instead of that success's reward. Here each request settles its own.)
 ///
 /// With the defaults, a quota allows 50 retries in a row after transient failures (100
 /// after other failures) before it refuses; after that each retry needs the successes that
@@ -278,7 +283,7 @@ impl RetryQuota {
     }
 
     /// The quota that requests to `uri`'s authority spend from: for a per-authority quota,
-    /// that authority's pool (made full on first sight; the shared overflow pool when the
+    /// that authority's pool (made on first sight, from the overflow's balance, full unless authorities failed there; the shared overflow pool when the
     /// authorities tracked are all in use); the quota itself otherwise, and for a URI
     /// without an authority.
     ///
@@ -317,6 +322,13 @@ impl Part for Arc<Inner> {
         })
     }
 
+    fn successor(&self) -> Self {
+        let next = self.fresh();
+        let missing = self.bucket.cap_units() - self.bucket.units();
+        next.bucket.take_saturating(missing);
+        next
+    }
+
     fn at_rest(&self) -> bool {
         Arc::strong_count(self) == 1 && self.bucket.units() == self.bucket.cap_units()
     }
@@ -331,8 +343,11 @@ impl Default for RetryQuota {
 
 impl fmt::Debug for RetryQuota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RetryQuota")
-            .field("tokens", &self.tokens())
+        let mut f = f.debug_struct("RetryQuota");
+        if let Some(max) = self.inner.max_authorities() {
+            f.field("max_authorities", &max);
+        }
+        f.field("tokens", &self.tokens())
             .field("max_tokens", &self.max_tokens())
             .field("retry_cost", &self.retry_cost())
             .field("transient_retry_cost", &self.transient_retry_cost())

@@ -124,7 +124,7 @@ impl Throttle {
     }
 
     /// The throttle of requests to `uri`'s authority: for a per-authority throttle, that
-    /// authority's count (made full on first sight; the shared overflow count when the
+    /// authority's count (made on first sight, from the overflow's balance, full unless authorities failed there; the shared overflow count when the
     /// authorities tracked are all in use); the throttle itself otherwise, and for a URI
     /// without an authority.
     ///
@@ -362,6 +362,13 @@ impl Part for Arc<Inner> {
             bucket: Bucket::full(self.bucket.cap_units(), 0),
             ratio_units: self.ratio_units,
         })
+    }
+
+    fn successor(&self) -> Self {
+        let next = self.fresh();
+        let missing = self.bucket.cap_units() - self.bucket.units();
+        next.bucket.take_saturating(missing);
+        next
     }
 
     fn at_rest(&self) -> bool {

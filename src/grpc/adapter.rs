@@ -126,6 +126,7 @@ pub(crate) fn status_from_error(error: &(dyn StdError + 'static)) -> Status {
 /// | [`ServiceNotReady`] (the channel was not ready for a retry within the attempt timeout) | `UNAVAILABLE` |
 /// | `tonic::TimeoutExpired` (the `Channel`'s own `grpc-timeout` or `Endpoint::timeout` timer) | `DEADLINE_EXCEEDED` |
 /// | `tonic::ConnectError` | `UNAVAILABLE` |
+/// | with the `hyper` feature: a `GOAWAY` (any code) | `UNAVAILABLE` |
 /// | with the `hyper` feature: an `h2::Error` with an error code | as grpc-go maps them (`REFUSED_STREAM` is `UNAVAILABLE`, `CANCEL` `CANCELLED`, `ENHANCE_YOUR_CALM` `RESOURCE_EXHAUSTED`, the others `INTERNAL`) |
 /// | with the `hyper` feature: a hyper timeout, or a request hyper dropped when its connection went | `UNAVAILABLE` |
 /// | another connection failure the layer recognises (refused, reset, closed) | `UNAVAILABLE`, the code the retry policy judged it by |
@@ -242,6 +243,11 @@ fn transport_status(error: &(dyn StdError + 'static)) -> Option<Status> {
         return None;
     }
     let error = error.downcast_ref::<h2::Error>()?;
+    if error.is_go_away() {
+        // The connection is going away, whatever its code says: UNAVAILABLE, as grpc-go
+        // reports a draining connection's streams and as the retry policy judged it.
+        return Some(Status::unavailable(format!("h2 protocol error: {error}")));
+    }
     let code = h2_reason_code(error.reason()?);
     Some(Status::new(code, format!("h2 protocol error: {error}")))
 }
@@ -392,8 +398,13 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let result = ready!(self.project().inner.poll(cx));
         Poll::Ready(match result {
-            Ok(response) => match response_code(response.status(), response.headers()) {
-                None | Some(Code::Ok) => Ok(response),
+            Ok(mut response) => match response_code(response.status(), response.headers()) {
+                None => Ok(response),
+                Some(Code::Ok) => {
+                    // tonic reads an OK's details too, and panics on ones that are not base64.
+                    drop_bad_details(response.headers_mut());
+                    Ok(response)
+                }
                 Some(code) => Err(failed_call(code, response)),
             },
             Err(error) => Err(into_status(error.into())),
@@ -424,9 +435,15 @@ fn failed_call<B>(code: Code, response: http::Response<B>) -> Status {
     status
 }
 
-/// tonic's reading of a Trailers-Only response's headers; `grpc-status-details-bin` is kept
-/// only when it is base64, as tonic expects (its reading panics on anything else).
+/// tonic's reading of a Trailers-Only response's headers, with [`drop_bad_details`] first.
 fn status_from_headers(headers: &mut http::HeaderMap) -> Status {
+    drop_bad_details(headers);
+    Status::from_header_map(headers).unwrap_or_else(|| Status::unknown("no grpc-status"))
+}
+
+/// Removes a `grpc-status-details-bin` that is not base64: tonic's reading of the headers
+/// expects base64 there and panics on anything else.
+fn drop_bad_details(headers: &mut http::HeaderMap) {
     use base64::Engine as _;
     use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
@@ -435,13 +452,13 @@ fn status_from_headers(headers: &mut http::HeaderMap) -> Status {
         &base64::alphabet::STANDARD,
         GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
     );
-    let bad_details = headers
-        .get(DETAILS)
-        .is_some_and(|value| LENIENT.decode(value.as_bytes()).is_err());
-    if bad_details {
+    let bad = headers
+        .get_all(DETAILS)
+        .iter()
+        .any(|value| LENIENT.decode(value.as_bytes()).is_err());
+    if bad {
         headers.remove(DETAILS);
     }
-    Status::from_header_map(headers).unwrap_or_else(|| Status::unknown("no grpc-status"))
 }
 
 #[cfg(test)]
@@ -714,6 +731,16 @@ mod tests {
         .unwrap_err();
         assert_eq!(status.code(), Code::Internal);
         assert!(status.details().is_empty());
+
+        // An OK with details that are not base64: passed on, without them.
+        let response = through_status_layer(
+            200,
+            &[("grpc-status", "0"), ("grpc-status-details-bin", "!!")],
+            true,
+        )
+        .await
+        .unwrap();
+        assert!(response.headers().get("grpc-status-details-bin").is_none());
 
         // OK, and ordinary headers: the response, untouched.
         for headers in [&[("grpc-status", "0")][..], &[]] {
