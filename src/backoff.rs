@@ -164,6 +164,7 @@ impl Backoff {
     ///
     /// When `base` is greater than `cap`. [`Backoff::try_exponential`] returns an error
     /// instead.
+    #[track_caller]
     pub fn exponential(base: Duration, cap: Duration) -> Self {
         match Self::try_exponential(base, cap) {
             Ok(backoff) => backoff,

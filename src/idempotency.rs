@@ -119,6 +119,7 @@ impl IdempotencyKey {
     ///
     /// When `name` is not a valid header name. [`IdempotencyKey::try_header_name`] returns
     /// an error instead.
+    #[track_caller]
     pub fn header_name(self, name: &str) -> Self {
         match self.try_header_name(name) {
             Ok(key) => key,

@@ -243,6 +243,7 @@ impl RetryLayer {
     ///
     /// When `name` is not a valid header name; [`RetryLayer::try_attempt_header`] returns
     /// an error instead.
+    #[track_caller]
     pub fn attempt_header(self, name: &str) -> Self {
         match self.try_attempt_header(name) {
             Ok(layer) => layer,

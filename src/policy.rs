@@ -162,6 +162,7 @@ impl RetryPolicy {
     /// # Panics
     ///
     /// When `attempts` is 0. [`RetryPolicy::try_max_attempts`] returns an error instead.
+    #[track_caller]
     pub fn max_attempts(self, attempts: u32) -> Self {
         match self.try_max_attempts(attempts) {
             Ok(policy) => policy,

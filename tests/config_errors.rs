@@ -419,3 +419,83 @@ fn throttles_at_the_edges_of_the_range_are_accepted() {
         assert_eq!(throttle.max_tokens(), max_tokens);
     }
 }
+
+/// Every builder that documents a panic reports it at the caller's line, not inside the
+/// crate (`#[track_caller]`), so the panic message points at the setting to fix.
+#[test]
+fn a_builder_panics_at_the_callers_line() {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static WHERE: RefCell<Option<String>> = const { RefCell::new(None) };
+    }
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|info| {
+        let place = info.location().map(|l| l.file().to_string());
+        WHERE.with(|w| *w.borrow_mut() = place);
+    }));
+    let cases: Vec<(&str, Box<dyn Fn() + UnwindSafe>)> = vec![
+        (
+            "max_attempts(0)",
+            Box::new(|| drop(RetryPolicy::default().max_attempts(0))),
+        ),
+        (
+            "Backoff::exponential",
+            Box::new(|| {
+                drop(Backoff::exponential(
+                    Duration::from_secs(2),
+                    Duration::from_secs(1),
+                ))
+            }),
+        ),
+        (
+            "Backoff::multiplier",
+            Box::new(|| {
+                drop(
+                    Backoff::exponential(Duration::from_secs(1), Duration::from_secs(2))
+                        .multiplier(-1.0),
+                )
+            }),
+        ),
+        (
+            "attempt_header",
+            Box::new(|| drop(RetryLayer::new().attempt_header("bad name"))),
+        ),
+        (
+            "IdempotencyKey::header_name",
+            Box::new(|| drop(IdempotencyKey::default().header_name("bad name"))),
+        ),
+        (
+            "RetryBudget build",
+            Box::new(|| drop(RetryBudget::builder().max_tokens(0).build())),
+        ),
+        (
+            "Throttle build",
+            Box::new(|| drop(Throttle::builder().max_tokens(-1.0).build())),
+        ),
+        (
+            "RetryQuota build",
+            Box::new(|| {
+                drop(
+                    tower_http_retry::RetryQuota::builder()
+                        .max_tokens(u32::MAX)
+                        .build(),
+                )
+            }),
+        ),
+    ];
+    let mut places = Vec::new();
+    for (name, case) in cases {
+        WHERE.with(|w| *w.borrow_mut() = None);
+        assert!(catch_unwind(case).is_err(), "{name} panics");
+        places.push((name, WHERE.with(|w| w.borrow().clone())));
+    }
+    std::panic::set_hook(previous);
+    for (name, place) in places {
+        let place = place.unwrap_or_default();
+        assert!(
+            place.ends_with("config_errors.rs"),
+            "{name} panicked at {place}"
+        );
+    }
+}
