@@ -434,7 +434,8 @@ fn a_builder_panics_at_the_callers_line() {
         let place = info.location().map(|l| l.file().to_string());
         WHERE.with(|w| *w.borrow_mut() = place);
     }));
-    let cases: Vec<(&str, Box<dyn Fn() + UnwindSafe>)> = vec![
+    type Case = Box<dyn Fn() + UnwindSafe>;
+    let cases: Vec<(&str, Case)> = vec![
         (
             "max_attempts(0)",
             Box::new(|| drop(RetryPolicy::default().max_attempts(0))),
@@ -442,19 +443,14 @@ fn a_builder_panics_at_the_callers_line() {
         (
             "Backoff::exponential",
             Box::new(|| {
-                drop(Backoff::exponential(
-                    Duration::from_secs(2),
-                    Duration::from_secs(1),
-                ))
+                let _ = Backoff::exponential(Duration::from_secs(2), Duration::from_secs(1));
             }),
         ),
         (
             "Backoff::multiplier",
             Box::new(|| {
-                drop(
-                    Backoff::exponential(Duration::from_secs(1), Duration::from_secs(2))
-                        .multiplier(-1.0),
-                )
+                let _ = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(2))
+                    .multiplier(-1.0);
             }),
         ),
         (
