@@ -152,15 +152,12 @@ impl Gates {
             },
             None => None,
         };
-        if let Some(budget) = &self.budget {
-            if !budget.withdraw() {
-                // The budget said no: the quota's cost is given back, nothing was sent.
-                if let Some((quota, units)) = quota {
-                    quota.refund(units);
-                }
-                return Err(Refusal::Budget);
+        if let Err(refused) = self.ask_transparent_retry(ticket) {
+            // The budget said no: the quota's cost is given back, nothing was sent.
+            if let Some((quota, units)) = quota {
+                quota.refund(units);
             }
-            ticket.last_withdrawal = bucket::UNITS_PER_TOKEN;
+            return Err(refused);
         }
         if let Some((_, units)) = quota {
             ticket.quota_units = Some(units);
