@@ -160,6 +160,10 @@ pub enum RetryReason {
     Code(ProtocolCode),
     /// A reason given by a custom classifier.
     Custom(&'static str),
+    /// A hedge sent because its hedging delay passed with no answer yet
+    /// ([`RetryPolicy::hedge`](crate::RetryPolicy::hedge)); a hedge sent early after a
+    /// non-fatal failure has that failure's reason.
+    Hedge,
 }
 
 impl RetryReason {
@@ -192,6 +196,8 @@ impl RetryReason {
             | RetryReason::Timeout => FailureKind::Transient,
             RetryReason::Code(code) => code.kind(),
             RetryReason::Custom(_) => FailureKind::Other,
+            // A slow answer: a cost-weighted gate charges it as a transient failure.
+            RetryReason::Hedge => FailureKind::Transient,
         }
     }
 
@@ -215,6 +221,7 @@ impl RetryReason {
             RetryReason::Timeout => "timeout",
             RetryReason::Code(code) => code.name(),
             RetryReason::Custom(name) => name,
+            RetryReason::Hedge => "hedge",
         }
     }
 }
@@ -231,6 +238,7 @@ impl fmt::Display for RetryReason {
             RetryReason::Timeout => f.write_str("timeout"),
             RetryReason::Code(code) => write!(f, "{} {}", code.protocol(), code.name()),
             RetryReason::Custom(name) => f.write_str(name),
+            RetryReason::Hedge => f.write_str("hedging delay"),
         }
     }
 }

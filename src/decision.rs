@@ -90,7 +90,7 @@ impl Limits {
             .or_else(|| self.attempt_timeout.or(fallback).map(|t| after(now, t)))
     }
 
-    fn deadline_exceeded(&self, attempts: u32) -> BoxError {
+    pub(crate) fn deadline_exceeded(&self, attempts: u32) -> BoxError {
         let deadline = self
             .deadline
             .map_or(Duration::ZERO, |(_, deadline)| deadline);
@@ -581,6 +581,8 @@ pub(crate) fn returning(info: &mut RetryInfo, layers_own: bool) {
         info.set_returned_last();
     }
 }
+
+pub(crate) mod hedge;
 
 #[cfg(test)]
 mod tests;

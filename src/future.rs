@@ -81,6 +81,8 @@ pin_project! {
         },
         Waiting { retry: Retrying<S, B>, later: Box<Later<S>> },
         Readying { retry: Retrying<S, B>, later: Box<Later<S>> },
+        // A hedged request: its attempts, all boxed, in flight together.
+        Hedged { flight: Box<hedge::Flight<F, S, B, R>> },
         Done,
     }
 }
@@ -167,6 +169,29 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     }
 }
 
+impl<F, S, B, R> ResponseFuture<F, S, B, R> {
+    /// The first attempt of a hedged request: hedges follow every `delay` while no attempt
+    /// has answered.
+    pub(crate) fn hedged(
+        future: F,
+        retry: Retrying<S, B>,
+        delay: std::time::Duration,
+        limits: Limits,
+        info: RetryInfo,
+        trace: Trace,
+    ) -> Self {
+        let flight = hedge::Flight::new(future, retry, delay, &limits, Instant::now());
+        Self {
+            // Armed on the first poll.
+            timer: None,
+            state: State::Hedged { flight },
+            limits,
+            info,
+            trace,
+        }
+    }
+}
+
 /// The first attempt's timer: the clock is read only for a request with a time limit.
 #[inline]
 fn first_timer(limits: &Limits) -> Option<Sleep> {
@@ -210,6 +235,8 @@ enum Step<R> {
     Waited,
     /// The retry's service is ready, failed, or did not get ready in time (`None`).
     Ready(Option<Result<(), BoxError>>),
+    /// A hedged request's result.
+    Hedged(Result<R, BoxError>),
 }
 
 impl<F, S, B, RB, E> Future for ResponseFuture<F, S, B, Response<RB>>
@@ -230,6 +257,7 @@ where
                 this.timer.as_mut(),
                 this.limits,
                 this.info,
+                this.trace,
                 cx
             ));
             let mut driver = Driver {
@@ -252,12 +280,13 @@ fn poll_state<F, S, B, RB, E>(
     mut timer: Pin<&mut Option<Sleep>>,
     limits: &Limits,
     info: &mut RetryInfo,
+    trace: &Trace,
     cx: &mut Context<'_>,
 ) -> Poll<Step<Response<RB>>>
 where
     F: Future<Output = Result<Response<RB>, E>>,
     E: Into<BoxError>,
-    S: Service<Request<ReplayBody<B>>, Future = F, Response = Response<RB>, Error = E>,
+    S: Service<Request<ReplayBody<B>>, Future = F, Response = Response<RB>, Error = E> + Clone,
 {
     let step = match state.project() {
         StateProj::Once { future } => match ready!(poll_booked(future, timer, limits, info, cx)) {
@@ -293,6 +322,9 @@ where
             Poll::Pending if fired(timer, cx) => Step::Ready(None),
             Poll::Pending => return Poll::Pending,
         },
+        StateProj::Hedged { flight } => {
+            Step::Hedged(ready!(hedge::poll(flight, timer, limits, info, trace, cx)))
+        }
         StateProj::Done => panic!("ResponseFuture polled after completion"),
     };
     Poll::Ready(step)
@@ -394,6 +426,11 @@ where
             Step::Deadline(result) => {
                 self.state.set(State::Done);
                 decision::deadline_passed(self.info);
+                Some(result)
+            }
+            Step::Hedged(result) => {
+                // Drops every attempt still in flight.
+                self.state.set(State::Done);
                 Some(result)
             }
             Step::Released(released) => match self.state.as_mut().project_replace(State::Done) {
@@ -617,6 +654,7 @@ impl<F, S, B, R> std::fmt::Debug for ResponseFuture<F, S, B, R> {
             State::Releasing { .. } => "releasing",
             State::Waiting { .. } => "waiting",
             State::Readying { .. } => "readying",
+            State::Hedged { .. } => "hedging",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")
@@ -625,6 +663,8 @@ impl<F, S, B, R> std::fmt::Debug for ResponseFuture<F, S, B, R> {
             .finish()
     }
 }
+
+mod hedge;
 
 #[cfg(test)]
 mod tests;

@@ -120,7 +120,8 @@ pub use self::adapter::{
 };
 use self::config::code_name;
 pub use self::config::{
-    InvalidServiceConfig, MethodConfig, MethodName, RetryParams, ServiceConfig, service_config,
+    HedgingParams, InvalidServiceConfig, MethodConfig, MethodName, RetryParams, ServiceConfig,
+    service_config,
 };
 use self::headers::{
     GRPC_TIMEOUT, parse_grpc_timeout, response_code, set_grpc_timeout, set_previous_rpc_attempts,

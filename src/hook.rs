@@ -62,6 +62,9 @@ pub enum AttemptKind {
     /// A transparent retry ([`RetryPolicy::transparent_retry`](crate::RetryPolicy::transparent_retry)):
     /// the previous attempt provably never reached the server.
     Transparent,
+    /// A hedge ([`RetryPolicy::hedge`](crate::RetryPolicy::hedge)): sent while the
+    /// attempts before it may still be in flight.
+    Hedge,
 }
 
 /// Edits the request of every attempt before it is sent, and may read a time limit from

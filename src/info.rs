@@ -123,10 +123,43 @@ impl RetryInfo {
         }
     }
 
+    /// Books what attempt `number` (1 for the first) got, whichever ended last: hedged
+    /// attempts end in any order.
+    pub(crate) fn set_outcome_of(&mut self, number: u32, outcome: AttemptOutcome) {
+        match number.checked_sub(2) {
+            None => self.first = outcome,
+            Some(index) => {
+                if let Some(retry) = self.retries.get_mut(index as usize) {
+                    retry.outcome = outcome;
+                }
+            }
+        }
+    }
+
+    /// Books that the caller gets attempt `number`'s outcome (a hedged request's winner).
+    pub(crate) fn set_returned(&mut self, number: u32) {
+        self.returned = Some(number);
+    }
+
+    /// The hedges sent ([`AttemptKind::Hedge`]): attempts sent while others were in
+    /// flight, by a policy with [`RetryPolicy::hedge`](crate::RetryPolicy::hedge).
+    pub fn hedges(&self) -> u32 {
+        let hedges = self
+            .retries
+            .iter()
+            .filter(|retry| retry.kind == AttemptKind::Hedge)
+            .count();
+        u32::try_from(hedges).unwrap_or(u32::MAX)
+    }
+
     /// Books that the caller gets the outcome of the attempt that ended last, unless a
     /// retry was decided and never sent: then the caller gets what kept it from being sent.
+    /// A hedged request's winner, booked first, stays.
     #[inline]
     pub(crate) fn set_returned_last(&mut self) {
+        if self.returned.is_some() {
+            return;
+        }
         self.returned = match self.retries.last() {
             None => Some(1),
             Some(retry) if retry.outcome == AttemptOutcome::NotSent => None,
@@ -150,6 +183,9 @@ pub enum AttemptOutcome {
     TimedOut,
     /// Still in flight when the request's deadline passed: the layer dropped it.
     Abandoned,
+    /// A hedged attempt still in flight when another attempt's outcome was returned: the
+    /// layer dropped it (the transport resets its stream or closes its connection).
+    Cancelled,
     /// Never sent: a retry the layer decided on and waited for, whose service was not
     /// ready in time or failed to get ready (or the deadline passed first).
     #[default]

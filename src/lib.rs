@@ -113,6 +113,7 @@ mod gate;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 mod head;
+mod hedge;
 pub mod hints;
 mod hook;
 mod idempotency;
@@ -142,6 +143,7 @@ pub use crate::error::{
 pub use crate::gate::{
     BudgetBuilder, QuotaBuilder, RetryBudget, RetryQuota, Throttle, ThrottleBuilder,
 };
+pub use crate::hedge::Hedging;
 pub use crate::hook::{AttemptContext, AttemptHook, AttemptKind};
 pub use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey, MakeIdempotencyKey};
 pub use crate::info::{Attempt, AttemptOutcome, RetryInfo, RetryRecord, StopReason};

@@ -11,6 +11,7 @@ use crate::classify::{Classification, Classify, Outcome};
 use crate::error::InvalidConfig;
 use crate::gate::{RetryBudget, RetryQuota, Throttle};
 use crate::head::Head;
+use crate::hedge::Hedging;
 use crate::hook::{AttemptHook, Hooks};
 use crate::idempotency::IdempotencyKey;
 
@@ -64,6 +65,7 @@ pub struct RetryPolicy {
     pub(crate) quota: Layered<RetryQuota>,
     pub(crate) hooks: Hooks,
     pub(crate) transparent: bool,
+    pub(crate) hedging: Option<Hedging>,
 }
 
 /// A setting a policy takes from the layer unless it has its own, or none at all.
@@ -113,6 +115,7 @@ impl Default for RetryPolicy {
             quota: Layered::Layer,
             hooks: Hooks::default(),
             transparent: false,
+            hedging: None,
         }
     }
 }
@@ -440,6 +443,35 @@ impl RetryPolicy {
         self.transparent
     }
 
+    /// Hedges the requests under this policy that may be repeated concurrently (idempotent
+    /// methods; every request when the policy [assumes them
+    /// idempotent](Self::assume_idempotent)): while none has answered, another attempt is
+    /// sent as `hedging` says, up to [`max_attempts`](Self::max_attempts) in all, and the
+    /// first outcome that is not a non-fatal failure wins ([`Hedging`] has the rules).
+    /// Hedged requests are not retried otherwise: a failure sends the next hedge instead,
+    /// without a backoff. Other requests under the policy (a keyed POST) get its ordinary
+    /// retries. With `max_attempts(1)` nothing is hedged.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{Hedging, RetryLayer, RetryPolicy, RouteMatch};
+    ///
+    /// let search = RetryPolicy::default()
+    ///     .max_attempts(2)
+    ///     .hedge(Hedging::after(Duration::from_millis(20)));
+    /// let layer = RetryLayer::new().route(RouteMatch::get().path_prefix("/search"), search);
+    /// # let _ = layer;
+    /// ```
+    pub fn hedge(mut self, hedging: Hedging) -> Self {
+        self.hedging = Some(hedging);
+        self
+    }
+
+    /// The policy's hedging, if it hedges.
+    pub fn get_hedging(&self) -> Option<&Hedging> {
+        self.hedging.as_ref()
+    }
+
     /// Stops this policy's retries while its server fails more often than the throttle
     /// tolerates (1 attempt in 11 at its default ratio): a
     /// [`Throttle`] of its own, instead of the layer's
@@ -641,6 +673,7 @@ impl fmt::Debug for RetryPolicy {
             .field("quota", &self.quota)
             .field("hooks", &self.hooks)
             .field("transparent_retry", &self.transparent)
+            .field("hedging", &self.hedging)
             .finish()
     }
 }

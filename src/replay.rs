@@ -337,6 +337,39 @@ impl<B> Replay<B> {
         }
     }
 
+    /// Ready when another attempt may start sending the body beside those in flight (a
+    /// hedge): at once for an empty body, once the recording is complete, or once no
+    /// attempt body holds the original (the hedge takes it over). Until then the end of the
+    /// recording, its overflow or failure, or the drop of the body holding the original
+    /// wakes `cx`. `Err` when it can never be sent again.
+    pub(crate) fn poll_hedge(&self, cx: &mut Context<'_>) -> Poll<Result<(), NotReplayable>> {
+        match self {
+            Replay::Never => Poll::Ready(Err(NotReplayable::TooLarge)),
+            Replay::Empty => Poll::Ready(Ok(())),
+            Replay::Shared(shared) => {
+                let mut state = lock(shared);
+                if state.errored {
+                    Poll::Ready(Err(NotReplayable::BodyError))
+                } else if state.overflowed {
+                    Poll::Ready(Err(NotReplayable::TooLarge))
+                } else if state.complete || (state.alive == 0 && state.rest.is_some()) {
+                    Poll::Ready(Ok(()))
+                } else {
+                    match &mut state.waker {
+                        Some(waker) => waker.clone_from(cx.waker()),
+                        None => state.waker = Some(cx.waker().clone()),
+                    }
+                    Poll::Pending
+                }
+            }
+        }
+    }
+
+    /// True for a body that is never kept (over the cap by its size hint).
+    pub(crate) fn is_never(&self) -> bool {
+        matches!(self, Replay::Never)
+    }
+
     /// True when the caller's own body failed.
     pub(crate) fn body_failed(&self) -> bool {
         match self {
@@ -498,6 +531,8 @@ where
                     state.chunks = Chunks::default();
                     state.trailers = None;
                     state.len = 0;
+                    // A hedge waiting for the whole body will never get it.
+                    state.notify();
                 } else {
                     state.len += data.len();
                     state.chunks.push(data.clone());

@@ -186,6 +186,16 @@ where
             return ResponseFuture::once(future, limits, info, trace);
         }
 
+        // Hedged: a request that may be repeated concurrently, under a hedging policy.
+        let hedging = match &policy.hedging {
+            Some(hedging)
+                if policy.max_attempts > 1
+                    && (request.method().is_idempotent() || policy.assume_idempotent) =>
+            {
+                Some(hedging.get_delay())
+            }
+            _ => None,
+        };
         let (mut parts, body) = request.into_parts();
         // hyper stops sending a body at the request's own `Content-Length` without a last
         // poll; the header is read only when the body does not know its length itself.
@@ -210,7 +220,12 @@ where
             plan,
             partition,
         };
-        ResponseFuture::first(future, retry, limits, info, trace)
+        match hedging {
+            Some(delay) if !retry.replay.is_never() => {
+                ResponseFuture::hedged(future, retry, delay, limits, info, trace)
+            }
+            _ => ResponseFuture::first(future, retry, limits, info, trace),
+        }
     }
 }
 

@@ -450,3 +450,133 @@ async fn a_grpcio_server_slower_than_the_deadline_is_deadline_exceeded() {
     let left = seen[0].deadline().expect("grpc-timeout sent");
     assert!(left <= deadline + Duration::from_millis(50), "{left:?}");
 }
+
+/// A service config hedging every method of `test.Raw`: up to 3 attempts, `delay` apart,
+/// UNAVAILABLE non-fatal.
+fn hedging_layer(delay: &str) -> RetryLayer {
+    let config = grpc::service_config(&format!(
+        r#"{{"methodConfig": [{{"name": [{{"service": "test.Raw"}}],
+            "hedgingPolicy": {{"maxAttempts": 3, "hedgingDelay": "{delay}",
+                               "nonFatalStatusCodes": ["UNAVAILABLE"]}}}}]}}"#
+    ))
+    .unwrap();
+    RetryLayer::from_service_config(&config).no_budget()
+}
+
+/// The server's records once every call in them has ended (a cancelled one is marked when
+/// its sleep notices), waiting at most 5 s.
+async fn seen_settled(server: &GrpcioServer, cancelled: usize) -> Vec<common::grpcio::Call> {
+    let started = Instant::now();
+    loop {
+        let seen = server.seen().await;
+        if seen.iter().filter(|c| c.cancelled).count() >= cancelled
+            || started.elapsed() > Duration::from_secs(5)
+        {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_hedge_wins_over_a_slow_grpcio_call_which_grpcio_sees_cancelled() {
+    let Some(python) = python("a_hedge_wins_over_a_slow_grpcio_call_which_grpcio_sees_cancelled")
+    else {
+        return;
+    };
+    let server = GrpcioServer::start(python, &["sleep:10000:ok", "ok"]);
+    let started = Instant::now();
+    let reply = unary(
+        stack(server.channel().await, hedging_layer("0.2s")),
+        UNARY,
+        b"hedged",
+    )
+    .await
+    .expect("the hedge answers");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "took {took:?}: the hedge did not win"
+    );
+    assert!(
+        took >= Duration::from_millis(200),
+        "took {took:?}: sent before the delay"
+    );
+    assert_eq!(&reply.get_ref()[..], b"hedged");
+    let info = reply.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(info.hedges(), 1, "{info:?}");
+    assert_eq!(info.returned(), Some(2));
+    assert_eq!(info.first(), tower_http_retry::AttemptOutcome::Cancelled);
+
+    let seen = seen_settled(&server, 1).await;
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(
+        seen[0].cancelled,
+        "grpcio saw the original cancelled: {seen:?}"
+    );
+    assert!(!seen[1].cancelled);
+    let previous: Vec<_> = seen
+        .iter()
+        .map(|c| c.get("grpc-previous-rpc-attempts"))
+        .collect();
+    assert_eq!(previous, [None, Some("1")]);
+    assert!(seen.iter().all(|c| c.messages == [b"hedged".to_vec()]));
+    let gap = seen[1].arrived_ms - seen[0].arrived_ms;
+    assert!(
+        (150.0..2_000.0).contains(&gap),
+        "the hedge came {gap} ms later"
+    );
+}
+
+#[tokio::test]
+async fn a_non_fatal_code_from_grpcio_sends_the_next_hedge_at_once() {
+    let Some(python) = python("a_non_fatal_code_from_grpcio_sends_the_next_hedge_at_once") else {
+        return;
+    };
+    // A 10 s delay: only the UNAVAILABLE's shortcut can send the second attempt soon.
+    let server = GrpcioServer::start(python, &["fail:UNAVAILABLE", "ok"]);
+    let started = Instant::now();
+    let reply = unary(
+        stack(server.channel().await, hedging_layer("10s")),
+        UNARY,
+        b"x",
+    )
+    .await
+    .expect("the second attempt answers");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let info = reply.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(info.returned(), Some(2));
+    assert_eq!(info.retries()[0].reason, grpc::reason(Code::Unavailable));
+    let seen = server.seen().await;
+    assert_eq!(seen.len(), 2);
+}
+
+#[tokio::test]
+async fn a_fatal_code_from_grpcio_wins_and_cancels_the_hedges_in_flight() {
+    let Some(python) = python("a_fatal_code_from_grpcio_wins_and_cancels_the_hedges_in_flight")
+    else {
+        return;
+    };
+    let server = GrpcioServer::start(
+        python,
+        &[
+            "sleep:600:fail:INVALID_ARGUMENT",
+            "sleep:10000:ok",
+            "sleep:10000:ok",
+        ],
+    );
+    let started = Instant::now();
+    let status = unary(
+        stack(server.channel().await, hedging_layer("0.1s")),
+        UNARY,
+        b"x",
+    )
+    .await
+    .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let seen = seen_settled(&server, 2).await;
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    let cancelled: Vec<_> = seen.iter().map(|c| c.cancelled).collect();
+    assert_eq!(cancelled, [false, true, true], "{seen:?}");
+}

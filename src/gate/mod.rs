@@ -165,6 +165,20 @@ impl Gates {
         Ok(())
     }
 
+    /// Asks for a hedge: the throttle is only checked (a hedge is no failure, and the
+    /// throttle hears each attempt's own failure), then the quota and the budget pay for it
+    /// as for a retry after a failure of `kind`.
+    pub(crate) fn ask_hedge(&self, kind: FailureKind, ticket: &mut Ticket) -> Result<(), Refusal> {
+        if self
+            .throttle
+            .as_ref()
+            .is_some_and(|throttle| !throttle.allows_retry())
+        {
+            return Err(Refusal::Throttle);
+        }
+        self.ask_retry(kind, ticket)
+    }
+
     /// Asks for a transparent retry (of a request the server provably never saw): the
     /// budget pays for it, as for any retry the layer sends; the throttle and the quota,
     /// which weigh the server's failures, have no part in it.

@@ -13,6 +13,7 @@ use tonic::Code;
 use crate::backoff::Backoff;
 use crate::error::InvalidConfig;
 use crate::gate::Throttle;
+use crate::hedge::Hedging;
 use crate::policy::RetryPolicy;
 use crate::route::RouteMatch;
 
@@ -60,9 +61,11 @@ const MAX_THROTTLE_TOKENS: u32 = 1_000;
 ///   greater than 0 read to three decimal places. They become a [`Throttle`] kept per
 ///   authority, one count per server as A6 has it, shared by every method. The crate's throttle holds at most 1000
 ///   tokens, so a higher `maxTokens`, which C-core takes, is refused.
-/// - `hedgingPolicy` is not supported: an entry with only that is not retried. C-core
-///   ignores the field altogether; an entry with both it and a `retryPolicy` is refused
-///   here, since A6 allows only one of them.
+/// - `hedgingPolicy`, as A6 specifies it (C-core and grpc-go ignore the field; A6 is the
+///   reference): `maxAttempts` as above; `hedgingDelay` an optional duration of zero or
+///   more, none meaning zero (every attempt at once); `nonFatalStatusCodes` an optional
+///   list of code names, read as `retryableStatusCodes` is. An entry with both it and a
+///   `retryPolicy` is refused, since A6 allows only one of them.
 ///
 /// Where A6 and C-core part, A6 wins: C-core takes a negative backoff (`"0.-5s"`) and a
 /// `backoffMultiplier` of `"NaN"`, which A6's "greater than zero" refuses.
@@ -133,7 +136,7 @@ pub fn service_config(json: &str) -> Result<ServiceConfig, InvalidServiceConfig>
                 Some(names) => parse_names(names, &at, &mut seen)?,
                 None => Vec::new(),
             };
-            let retry = match (
+            let (retry, hedging) = match (
                 present(entry, "retryPolicy"),
                 present(entry, "hedgingPolicy"),
             ) {
@@ -143,10 +146,18 @@ pub fn service_config(json: &str) -> Result<ServiceConfig, InvalidServiceConfig>
                         "has both retryPolicy and hedgingPolicy; only one may be set",
                     ));
                 }
-                (Some(policy), None) => {
-                    Some(parse_retry_policy(policy, &format!("{at}.retryPolicy"))?)
-                }
-                (None, _) => None,
+                (Some(policy), None) => (
+                    Some(parse_retry_policy(policy, &format!("{at}.retryPolicy"))?),
+                    None,
+                ),
+                (None, Some(policy)) => (
+                    None,
+                    Some(parse_hedging_policy(
+                        policy,
+                        &format!("{at}.hedgingPolicy"),
+                    )?),
+                ),
+                (None, None) => (None, None),
             };
             let timeout = match present(entry, "timeout") {
                 Some(timeout) => parse_timeout(timeout, &format!("{at}.timeout"))?,
@@ -156,6 +167,7 @@ pub fn service_config(json: &str) -> Result<ServiceConfig, InvalidServiceConfig>
                 methods.push(MethodConfig {
                     names,
                     retry,
+                    hedging,
                     timeout,
                 });
             }
@@ -278,6 +290,7 @@ fn service_prefix(path: &str) -> Option<&str> {
 pub struct MethodConfig {
     names: Vec<MethodName>,
     retry: Option<RetryParams>,
+    hedging: Option<HedgingParams>,
     timeout: Option<Duration>,
 }
 
@@ -290,6 +303,11 @@ impl MethodConfig {
     /// Its `retryPolicy`, if it had one.
     pub fn retry(&self) -> Option<&RetryParams> {
         self.retry.as_ref()
+    }
+
+    /// Its `hedgingPolicy`, if it had one (never together with a `retryPolicy`).
+    pub fn hedging(&self) -> Option<&HedgingParams> {
+        self.hedging.as_ref()
     }
 
     /// Its `timeout`: the deadline of an RPC across all its attempts. `None` when the
@@ -339,12 +357,16 @@ impl MethodConfig {
     /// assert!(policy.has_transparent_retry());
     /// ```
     pub fn policy(&self) -> RetryPolicy {
-        let policy = match &self.retry {
-            Some(retry) => RetryPolicy::default()
+        let policy = match (&self.retry, &self.hedging) {
+            (Some(retry), _) => RetryPolicy::default()
                 .max_attempts(retry.max_attempts)
                 .backoff(retry.backoff())
                 .grpc_codes(retry.retryable_status_codes.iter().copied()),
-            None => RetryPolicy::default().max_attempts(1).grpc_codes([]),
+            (None, Some(hedging)) => RetryPolicy::default()
+                .max_attempts(hedging.max_attempts)
+                .grpc_codes(hedging.non_fatal_status_codes.iter().copied())
+                .hedge(Hedging::after(hedging.hedging_delay)),
+            (None, None) => RetryPolicy::default().max_attempts(1).grpc_codes([]),
         };
         match self.timeout {
             Some(timeout) => policy.deadline(timeout),
@@ -411,6 +433,21 @@ impl MethodName {
             MethodName::Default => RouteMatch::post(),
         }
     }
+}
+
+/// A `hedgingPolicy`, as plain data.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct HedgingParams {
+    /// Attempts in all, the first included: 2 to 5 (A6 caps a larger `maxAttempts` at 5).
+    pub max_attempts: u32,
+    /// The delay between one attempt and the next hedge while none has answered; zero
+    /// (also when the config had none) sends every attempt at once.
+    pub hedging_delay: Duration,
+    /// The codes after which the next hedge goes at once instead of the call failing,
+    /// without duplicates, in the config's order; never `OK`. Any other code is returned
+    /// and cancels the attempts in flight.
+    pub non_fatal_status_codes: Vec<Code>,
 }
 
 /// A `retryPolicy`, as plain data.
@@ -793,32 +830,7 @@ fn parse_retry_policy(policy: &Json, at: &str) -> Result<RetryParams, InvalidSer
     let policy = as_object(policy, at)?;
     let path_of = |key: &str| format!("{at}.{key}");
 
-    let max_attempts = {
-        let at = path_of("maxAttempts");
-        let value = required(policy, "maxAttempts", &at)?;
-        // C-core reads an integer from the number's text, so `2.0` and `2e0` are refused:
-        // serde_json reports those as floats.
-        let n = match numeric(value, &at)? {
-            Numeric::Number(Number::Unsigned(n)) => i32::try_from(n).ok(),
-            Numeric::Number(Number::Negative(n)) => i32::try_from(n).ok(),
-            Numeric::Number(Number::Float(_)) => None,
-            Numeric::Text(text) => read_trimmed::<i32>(text.as_bytes()),
-        };
-        let n = n.ok_or_else(|| {
-            InvalidServiceConfig::new(
-                &at,
-                format!("is {}; it must be a whole number", shown(value)),
-            )
-        })?;
-        if n < 2 {
-            return Err(InvalidServiceConfig::new(
-                &at,
-                format!("is {n}; it must be at least 2 (the first attempt and a retry)"),
-            ));
-        }
-        // A6: higher values are taken as the client's cap.
-        u32::try_from(n).map_or(MAX_ATTEMPTS_CAP, |n| n.min(MAX_ATTEMPTS_CAP))
-    };
+    let max_attempts = parse_max_attempts(policy, &path_of("maxAttempts"))?;
 
     let positive_duration = |key: &str| -> Result<Duration, InvalidServiceConfig> {
         let at = path_of(key);
@@ -897,6 +909,73 @@ fn parse_retry_policy(policy: &Json, at: &str) -> Result<RetryParams, InvalidSer
         max_backoff,
         backoff_multiplier,
         retryable_status_codes,
+    })
+}
+
+/// A policy's `maxAttempts`: a whole number of at least 2, above 5 taken as 5.
+fn parse_max_attempts(policy: &Object, at: &str) -> Result<u32, InvalidServiceConfig> {
+    let value = required(policy, "maxAttempts", at)?;
+    // C-core reads an integer from the number's text, so `2.0` and `2e0` are refused:
+    // serde_json reports those as floats.
+    let n = match numeric(value, at)? {
+        Numeric::Number(Number::Unsigned(n)) => i32::try_from(n).ok(),
+        Numeric::Number(Number::Negative(n)) => i32::try_from(n).ok(),
+        Numeric::Number(Number::Float(_)) => None,
+        Numeric::Text(text) => read_trimmed::<i32>(text.as_bytes()),
+    };
+    let n = n.ok_or_else(|| {
+        InvalidServiceConfig::new(
+            at,
+            format!("is {}; it must be a whole number", shown(value)),
+        )
+    })?;
+    if n < 2 {
+        return Err(InvalidServiceConfig::new(
+            at,
+            format!("is {n}; it must be at least 2 (the first attempt and a retry)"),
+        ));
+    }
+    // A6: higher values are taken as the client's cap.
+    Ok(u32::try_from(n).map_or(MAX_ATTEMPTS_CAP, |n| n.min(MAX_ATTEMPTS_CAP)))
+}
+
+/// A `hedgingPolicy`, as A6 specifies it (C-core and grpc-go do not hedge, so A6 is the
+/// only reference): `maxAttempts` as a retry policy's; `hedgingDelay` an optional duration
+/// of zero or more (none means zero: every attempt at once); `nonFatalStatusCodes` an
+/// optional list of status code names, as `retryableStatusCodes` is read.
+fn parse_hedging_policy(policy: &Json, at: &str) -> Result<HedgingParams, InvalidServiceConfig> {
+    let policy = as_object(policy, at)?;
+    let path_of = |key: &str| format!("{at}.{key}");
+    let max_attempts = parse_max_attempts(policy, &path_of("maxAttempts"))?;
+    let hedging_delay = match present(policy, "hedgingDelay") {
+        None => Duration::ZERO,
+        Some(value) => {
+            let at = path_of("hedgingDelay");
+            let text = as_string(value, &at)?;
+            let millis = parse_duration_field(text, &at)?;
+            let millis = u64::try_from(millis).map_err(|_| {
+                InvalidServiceConfig::new(
+                    &at,
+                    format!("is {text:?}, which is negative; it must be zero or more"),
+                )
+            })?;
+            Duration::from_millis(millis)
+        }
+    };
+    let mut non_fatal_status_codes = Vec::new();
+    if let Some(list) = present(policy, "nonFatalStatusCodes") {
+        let at = path_of("nonFatalStatusCodes");
+        for (k, value) in as_array(list, &at)?.iter().enumerate() {
+            let code = parse_code(value, &format!("{at}[{k}]"))?;
+            if code != Code::Ok && !non_fatal_status_codes.contains(&code) {
+                non_fatal_status_codes.push(code);
+            }
+        }
+    }
+    Ok(HedgingParams {
+        max_attempts,
+        hedging_delay,
+        non_fatal_status_codes,
     })
 }
 
@@ -1616,7 +1695,7 @@ mod tests {
     }
 
     #[test]
-    fn other_fields_are_ignored_and_hedging_alone_is_not_retried() {
+    fn other_fields_are_ignored_and_a_hedging_policy_hedges() {
         let config = service_config(
             r#"{"loadBalancingConfig": [{"round_robin": {}}], "methodConfig": [
                 {"name": [{"service": "a.B"}], "waitForReady": true, "timeout": "2.5s",
@@ -1629,6 +1708,18 @@ mod tests {
         let method = config.method_for_path("/a.B/C").unwrap();
         assert_eq!(method.retry(), None);
         assert_eq!(method.timeout(), Some(Duration::from_millis(2500)));
+        let hedging = method.hedging().unwrap();
+        assert_eq!(hedging.max_attempts, 3);
+        assert_eq!(hedging.hedging_delay, Duration::ZERO);
+        let policy = method.policy();
+        assert_eq!(policy.get_max_attempts(), 3);
+        assert_eq!(
+            policy.get_hedging().map(|h| h.get_delay()),
+            Some(Duration::ZERO)
+        );
+        // gRPC methods may be repeated: the policy hedges every call.
+        assert!(policy.is_assumed_idempotent());
+        assert_eq!(policy.get_deadline(), Some(Duration::from_millis(2500)));
         assert!(config.throttle().is_none());
         assert!(service_config("{}").unwrap().methods().is_empty());
         assert!(
@@ -1637,10 +1728,49 @@ mod tests {
                 .throttle()
                 .is_none()
         );
-        // C-core ignores a hedging policy of any shape.
-        assert!(
-            service_config(r#"{"methodConfig": [{"name": [{}], "hedgingPolicy": 3}]}"#).is_ok()
-        );
+        // C-core ignores a hedging policy of any shape; A6 specifies it.
+        for (json, field, says) in [
+            (
+                r#""hedgingPolicy": 3"#,
+                "hedgingPolicy",
+                "must be an object",
+            ),
+            (
+                r#""hedgingPolicy": {}"#,
+                "hedgingPolicy.maxAttempts",
+                "is missing",
+            ),
+            (
+                r#""hedgingPolicy": {"maxAttempts": 1}"#,
+                "hedgingPolicy.maxAttempts",
+                "at least 2",
+            ),
+            (
+                r#""hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.-5s"}"#,
+                "hedgingPolicy.hedgingDelay",
+                "negative",
+            ),
+            (
+                r#""hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": 1}"#,
+                "hedgingPolicy.hedgingDelay",
+                "",
+            ),
+            (
+                r#""hedgingPolicy": {"maxAttempts": 2, "nonFatalStatusCodes": [14]}"#,
+                "hedgingPolicy.nonFatalStatusCodes[0]",
+                "by name",
+            ),
+            (
+                r#""hedgingPolicy": {"maxAttempts": 2, "nonFatalStatusCodes": ["unavailable"]}"#,
+                "hedgingPolicy.nonFatalStatusCodes[0]",
+                "write it as UNAVAILABLE",
+            ),
+        ] {
+            let text = format!(r#"{{"methodConfig": [{{"name": [{{}}], {json}}}]}}"#);
+            let error = service_config(&text).unwrap_err();
+            assert_eq!(error.field(), format!("methodConfig[0].{field}"), "{json}");
+            assert!(error.to_string().contains(says), "{json}: {error}");
+        }
     }
 
     #[test]

@@ -167,6 +167,8 @@ pub struct Call {
     pub time_remaining: f64,
     /// The request messages.
     pub messages: Vec<Vec<u8>>,
+    /// The client cancelled the call while a `sleep` step held it (a hedge that lost).
+    pub cancelled: bool,
 }
 
 impl Call {
@@ -189,6 +191,7 @@ impl Call {
                 .iter()
                 .map(|m| unhex(m.as_str().expect("hex")))
                 .collect(),
+            cancelled: value["cancelled"].as_bool().expect("cancelled"),
         }
     }
 

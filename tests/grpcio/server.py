@@ -36,7 +36,8 @@ CODE is a grpc.StatusCode name, such as UNAVAILABLE.
 Every call of a test.Raw method is recorded before it is answered: its method,
 its step, when it arrived (milliseconds since the server started), its metadata
 as grpcio hands it to the handler, the time grpcio says is left before its
-deadline, and its request messages (hex). test.Control/Seen answers with the
+deadline, its request messages (hex), and whether the client cancelled it while a
+sleep step held it. test.Control/Seen answers with the
 records so far as JSON, and takes no step.
 
 --option NAME=VALUE (repeatable) passes a channel option to grpc.server, an
@@ -111,26 +112,32 @@ class Script:
                 step = parse_step(said) if said else ("ok",)
                 if step == ("meta",):
                     raise ValueError("x-step: meta names itself")
-            self.records.append(
-                {
-                    "method": method,
-                    "step": step_name(step),
-                    "arrived_ms": arrived,
-                    "metadata": metadata,
-                    "time_remaining": context.time_remaining(),
-                    "messages": [m.hex() for m in messages],
-                }
-            )
-        return step
+            record = {
+                "method": method,
+                "step": step_name(step),
+                "arrived_ms": arrived,
+                "metadata": metadata,
+                "time_remaining": context.time_remaining(),
+                "messages": [m.hex() for m in messages],
+                "cancelled": False,
+            }
+            self.records.append(record)
+        return step, record
+
+    def cancelled(self, record):
+        with self.lock:
+            record["cancelled"] = True
 
     def seen(self):
         with self.lock:
             return json.dumps(self.records).encode()
 
 
-def settle(step, context):
+def settle(script, taken, context):
     """Sleeps through "sleep" steps (bounded, and cut short when the call ends)
-    and returns the step to answer with."""
+    and returns the step to answer with. A call that ended during the sleep (the
+    client cancelled it: a hedge that lost, a deadline) is marked cancelled."""
+    step, record = taken
     while step[0] == "sleep":
         deadline = time.monotonic() + step[1] / 1000.0
         while context.is_active():
@@ -138,6 +145,8 @@ def settle(step, context):
             if left <= 0:
                 break
             time.sleep(min(left, 0.02))
+        if not context.is_active():
+            script.cancelled(record)
         step = step[2]
     return step
 
@@ -154,20 +163,20 @@ def fail(step, context):
 
 def serve(script, options=()):
     def unary(request, context):
-        step = settle(script.take("Unary", context, [request]), context)
+        step = settle(script, script.take("Unary", context, [request]), context)
         if step[0] != "ok":
             fail(step, context)
         return request
 
     def collect(requests, context):
         messages = list(requests)
-        step = settle(script.take("Collect", context, messages), context)
+        step = settle(script, script.take("Collect", context, messages), context)
         if step[0] != "ok":
             fail(step, context)
         return b"".join(messages)
 
     def reply(request, context):
-        step = settle(script.take("Reply", context, [request]), context)
+        step = settle(script, script.take("Reply", context, [request]), context)
         if step[0] == "after":
             yield request
             context.abort(step[1], f"scripted {step_name(step)}")

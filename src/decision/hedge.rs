@@ -1,0 +1,200 @@
+// The decisions of a hedged request: what an attempt's outcome means while others may be
+// in flight, and whether the next hedge may go. Plain code, as the rest of `decision`.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Facts, Limits, TIMER_SLACK, counted_attempts, record_retry, record_stop};
+use crate::classify::{Classification, RetryReason};
+use crate::gate::{Gates, Heard, Refusal, Ticket};
+use crate::hints::HintSource;
+use crate::hook::{AttemptContext, AttemptKind};
+use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
+use crate::policy::RetryPolicy;
+use crate::replay::NotReplayable;
+
+/// What one attempt's outcome means for a hedged request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Judged {
+    /// It is returned, for this reason; the attempts still in flight are dropped.
+    Wins(StopReason),
+    /// A non-fatal failure: the next hedge follows it as `next` says, and the outcome is
+    /// kept, to be returned if nothing better comes.
+    NonFatal {
+        reason: RetryReason,
+        hint: Option<HintSource>,
+        next: Next,
+    },
+}
+
+/// When the hedge after a non-fatal failure goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// After this wait (zero: at once), replacing the hedging delay in force.
+    After(Duration),
+    /// Never: no more hedges, for this reason (the attempts in flight go on).
+    Freeze(StopReason),
+}
+
+/// The facts of an outcome of a hedged request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HedgeOutcome {
+    pub(crate) verdict: Classification,
+    /// The attempt produced a response (as opposed to an error).
+    pub(crate) responded: bool,
+}
+
+/// Decides what an attempt's outcome means for a hedged request, and tells the gates of
+/// it. `once` holds the reasons of the "once" outcomes (the 500 once) seen so far, and
+/// gets this one's.
+pub(crate) fn outcome(
+    policy: &RetryPolicy,
+    gates: &Gates,
+    ticket: &Ticket,
+    limits: &Limits,
+    seen: &HedgeOutcome,
+    facts: &mut impl Facts,
+    once: &mut Vec<RetryReason>,
+) -> Judged {
+    let verdict = seen.verdict;
+    let gated = gates.on_outcome(Heard::of(verdict), Some(ticket));
+    let last = || match !seen.responded && limits.past_deadline(Instant::now()) {
+        true => StopReason::Deadline,
+        false => StopReason::Final,
+    };
+    let reason = match verdict {
+        Classification::Success => return Judged::Wins(StopReason::Final),
+        Classification::Done => return Judged::Wins(last()),
+        Classification::RetryOnce(reason) if once.contains(&reason) => {
+            return Judged::Wins(last());
+        }
+        Classification::RetryOnce(reason) => {
+            once.push(reason);
+            reason
+        }
+        Classification::Retry(reason)
+        | Classification::RetryWithHint(reason, _)
+        | Classification::Stop(reason) => reason,
+    };
+    let non_fatal = |next, hint| Judged::NonFatal { reason, hint, next };
+    if gated.is_err() {
+        return non_fatal(Next::Freeze(StopReason::Throttled), None);
+    }
+    if let Classification::Stop(_) = verdict {
+        return non_fatal(Next::Freeze(StopReason::ServerSaidStop), None);
+    }
+    // A response that came before its attempt sent the whole body: the server may have
+    // acted on part of it, and no copy follows it. A body still being sent is no obstacle:
+    // the next hedge waits for it.
+    match facts.replay() {
+        Ok(()) | Err(NotReplayable::InFlight) => {}
+        Err(_) => return non_fatal(Next::Freeze(StopReason::BodyNotReplayable), None),
+    }
+    let hint = match verdict {
+        Classification::RetryWithHint(_, hint) => Some(hint),
+        _ if seen.responded => facts.server_hint(),
+        _ => None,
+    };
+    let source = hint.map(|hint| hint.source);
+    if let Some(hint) = hint {
+        if !hint.exact && hint.wait > policy.max_retry_after {
+            return non_fatal(Next::Freeze(StopReason::HintTooLong), source);
+        }
+    }
+    // Without a hint the next hedge goes at once; a hint (an exact pushback, or a floor
+    // such as `Retry-After`) sets its time.
+    let wait = hint.map_or(Duration::ZERO, |hint| hint.wait);
+    if let Some(deadline) = limits.deadline() {
+        let ends = facts
+            .now()
+            .checked_add(wait)
+            .and_then(|ends| ends.checked_add(TIMER_SLACK));
+        if ends.is_none_or(|ends| ends >= deadline) {
+            let stop = match hint {
+                Some(_) => StopReason::HintTooLong,
+                None => StopReason::Deadline,
+            };
+            return non_fatal(Next::Freeze(stop), source);
+        }
+    }
+    non_fatal(Next::After(wait), source)
+}
+
+/// Whether a hedged request may send another attempt: fewer than `max_attempts` sent.
+pub(crate) fn attempts_left(policy: &RetryPolicy, info: &RetryInfo) -> bool {
+    counted_attempts(info.attempts(), info.retries()) < policy.max_attempts
+}
+
+/// A hedge is due and its body and service are ready at `now`: asks the gates and books
+/// it, or says why it is not sent. `trigger` is the non-fatal failure it follows, if any
+/// (else it follows the hedging delay); `previous` is when the attempt before it was sent.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn send(
+    gates: &Gates,
+    ticket: &mut Ticket,
+    limits: &Limits,
+    trigger: Option<(RetryReason, Option<HintSource>)>,
+    now: Instant,
+    previous: Instant,
+    info: &mut RetryInfo,
+) -> Result<AttemptContext, StopReason> {
+    if limits.past_deadline(now) {
+        return Err(StopReason::Deadline);
+    }
+    let (reason, hint) = trigger.unwrap_or((RetryReason::Hedge, None));
+    match gates.ask_hedge(reason.kind(), ticket) {
+        Ok(()) => {}
+        Err(Refusal::Throttle) => return Err(StopReason::Throttled),
+        Err(Refusal::Budget | Refusal::Quota) => {
+            crate::trace::budget_refused(info.attempts(), &reason);
+            return Err(StopReason::BudgetExhausted);
+        }
+    }
+    let record = RetryRecord {
+        kind: AttemptKind::Hedge,
+        reason,
+        // The time since the attempt before it was sent.
+        wait: now.saturating_duration_since(previous),
+        hint,
+        // In flight: dropped if nothing else is booked for it.
+        outcome: AttemptOutcome::Abandoned,
+    };
+    crate::trace::retried(&record);
+    record_retry(info, record);
+    Ok(AttemptContext {
+        number: info.attempts(),
+        counted_before: counted_attempts(info.attempts(), info.retries()).saturating_sub(1),
+        time_left: limits.time_left(Some(now)),
+        kind: AttemptKind::Hedge,
+    })
+}
+
+/// Nothing is in flight and nothing more will be sent: the last failure is returned, and
+/// the stop says why no more was sent.
+pub(crate) fn exhausted(frozen: Option<StopReason>, returned: u32, info: &mut RetryInfo) {
+    record_stop(info, frozen.unwrap_or(StopReason::MaxAttempts));
+    info.set_returned(returned);
+}
+
+/// An attempt's outcome is returned: every other attempt still in flight is cancelled.
+pub(crate) fn won(
+    stop: StopReason,
+    returned: u32,
+    cancelled: impl Iterator<Item = u32>,
+    info: &mut RetryInfo,
+) {
+    for number in cancelled {
+        info.set_outcome_of(number, AttemptOutcome::Cancelled);
+    }
+    record_stop(info, stop);
+    info.set_returned(returned);
+}
+
+/// The deadline passed with attempts in flight: each is abandoned.
+pub(crate) fn abandoned(in_flight: impl Iterator<Item = u32>, info: &mut RetryInfo) {
+    for number in in_flight {
+        info.set_outcome_of(number, AttemptOutcome::Abandoned);
+    }
+    record_stop(info, StopReason::Deadline);
+}

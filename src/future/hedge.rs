@@ -1,0 +1,352 @@
+// The driver of a hedged request: several attempts in flight in one response future, each
+// boxed (a hedged request allocates for its attempts; an unhedged one never enters here).
+// One timer still serves it all: it fires at the first of the next hedge's time (unless
+// the hedge waits for its body or its service, whose wakers do), the attempts' timeouts,
+// the deadline, and, with nothing in flight, the end of the wait for a stalled hedge.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use tokio::time::{Instant, Sleep};
+use tower::BoxError;
+use tower_service::Service;
+
+use super::{Lookup, Retrying, arm, fired};
+use crate::classify::{Outcome as Seen, RetryReason};
+use crate::decision::hedge::{self, HedgeOutcome, Judged, Next};
+use crate::decision::{self, Expired, Limits, RELEASE_GRACE};
+use crate::gate::Ticket;
+use crate::hints::HintSource;
+use crate::info::{Attempt, AttemptOutcome, RetryInfo, StopReason};
+use crate::replay::ReplayBody;
+use crate::trace::Trace;
+
+/// A hedged request between two polls.
+pub(super) struct Flight<F, S, B, R> {
+    retry: Retrying<S, B>,
+    delay: Duration,
+    /// The attempts in flight, in the order they were sent.
+    flying: Vec<Flying<F>>,
+    /// When the next hedge is due; `None` once none will be sent.
+    next_at: Option<Instant>,
+    /// Why no more hedges are sent, once something said so.
+    frozen: Option<StopReason>,
+    /// The non-fatal failure the next hedge follows, if any (else the delay).
+    trigger: Option<(RetryReason, Option<HintSource>)>,
+    /// The hedges' service, cloned from the prototype for the first hedge.
+    service: Option<S>,
+    /// `service` is ready for the next hedge.
+    ready: bool,
+    ticket: Ticket,
+    /// The "once" outcomes seen (the 500 once): a second one is returned.
+    once: Vec<RetryReason>,
+    /// The last non-fatal failure and its attempt, returned if nothing better comes.
+    held: Option<(Result<R, BoxError>, u32)>,
+    /// When the last attempt was sent.
+    last_sent: Instant,
+    /// With nothing in flight, when a due hedge stops waiting for its body or service.
+    stall_end: Option<Instant>,
+}
+
+struct Flying<F> {
+    future: Pin<Box<F>>,
+    number: u32,
+    /// The attempt's timeout, or the deadline.
+    end: Option<Instant>,
+}
+
+/// What became of a due hedge.
+enum Sending {
+    Sent,
+    /// Waiting for its body or its service (their wakers wake the future).
+    Waiting,
+    /// Not sent, and no hedge will be.
+    Frozen,
+}
+
+impl<F, S, B, R> Flight<F, S, B, R> {
+    /// The flight of a request whose first attempt, `first`, was sent at `now`.
+    pub(super) fn new(
+        first: F,
+        retry: Retrying<S, B>,
+        delay: Duration,
+        limits: &Limits,
+        now: Instant,
+    ) -> Box<Self> {
+        let more = retry.plan.policy.max_attempts > 1;
+        Box::new(Self {
+            retry,
+            delay,
+            flying: vec![Flying {
+                future: Box::pin(first),
+                number: 1,
+                end: limits.attempt_end(now),
+            }],
+            next_at: more.then(|| decision::after(now, delay)),
+            frozen: None,
+            trigger: None,
+            service: None,
+            ready: false,
+            ticket: Ticket::default(),
+            once: Vec::new(),
+            held: None,
+            last_sent: now,
+            stall_end: None,
+        })
+    }
+
+    /// Whether a hedge may still be sent.
+    fn may_hedge(&self, info: &RetryInfo) -> bool {
+        self.frozen.is_none()
+            && self.next_at.is_some()
+            && hedge::attempts_left(&self.retry.plan.policy, info)
+    }
+
+    fn freeze(&mut self, stop: StopReason) {
+        self.frozen.get_or_insert(stop);
+    }
+}
+
+/// Drives a hedged request to its result.
+pub(super) fn poll<F, S, B, RB, E>(
+    flight: &mut Flight<F, S, B, Response<RB>>,
+    mut timer: Pin<&mut Option<Sleep>>,
+    limits: &Limits,
+    info: &mut RetryInfo,
+    trace: &Trace,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Response<RB>, BoxError>>
+where
+    F: Future<Output = Result<Response<RB>, E>>,
+    E: Into<BoxError>,
+    S: Service<Request<ReplayBody<B>>, Future = F, Response = Response<RB>, Error = E> + Clone,
+{
+    loop {
+        let now = Instant::now();
+        if limits.past_deadline(now) {
+            hedge::abandoned(flight.flying.drain(..).map(|a| a.number), info);
+            return Poll::Ready(Err(limits.deadline_exceeded(info.attempts())));
+        }
+        // Every attempt in flight, in the order they were sent.
+        let mut i = 0;
+        while i < flight.flying.len() {
+            let attempt = &mut flight.flying[i];
+            let (result, outcome) = match attempt.future.as_mut().poll(cx) {
+                Poll::Ready(Ok(response)) => {
+                    let status = response.status();
+                    (Ok(response), AttemptOutcome::Response(status))
+                }
+                Poll::Ready(Err(error)) => (Err(error.into()), AttemptOutcome::Error),
+                Poll::Pending if attempt.end.is_some_and(|end| now >= end) => {
+                    let error = match decision::attempt_expired(limits, now, attempt.number) {
+                        Expired::Attempt(error) | Expired::Deadline(error) => error,
+                    };
+                    (Err(error), AttemptOutcome::TimedOut)
+                }
+                Poll::Pending => {
+                    i += 1;
+                    continue;
+                }
+            };
+            let number = flight.flying.remove(i).number;
+            info.set_outcome_of(number, outcome);
+            if let Some(stop) = judge(flight, &result, number, limits) {
+                let cancelled = flight.flying.drain(..).map(|a| a.number);
+                hedge::won(stop, number, cancelled, info);
+                return Poll::Ready(result);
+            }
+            // Kept in case nothing better comes (the one kept before is dropped).
+            flight.held = Some((result, number));
+        }
+
+        let mut waiting = false;
+        if flight.may_hedge(info) && flight.next_at.is_some_and(|at| at <= now) {
+            match send(flight, limits, info, trace, now, cx) {
+                // The new attempt is polled at once.
+                Sending::Sent => continue,
+                Sending::Waiting => waiting = true,
+                Sending::Frozen => {}
+            }
+        }
+        if flight.flying.is_empty() {
+            if !flight.may_hedge(info) {
+                // Nothing in flight, nothing more to send: the last failure.
+                let Some((result, number)) = flight.held.take() else {
+                    unreachable!("a hedged request ended with no outcome");
+                };
+                hedge::exhausted(flight.frozen, number, info);
+                return Poll::Ready(result);
+            }
+            if waiting {
+                let end = *flight.stall_end.get_or_insert_with(|| {
+                    limits.wait_end(now, Some(RELEASE_GRACE)).unwrap_or(now)
+                });
+                if now >= end {
+                    let stop = match flight.ready {
+                        true => StopReason::BodyNotReplayable,
+                        false => StopReason::ServiceNotReady,
+                    };
+                    flight.freeze(stop);
+                    continue;
+                }
+            }
+        }
+
+        // The timer: the first of every end that is not waited for by a waker.
+        let ends = flight.flying.iter().filter_map(|a| a.end);
+        let next = flight
+            .next_at
+            .filter(|_| !waiting && flight.may_hedge(info));
+        let stall = flight
+            .stall_end
+            .filter(|_| waiting && flight.flying.is_empty());
+        let end = ends.chain(next).chain(stall).chain(limits.deadline()).min();
+        arm(timer.as_mut(), end);
+        if fired(timer.as_mut(), cx) {
+            continue;
+        }
+        return Poll::Pending;
+    }
+}
+
+/// Judges an attempt's outcome: `Some` with the stop when it is returned.
+fn judge<F, S, B, RB>(
+    flight: &mut Flight<F, S, B, Response<RB>>,
+    result: &Result<Response<RB>, BoxError>,
+    number: u32,
+    limits: &Limits,
+) -> Option<StopReason> {
+    let retry = &flight.retry;
+    let plan = &*retry.plan;
+    if plan.plain_success(result) {
+        return Some(StopReason::Final);
+    }
+    let seen = match result {
+        Ok(response) => Seen::Response {
+            status: response.status(),
+            headers: response.headers(),
+        },
+        // The caller's own body failed: its error is returned as is.
+        Err(_) if retry.replay.body_failed() => return Some(StopReason::Final),
+        Err(error) => Seen::Error(&**error),
+    };
+    let outcome = HedgeOutcome {
+        verdict: plan.policy.classify(&retry.head, seen),
+        responded: result.is_ok(),
+    };
+    let mut facts = Lookup {
+        result,
+        replay: &retry.replay,
+        attempt: number as usize - 1,
+        now: None,
+    };
+    let gates = retry.partition.as_deref().unwrap_or(&plan.gates);
+    let judged = hedge::outcome(
+        &plan.policy,
+        gates,
+        &flight.ticket,
+        limits,
+        &outcome,
+        &mut facts,
+        &mut flight.once,
+    );
+    match judged {
+        Judged::Wins(stop) => Some(stop),
+        Judged::NonFatal { reason, hint, next } => {
+            flight.trigger = Some((reason, hint));
+            match next {
+                Next::After(wait) => {
+                    if flight.frozen.is_none() && flight.next_at.is_some() {
+                        // The failure shortcuts the delay: the next hedge goes after the
+                        // hint, else at once.
+                        let now = facts.now.unwrap_or_else(Instant::now);
+                        flight.next_at = Some(decision::after(now, wait));
+                    }
+                }
+                Next::Freeze(stop) => flight.freeze(stop),
+            }
+            None
+        }
+    }
+}
+
+/// Sends the due hedge if its body, its service and the gates let it.
+fn send<F, S, B, RB, E>(
+    flight: &mut Flight<F, S, B, Response<RB>>,
+    limits: &Limits,
+    info: &mut RetryInfo,
+    trace: &Trace,
+    now: Instant,
+    cx: &mut Context<'_>,
+) -> Sending
+where
+    F: Future<Output = Result<Response<RB>, E>>,
+    E: Into<BoxError>,
+    S: Service<Request<ReplayBody<B>>, Future = F, Response = Response<RB>, Error = E> + Clone,
+{
+    match flight.retry.replay.poll_hedge(cx) {
+        Poll::Pending => return Sending::Waiting,
+        Poll::Ready(Err(_)) => {
+            flight.freeze(StopReason::BodyNotReplayable);
+            return Sending::Frozen;
+        }
+        Poll::Ready(Ok(())) => {}
+    }
+    if !flight.ready {
+        let retry = &flight.retry;
+        let service = flight.service.get_or_insert_with(|| retry.prototype.make());
+        match service.poll_ready(cx) {
+            Poll::Pending => return Sending::Waiting,
+            Poll::Ready(Err(_)) => {
+                // The attempts in flight go on; their outcome is the caller's.
+                flight.freeze(StopReason::ServiceNotReady);
+                return Sending::Frozen;
+            }
+            Poll::Ready(Ok(())) => flight.ready = true,
+        }
+    }
+    let retry = &flight.retry;
+    let gates = retry.partition.as_deref().unwrap_or(&retry.plan.gates);
+    let trigger = flight.trigger.take();
+    let attempt = match hedge::send(
+        gates,
+        &mut flight.ticket,
+        limits,
+        trigger,
+        now,
+        flight.last_sent,
+        info,
+    ) {
+        Ok(attempt) => attempt,
+        Err(stop) => {
+            flight.freeze(stop);
+            return Sending::Frozen;
+        }
+    };
+    if let Some(record) = info.retries().last() {
+        trace.retry(attempt.number - 1, record, None);
+    }
+    let mut head = retry.head.to_parts();
+    head.extensions.insert(Attempt::new(attempt.number));
+    retry.plan.hooks.before_attempt(&attempt, &mut head.headers);
+    let body = retry.replay.body(attempt.number - 1);
+    let Some(service) = flight.service.as_mut() else {
+        unreachable!("a hedge is sent only through a ready service");
+    };
+    let future = service.call(Request::from_parts(head, body));
+    flight.ready = false;
+    flight.flying.push(Flying {
+        future: Box::pin(future),
+        number: attempt.number,
+        end: limits.attempt_end(now),
+    });
+    flight.last_sent = now;
+    flight.stall_end = None;
+    // The delay restarts from the hedge just sent.
+    flight.next_at =
+        hedge::attempts_left(&retry.plan.policy, info).then(|| decision::after(now, flight.delay));
+    Sending::Sent
+}

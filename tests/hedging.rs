@@ -1,0 +1,555 @@
+//! Hedging under paused time: A6's timeline (when each attempt starts), which outcome wins,
+//! what the gates allow, the body a hedge waits for, and what is left behind.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody};
+use tokio::time::Instant;
+use tower::{BoxError, Layer, Service, ServiceExt};
+use tower_http_retry::{
+    AttemptKind, AttemptOutcome, DeadlineExceeded, Hedging, ReplayBody, RetryBudget, RetryError,
+    RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason, Throttle,
+};
+
+/// One attempt's script: how long it takes and what it answers.
+#[derive(Clone, Copy)]
+struct Step {
+    after: Duration,
+    status: u16,
+    retry_after: Option<u64>,
+}
+
+fn answer(ms: u64, status: u16) -> Step {
+    Step {
+        after: Duration::from_millis(ms),
+        status,
+        retry_after: None,
+    }
+}
+
+/// When a call came, and the count of earlier attempts it carried.
+type Call = (Duration, Option<String>);
+
+/// Answers each call with the next step of its script (else 200 after 10 s), reads the whole
+/// body first, and records when each call came and how many of its futures are alive.
+#[derive(Clone)]
+struct Timeline {
+    script: Arc<Mutex<VecDeque<Step>>>,
+    start: Instant,
+    calls: Arc<Mutex<Vec<Call>>>,
+    bodies: Arc<Mutex<Vec<Bytes>>>,
+    alive: Arc<AtomicUsize>,
+}
+
+impl Timeline {
+    fn new(steps: &[Step]) -> Self {
+        Timeline {
+            script: Arc::new(Mutex::new(steps.iter().copied().collect())),
+            start: Instant::now(),
+            calls: Arc::default(),
+            bodies: Arc::default(),
+            alive: Arc::default(),
+        }
+    }
+
+    /// When each call came, in ms since the start.
+    fn starts(&self) -> Vec<u64> {
+        let calls = self.calls.lock().unwrap();
+        calls.iter().map(|(at, _)| at.as_millis() as u64).collect()
+    }
+
+    fn previous_attempts(&self) -> Vec<Option<String>> {
+        let calls = self.calls.lock().unwrap();
+        calls.iter().map(|(_, header)| header.clone()).collect()
+    }
+
+    fn alive(&self) -> usize {
+        self.alive.load(Ordering::SeqCst)
+    }
+}
+
+/// Counts a call's future as alive until it is dropped.
+struct Alive(Arc<AtomicUsize>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl<B> Service<Request<ReplayBody<B>>> for Timeline
+where
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Full<Bytes>>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<ReplayBody<B>>) -> Self::Future {
+        let previous = request
+            .headers()
+            .get("x-previous")
+            .map(|v| v.to_str().unwrap().to_string());
+        self.calls
+            .lock()
+            .unwrap()
+            .push((self.start.elapsed(), previous));
+        let step = self
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(answer(10_000, 200));
+        self.alive.fetch_add(1, Ordering::SeqCst);
+        let alive = Alive(Arc::clone(&self.alive));
+        let bodies = Arc::clone(&self.bodies);
+        Box::pin(async move {
+            let _alive = alive;
+            let body = request.into_body().collect().await.map_err(Into::into)?;
+            bodies.lock().unwrap().push(body.to_bytes());
+            tokio::time::sleep(step.after).await;
+            let mut response = Response::builder().status(step.status);
+            if let Some(seconds) = step.retry_after {
+                response = response.header("retry-after", seconds);
+            }
+            Ok(response.body(Full::new(Bytes::from_static(b"ok"))).unwrap())
+        })
+    }
+}
+
+/// Writes the count of earlier attempts, as gRPC's `grpc-previous-rpc-attempts` does.
+struct Previous;
+
+impl tower_http_retry::AttemptHook for Previous {
+    fn before_attempt(
+        &self,
+        attempt: &tower_http_retry::AttemptContext,
+        headers: &mut http::HeaderMap,
+    ) {
+        if attempt.counted_before > 0 {
+            headers.insert("x-previous", attempt.counted_before.into());
+        }
+    }
+}
+
+/// Hedges every 500 ms, up to 4 attempts (A6's example), with no budget in the way.
+fn a6(policy: RetryPolicy) -> RetryLayer {
+    RetryLayer::new().no_budget().policy(
+        policy
+            .max_attempts(4)
+            .on_attempt(Previous)
+            .hedge(Hedging::after(Duration::from_millis(500))),
+    )
+}
+
+fn get() -> Request<Full<Bytes>> {
+    Request::get("http://127.0.0.1/")
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+fn info(response: &Response<Full<Bytes>>) -> &RetryInfo {
+    response.extensions().get::<RetryInfo>().unwrap()
+}
+
+fn kinds(info: &RetryInfo) -> Vec<AttemptKind> {
+    info.retries().iter().map(|retry| retry.kind).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn while_none_answers_an_attempt_starts_every_delay_up_to_max_attempts() {
+    let server = Timeline::new(&[answer(1_800, 200)]);
+    let response = a6(RetryPolicy::default())
+        .layer(server.clone())
+        .oneshot(get())
+        .await
+        .unwrap();
+    assert_eq!(server.starts(), [0, 500, 1000, 1500]);
+    // The first answered at 1.8 s; the three hedges were cancelled.
+    let info = info(&response);
+    assert_eq!(info.attempts(), 4);
+    assert_eq!(info.hedges(), 3);
+    assert_eq!(info.returned(), Some(1));
+    assert_eq!(info.stop(), StopReason::Final);
+    assert_eq!(
+        info.outcomes().collect::<Vec<_>>(),
+        [
+            AttemptOutcome::Response(StatusCode::OK),
+            AttemptOutcome::Cancelled,
+            AttemptOutcome::Cancelled,
+            AttemptOutcome::Cancelled,
+        ]
+    );
+    assert_eq!(kinds(info), [AttemptKind::Hedge; 3]);
+    for retry in info.retries() {
+        assert_eq!(retry.reason, RetryReason::Hedge);
+        assert_eq!(retry.wait, Duration::from_millis(500));
+    }
+    // Each hedge says how many went before it, as a retry does.
+    assert_eq!(
+        server.previous_attempts(),
+        [None, Some("1".into()), Some("2".into()), Some("3".into())]
+    );
+    assert_eq!(server.alive(), 0, "the losers were dropped");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_non_fatal_failure_sends_the_next_hedge_at_once_and_the_delay_restarts() {
+    // The first attempt fails with a 503 at 700 ms: the third goes then, the fourth 500 ms
+    // later; the second answers at 1.7 s.
+    let server = Timeline::new(&[answer(700, 503), answer(1_200, 200)]);
+    let response = a6(RetryPolicy::default())
+        .layer(server.clone())
+        .oneshot(get())
+        .await
+        .unwrap();
+    assert_eq!(server.starts(), [0, 500, 700, 1200]);
+    let info = info(&response);
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(info.returned(), Some(2));
+    assert_eq!(
+        info.outcomes().collect::<Vec<_>>(),
+        [
+            AttemptOutcome::Response(StatusCode::SERVICE_UNAVAILABLE),
+            AttemptOutcome::Response(StatusCode::OK),
+            AttemptOutcome::Cancelled,
+            AttemptOutcome::Cancelled,
+        ]
+    );
+    // The third follows the 503, the others the delay.
+    let reasons: Vec<_> = info.retries().iter().map(|r| r.reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            RetryReason::Hedge,
+            RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE),
+            RetryReason::Hedge,
+        ]
+    );
+    assert_eq!(server.alive(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fatal_outcome_wins_at_once_and_cancels_the_rest() {
+    for (at, expected_starts) in [
+        (300, vec![0]),
+        (600, vec![0, 500]),
+        (1_100, vec![0, 500, 1000]),
+    ] {
+        let server = Timeline::new(&[answer(at, 404)]);
+        let response = a6(RetryPolicy::default())
+            .layer(server.clone())
+            .oneshot(get())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "404 at {at} ms");
+        assert_eq!(server.starts(), expected_starts, "404 at {at} ms");
+        let info = info(&response);
+        assert_eq!(info.returned(), Some(1));
+        assert_eq!(info.stop(), StopReason::Final);
+        assert!(
+            info.outcomes()
+                .skip(1)
+                .all(|o| o == AttemptOutcome::Cancelled)
+        );
+        assert_eq!(server.alive(), 0);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_every_attempt_fails_the_last_failure_is_returned() {
+    let server = Timeline::new(&[
+        answer(2_000, 503),
+        answer(2_000, 502),
+        answer(2_000, 503),
+        answer(2_000, 504),
+    ]);
+    let start = Instant::now();
+    let response = a6(RetryPolicy::default())
+        .layer(server.clone())
+        .oneshot(get())
+        .await
+        .unwrap();
+    // The fourth was sent at 1.5 s (the first failure came at 2 s), and ended last.
+    assert_eq!(server.starts(), [0, 500, 1000, 1500]);
+    assert_eq!(start.elapsed(), Duration::from_millis(3_500));
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    let info = info(&response);
+    assert_eq!(info.stop(), StopReason::MaxAttempts);
+    assert_eq!(info.returned(), Some(4));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_500_is_fatal_for_the_request() {
+    // The 500 once: the first one is non-fatal, the second is returned.
+    let server = Timeline::new(&[answer(100, 500), answer(100, 500)]);
+    let response = a6(RetryPolicy::default())
+        .layer(server.clone())
+        .oneshot(get())
+        .await
+        .unwrap();
+    assert_eq!(server.starts(), [0, 100]);
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(info(&response).stop(), StopReason::Final);
+    assert_eq!(info(&response).returned(), Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_on_a_non_fatal_failure_sets_the_next_hedges_time() {
+    // A 503 asking for 2 s at 700 ms: the next hedge (due at 1 s) goes at 2.7 s instead.
+    let slow = Step {
+        after: Duration::from_millis(700),
+        status: 503,
+        retry_after: Some(2),
+    };
+    let server = Timeline::new(&[slow, answer(10_000, 200), answer(100, 200)]);
+    let response = a6(RetryPolicy::default())
+        .layer(server.clone())
+        .oneshot(get())
+        .await
+        .unwrap();
+    assert_eq!(server.starts(), [0, 500, 2700]);
+    let info = info(&response);
+    assert_eq!(info.returned(), Some(3));
+    let third = info.retries()[1];
+    assert_eq!(
+        third.hint,
+        Some(tower_http_retry::hints::HintSource::RetryAfter)
+    );
+    assert_eq!(third.wait, Duration::from_millis(2_200));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_over_the_limit_ends_hedging_and_the_others_go_on() {
+    let slow = Step {
+        after: Duration::from_millis(700),
+        status: 503,
+        retry_after: Some(600),
+    };
+    let server = Timeline::new(&[slow, answer(1_000, 200)]);
+    let response = a6(RetryPolicy::default())
+        .layer(server.clone())
+        .oneshot(get())
+        .await
+        .unwrap();
+    // No third: the second answers at 1.5 s.
+    assert_eq!(server.starts(), [0, 500]);
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(info(&response).returned(), Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_hedge_is_paid_for_by_the_budget_and_not_sent_when_refused() {
+    let budget = RetryBudget::builder()
+        .ratio(0.0)
+        .min_per_sec(0)
+        .max_tokens(1)
+        .build();
+    let server = Timeline::new(&[answer(3_000, 200)]);
+    let layer = RetryLayer::new().budget(budget.clone()).policy(
+        RetryPolicy::default()
+            .max_attempts(4)
+            .hedge(Hedging::after(Duration::from_millis(500))),
+    );
+    let response = layer.layer(server.clone()).oneshot(get()).await.unwrap();
+    // One token: one hedge.
+    assert_eq!(server.starts(), [0, 500]);
+    assert_eq!(info(&response).hedges(), 1);
+    assert_eq!(info(&response).returned(), Some(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_throttle_is_checked_not_drawn_for_a_hedge() {
+    // Half of its tokens or less: no retry, no hedge.
+    let throttle = Throttle::builder().max_tokens(4.0).token_ratio(1.0).build();
+    let layer = a6(RetryPolicy::default()).throttle(throttle.clone());
+    let low = Timeline::new(&[answer(100, 503), answer(100, 503)]);
+    let response = layer.layer(low.clone()).oneshot(get()).await.unwrap();
+    // Each 503 took a token: the first left 3 (a hedge went at once), the second 2.
+    assert_eq!(low.starts(), [0, 100]);
+    assert_eq!(throttle.tokens(), 2.0);
+    assert_eq!(info(&response).stop(), StopReason::Throttled);
+
+    let server = Timeline::new(&[answer(1_200, 200)]);
+    let response = layer.layer(server.clone()).oneshot(get()).await.unwrap();
+    assert_eq!(server.starts(), [0], "no hedge while the throttle refuses");
+    // The success gave one back; nothing else moved it.
+    assert_eq!(throttle.tokens(), 3.0);
+    assert_eq!(info(&response).hedges(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_post_is_retried_not_hedged_unless_the_policy_assumes_idempotence() {
+    let post = || {
+        Request::post("http://127.0.0.1/orders")
+            .body(Full::new(Bytes::from_static(b"order")))
+            .unwrap()
+    };
+    let server = Timeline::new(&[answer(1_200, 503), answer(100, 200)]);
+    let response = a6(RetryPolicy::default())
+        .layer(server.clone())
+        .oneshot(post())
+        .await
+        .unwrap();
+    // One at a time: the retry after the 503 (and its backoff), never a concurrent copy.
+    let starts = server.starts();
+    assert_eq!(starts.len(), 2);
+    assert!(starts[1] >= 1_200, "{starts:?}");
+    let record = info(&response);
+    assert!(record.idempotency_key().is_some());
+    assert_eq!(kinds(record), [AttemptKind::Retry]);
+
+    let server = Timeline::new(&[answer(1_200, 200)]);
+    let response = a6(RetryPolicy::default().assume_idempotent())
+        .layer(server.clone())
+        .oneshot(post())
+        .await
+        .unwrap();
+    assert_eq!(server.starts(), [0, 500, 1000]);
+    assert_eq!(info(&response).hedges(), 2);
+    let bodies = server.bodies.lock().unwrap();
+    assert!(bodies.iter().all(|body| body == "order"), "{bodies:?}");
+}
+
+/// A body whose chunks come at the given times (ms from its first poll).
+fn slow_body(
+    chunks: &[(u64, &'static str)],
+) -> StreamBody<impl futures_util::Stream<Item = Result<http_body::Frame<Bytes>, Infallible>> + Unpin>
+{
+    let chunks: VecDeque<_> = chunks.iter().copied().collect();
+    let start = Instant::now();
+    let stream = futures_util::stream::unfold(chunks, move |mut chunks| async move {
+        let (at, text) = chunks.pop_front()?;
+        tokio::time::sleep_until(start + Duration::from_millis(at)).await;
+        Some((
+            Ok(http_body::Frame::data(Bytes::from_static(text.as_bytes()))),
+            chunks,
+        ))
+    });
+    StreamBody::new(Box::pin(stream))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_waits_for_the_whole_body_and_sends_all_of_it() {
+    let server = Timeline::new(&[answer(2_000, 200)]);
+    let request = Request::put("http://127.0.0.1/doc")
+        .body(slow_body(&[(0, "a"), (300, "b"), (800, "c")]))
+        .unwrap();
+    let response = a6(RetryPolicy::default())
+        .layer(server.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+    // Due at 500 ms, sent when the last chunk was read at 800; the next 500 ms later.
+    assert_eq!(server.starts(), [0, 800, 1300, 1800]);
+    assert_eq!(info(&response).returned(), Some(1));
+    let bodies = server.bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 4);
+    assert!(bodies.iter().all(|body| body == "abc"), "{bodies:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_hedge_follows_a_body_over_the_replay_cap() {
+    let server = Timeline::new(&[answer(2_000, 200)]);
+    let request = Request::put("http://127.0.0.1/doc")
+        .body(slow_body(&[(0, "0123456789"), (100, "0123456789")]))
+        .unwrap();
+    let response = a6(RetryPolicy::default())
+        .max_replay_bytes(15)
+        .layer(server.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+    assert_eq!(server.starts(), [0]);
+    assert_eq!(info(&response).attempts(), 1);
+    assert_eq!(
+        server.bodies.lock().unwrap()[0].len(),
+        20,
+        "sent once, complete"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_bounds_every_attempt_and_the_attempt_timeout_each() {
+    let server = Timeline::new(&[]);
+    let layer = a6(RetryPolicy::default().deadline(Duration::from_millis(1_200)));
+    let error = layer
+        .layer(server.clone())
+        .oneshot(get())
+        .await
+        .unwrap_err();
+    let error = error.downcast::<RetryError>().unwrap();
+    assert!(error.get_ref().is::<DeadlineExceeded>());
+    assert_eq!(server.starts(), [0, 500, 1000]);
+    let record = error.info();
+    assert_eq!(record.stop(), StopReason::Deadline);
+    assert_eq!(record.returned(), None);
+    assert!(record.outcomes().all(|o| o == AttemptOutcome::Abandoned));
+    assert_eq!(server.alive(), 0);
+
+    // A timed-out attempt is a non-fatal failure: the next hedge goes at once.
+    let server = Timeline::new(&[answer(10_000, 200), answer(100, 200)]);
+    let layer = a6(RetryPolicy::default().attempt_timeout(Duration::from_millis(300)));
+    let response = layer.layer(server.clone()).oneshot(get()).await.unwrap();
+    assert_eq!(server.starts(), [0, 300]);
+    assert_eq!(info(&response).first(), AttemptOutcome::TimedOut);
+    assert_eq!(info(&response).returned(), Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_response_future_drops_every_attempt_and_sends_nothing_more() {
+    let server = Timeline::new(&[]);
+    let mut service = a6(RetryPolicy::default()).layer(server.clone());
+    let future = ServiceExt::<Request<Full<Bytes>>>::ready(&mut service)
+        .await
+        .unwrap()
+        .call(get());
+    let outcome = tokio::time::timeout(Duration::from_millis(1_100), future).await;
+    assert!(outcome.is_err());
+    assert_eq!(server.starts(), [0, 500, 1000]);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(server.starts().len(), 3, "nothing sent after the drop");
+    assert_eq!(server.alive(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_delay_sends_every_attempt_at_once() {
+    let server = Timeline::new(&[answer(100, 200)]);
+    let layer = RetryLayer::new().no_budget().policy(
+        RetryPolicy::default()
+            .max_attempts(3)
+            .hedge(Hedging::after(Duration::ZERO)),
+    );
+    let response = layer.layer(server.clone()).oneshot(get()).await.unwrap();
+    assert_eq!(server.starts(), [0, 0, 0]);
+    assert_eq!(info(&response).returned(), Some(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_policy_without_hedging_keeps_one_attempt_in_flight() {
+    let server = Timeline::new(&[answer(1_200, 503), answer(100, 200)]);
+    let layer =
+        RetryLayer::new()
+            .no_budget()
+            .policy(RetryPolicy::default().max_attempts(4).backoff(
+                tower_http_retry::Backoff::exponential(Duration::ZERO, Duration::ZERO),
+            ));
+    let response = layer.layer(server.clone()).oneshot(get()).await.unwrap();
+    assert_eq!(server.starts(), [0, 1200]);
+    assert_eq!(kinds(info(&response)), [AttemptKind::Retry]);
+    let _ = Method::GET;
+}

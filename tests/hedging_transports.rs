@@ -1,0 +1,118 @@
+//! Hedging over real hyper HTTP/1 and HTTP/2 servers and a real hyper-util client, on both
+//! runtimes, awaited and spawned: the slow original's handler is dropped at the server once
+//! the hedge wins (HTTP/2 resets its stream, HTTP/1 closes its connection) and never
+//! finishes, the winner's body arrives intact, and nothing outlives the request.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::transport::{
+    Proto, Script, Step, client, hyper_server, on_every_runtime, read_all, repeat,
+};
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use tower::{Layer, ServiceExt};
+use tower_http_retry::{AttemptOutcome, Hedging, RetryInfo, RetryLayer, RetryPolicy};
+
+const RUNS: usize = 50;
+const LIMIT: Duration = Duration::from_secs(60);
+
+const BODY: &[Step] = &[
+    Step::Data(b"first chunk;"),
+    Step::Wait(Duration::from_millis(5)),
+    Step::Data(b"second chunk"),
+];
+
+/// Counts a handler's future as dropped when it is.
+struct Dropped(Arc<AtomicUsize>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn layer() -> RetryLayer {
+    RetryLayer::new()
+        .no_budget()
+        .attempt_header("x-attempt")
+        .policy(
+            RetryPolicy::default()
+                .max_attempts(2)
+                .hedge(Hedging::after(Duration::from_millis(40))),
+        )
+}
+
+async fn case(proto: Proto, run: usize) {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let (d, f) = (Arc::clone(&dropped), Arc::clone(&finished));
+    let server = hyper_server(proto, move |req: Request<hyper::body::Incoming>, _, log| {
+        let (dropped, finished) = (Arc::clone(&d), Arc::clone(&f));
+        async move {
+            let first = req.headers()["x-attempt"] == "1";
+            let (parts, body) = req.into_parts();
+            let applied = read_all(&parts, body)
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            let echo = applied.body.clone();
+            log.record(applied);
+            if first {
+                // Slow: the hedge wins long before this ends.
+                let guard = Dropped(dropped);
+                tokio::time::sleep(Duration::from_secs(20)).await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                drop(guard);
+            }
+            Ok(Response::new(Full::new(echo)))
+        }
+    })
+    .await;
+    let request = Request::put(server.url("/doc"))
+        .body(Script::new(BODY))
+        .unwrap();
+    let context = format!("{proto:?} run {run}");
+    let response = layer()
+        .layer(client(proto))
+        .oneshot(request)
+        .await
+        .unwrap_or_else(|e| panic!("{context}: {e}"));
+    let info = response.extensions().get::<RetryInfo>().cloned().unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, Script::bytes(BODY), "{context}: the winner's body");
+    assert_eq!(info.returned(), Some(2), "{context}: {info:?}");
+    assert_eq!(info.first(), AttemptOutcome::Cancelled, "{context}");
+    // Both attempts got the whole body.
+    let applied = server.log.applied();
+    assert_eq!(applied.len(), 2, "{context}");
+    assert!(
+        applied.iter().all(|a| a.body == Script::bytes(BODY)),
+        "{context}"
+    );
+    // The original's handler is dropped at the server, soon, and never finishes.
+    let waited = tokio::time::timeout(Duration::from_secs(5), async {
+        while dropped.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "{context}: the loser's handler is still running"
+    );
+    assert_eq!(finished.load(Ordering::SeqCst), 0, "{context}");
+    assert_eq!(server.log.seen(), 2, "{context}: nothing more was sent");
+}
+
+#[test]
+fn over_http1_the_winning_hedge_closes_the_originals_connection() {
+    on_every_runtime(LIMIT, |mode| repeat(mode, RUNS, |run| case(Proto::H1, run)));
+}
+
+#[test]
+fn over_http2_the_winning_hedge_resets_the_originals_stream() {
+    on_every_runtime(LIMIT, |mode| repeat(mode, RUNS, |run| case(Proto::H2, run)));
+}
