@@ -3,11 +3,12 @@
 // attempt header).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use http::{HeaderName, Request};
 
 use crate::gate::{Gates, RetryBudget, RetryQuota, Throttle};
+use crate::hedge::LatencyRecord;
 use crate::hook::{AttemptHeader, Hooks};
 use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey};
 use crate::policy::{PolicyKey, RetryPolicy};
@@ -83,9 +84,18 @@ pub(crate) struct Plan {
     plain_successes: bool,
     /// Whether a gate keeps its state per authority: each request finds its own first.
     pub(crate) partitioned: bool,
+    /// The latencies of the route's attempts, for hedging by percentile: made with the plan
+    /// when its policy hedges so, else when a request's own policy first needs it.
+    latency: OnceLock<Arc<LatencyRecord>>,
 }
 
 impl Plan {
+    /// The route's latency record, when its policy hedges by percentile (or a request's own
+    /// policy reads it).
+    pub(crate) fn latency(&self) -> Option<&Arc<LatencyRecord>> {
+        self.latency.get()
+    }
+
     /// Whether `result` is a success that the policy returns without further thought: a
     /// 2xx under the default classification (which never retries one), with no gate to
     /// tell.
@@ -113,7 +123,12 @@ impl Plan {
             hooks.add(AttemptHeader(name.clone()));
         }
         let hooks = hooks.then(&policy.hooks);
+        let latency = OnceLock::new();
+        if policy.hedging.as_ref().is_some_and(|h| h.reads_latencies()) {
+            let _ = latency.set(Arc::new(LatencyRecord::new()));
+        }
         Self {
+            latency,
             plain_successes: !policy.has_custom_classifier() && !gates.hears_successes(),
             partitioned: gates.partitioned(),
             policy,
@@ -154,15 +169,30 @@ impl Plans {
     /// route, else the default. Allocates only for a request that carries a policy.
     pub(crate) fn select<B>(&self, request: &Request<B>) -> Arc<Plan> {
         if let Some(policy) = request.extensions().get::<RetryPolicy>() {
-            return Arc::new(Plan::resolve(policy.clone(), &self.config));
+            let plan = Plan::resolve(policy.clone(), &self.config);
+            if let Some(own) = plan.latency.get() {
+                // A percentile is read from the latencies of the route the request matched,
+                // not from a record of its own.
+                let matched = self.matched(request);
+                let shared = matched.latency.get_or_init(|| Arc::clone(own));
+                let plan = Plan {
+                    latency: OnceLock::from(Arc::clone(shared)),
+                    ..plan
+                };
+                return Arc::new(plan);
+            }
+            return Arc::new(plan);
         }
+        Arc::clone(self.matched(request))
+    }
+
+    /// The plan of the first route `request` matches, else the default.
+    fn matched<B>(&self, request: &Request<B>) -> &Arc<Plan> {
         let (method, uri, headers) = (request.method(), request.uri(), request.headers());
-        let plan = self
-            .routes
+        self.routes
             .iter()
             .find(|(route, _)| route.matches_parts(method, uri, headers))
-            .map_or(&self.default, |(_, plan)| plan);
-        Arc::clone(plan)
+            .map_or(&self.default, |(_, plan)| plan)
     }
 
     pub(crate) fn max_replay_bytes(&self) -> usize {

@@ -360,6 +360,7 @@ pub(crate) enum ConfigKind {
     Budget,
     Throttle,
     Quota,
+    Hedging,
     /// The settings of a protocol module above the core (a gRPC service config).
     #[allow(dead_code)] // only the protocol modules make these, and they are optional
     Protocol,
@@ -401,6 +402,11 @@ impl InvalidConfig {
     /// A retry quota's settings were refused.
     pub fn is_quota(&self) -> bool {
         self.kind == ConfigKind::Quota
+    }
+
+    /// A hedging policy's settings were refused.
+    pub fn is_hedging(&self) -> bool {
+        self.kind == ConfigKind::Hedging
     }
 
     /// A protocol module's settings (a gRPC service config) were refused.

@@ -171,11 +171,11 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
 
 impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     /// The first attempt of a hedged request: hedges follow every `delay` while no attempt
-    /// has answered.
+    /// has answered (with none, only after a non-fatal failure).
     pub(crate) fn hedged(
         future: F,
         retry: Retrying<S, B>,
-        delay: std::time::Duration,
+        delay: Option<std::time::Duration>,
         limits: Limits,
         info: RetryInfo,
         trace: Trace,

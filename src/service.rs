@@ -19,6 +19,7 @@ use crate::hook::Hooks;
 use crate::info::{RetryInfo, StopReason};
 use crate::replay::ReplayBody;
 use crate::trace::Trace;
+use tokio::time::Instant;
 
 /// Retries requests to the inner service when it is safe and worth it.
 ///
@@ -192,7 +193,7 @@ where
                 if policy.max_attempts > 1
                     && (request.method().is_idempotent() || policy.assume_idempotent) =>
             {
-                Some(hedging.get_delay())
+                Some(hedging.delay_at(plan.latency().map(|r| &**r), Instant::now))
             }
             _ => None,
         };

@@ -553,3 +553,103 @@ async fn a_policy_without_hedging_keeps_one_attempt_in_flight() {
     assert_eq!(kinds(info(&response)), [AttemptKind::Retry]);
     let _ = Method::GET;
 }
+
+/// Sends `get()` through `service` and returns when its calls started, relative to the
+/// request's own start.
+async fn starts_of<S>(server: &Timeline, service: S, request: Request<Full<Bytes>>) -> Vec<u64>
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = BoxError>,
+{
+    let before = server.starts().len();
+    let at = server.start.elapsed().as_millis() as u64;
+    service.oneshot(request).await.unwrap();
+    server.starts()[before..].iter().map(|t| t - at).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_percentile_uses_its_fallback_until_it_has_its_samples() {
+    let fast = vec![answer(100, 200); 5];
+    let mut script = fast.clone();
+    script.extend([answer(10_000, 200), answer(10, 200)]);
+    let server = Timeline::new(&script);
+    let layer = RetryLayer::new().no_budget().policy(
+        RetryPolicy::default().max_attempts(2).hedge(
+            Hedging::percentile(0.5)
+                .min_samples(5)
+                .fallback(Duration::from_millis(300)),
+        ),
+    );
+    let service = layer.layer(server.clone());
+    // Five requests of 100 ms: the fallback (300 ms) never fires.
+    for _ in 0..5 {
+        assert_eq!(starts_of(&server, service.clone(), get()).await, [0]);
+    }
+    // Then the median of what was seen (100 ms, read to within 1/16): a hedge at about
+    // 100 ms, not 300.
+    let starts = starts_of(&server, service.clone(), get()).await;
+    assert_eq!(starts.len(), 2);
+    assert!((100..=107).contains(&starts[1]), "{starts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_percentile_without_samples_or_fallback_does_not_hedge() {
+    let server = Timeline::new(&[answer(1_000, 200), answer(1_000, 200)]);
+    let layer = RetryLayer::new().no_budget().policy(
+        RetryPolicy::default()
+            .max_attempts(2)
+            .hedge(Hedging::percentile(0.9).min_samples(2)),
+    );
+    let service = layer.layer(server.clone());
+    assert_eq!(starts_of(&server, service.clone(), get()).await, [0]);
+    assert_eq!(starts_of(&server, service.clone(), get()).await, [0]);
+    // Two samples of 1 s: now the third request hedges at about 1 s, and again.
+    let starts = starts_of(&server, service, get()).await;
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    assert!((1_000..=1_063).contains(&starts[1]), "{starts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn clones_share_one_record_and_a_requests_own_policy_reads_its_routes() {
+    let server = Timeline::new(&[
+        answer(200, 200),
+        answer(200, 200),
+        answer(10_000, 200),
+        answer(10, 200),
+        answer(10_000, 200),
+        answer(10, 200),
+    ]);
+    let hedged = RetryPolicy::default()
+        .max_attempts(2)
+        .hedge(Hedging::percentile(0.5).min_samples(2));
+    let layer = RetryLayer::new().no_budget().route(
+        tower_http_retry::RouteMatch::get().path_prefix("/search"),
+        hedged.clone(),
+    );
+    let search = || {
+        Request::get("http://127.0.0.1/search")
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    let first = layer.layer(server.clone());
+    let second = first.clone();
+    assert_eq!(starts_of(&server, first.clone(), search()).await, [0]);
+    assert_eq!(starts_of(&server, first, search()).await, [0]);
+    // The other clone reads the same two samples: a hedge at about 200 ms.
+    let starts = starts_of(&server, second.clone(), search()).await;
+    assert!(
+        starts.len() == 2 && (200..=213).contains(&starts[1]),
+        "{starts:?}"
+    );
+    // A request carrying its own percentile policy reads the route's record too.
+    let mut own = search();
+    own.extensions_mut().insert(
+        RetryPolicy::default()
+            .max_attempts(2)
+            .hedge(Hedging::percentile(0.5).min_samples(3)),
+    );
+    // (four samples by now: the warm-up requests, the hedge that won and the original it
+    // beat, counted as at least its time).
+    let starts = starts_of(&server, second, own).await;
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    assert!(starts[1] >= 10 && starts[1] <= 213, "{starts:?}");
+}

@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use crate::classify::{Outcome as Seen, RetryReason};
 use crate::decision::hedge::{self, HedgeOutcome, Judged, Next};
 use crate::decision::{self, Expired, Limits, RELEASE_GRACE};
 use crate::gate::Ticket;
+use crate::hedge::LatencyRecord;
 use crate::hints::HintSource;
 use crate::info::{Attempt, AttemptOutcome, RetryInfo, StopReason};
 use crate::replay::ReplayBody;
@@ -27,7 +29,9 @@ use crate::trace::Trace;
 /// A hedged request between two polls.
 pub(super) struct Flight<F, S, B, R> {
     retry: Retrying<S, B>,
-    delay: Duration,
+    /// The hedging delay; `None` while a percentile has no samples (and no fallback): then
+    /// only a non-fatal failure sends a hedge.
+    delay: Option<Duration>,
     /// The attempts in flight, in the order they were sent.
     flying: Vec<Flying<F>>,
     /// When the next hedge is due; `None` once none will be sent.
@@ -49,11 +53,14 @@ pub(super) struct Flight<F, S, B, R> {
     last_sent: Instant,
     /// With nothing in flight, when a due hedge stops waiting for its body or service.
     stall_end: Option<Instant>,
+    /// The route's latency record, when the delay is its percentile.
+    latencies: Option<Arc<LatencyRecord>>,
 }
 
 struct Flying<F> {
     future: Pin<Box<F>>,
     number: u32,
+    sent: Instant,
     /// The attempt's timeout, or the deadline.
     end: Option<Instant>,
 }
@@ -72,20 +79,31 @@ impl<F, S, B, R> Flight<F, S, B, R> {
     pub(super) fn new(
         first: F,
         retry: Retrying<S, B>,
-        delay: Duration,
+        delay: Option<Duration>,
         limits: &Limits,
         now: Instant,
     ) -> Box<Self> {
         let more = retry.plan.policy.max_attempts > 1;
+        let latencies = retry
+            .plan
+            .policy
+            .hedging
+            .as_ref()
+            .filter(|hedging| hedging.reads_latencies())
+            .and_then(|_| retry.plan.latency().cloned());
         Box::new(Self {
             retry,
             delay,
+            latencies,
             flying: vec![Flying {
                 future: Box::pin(first),
                 number: 1,
+                sent: now,
                 end: limits.attempt_end(now),
             }],
-            next_at: more.then(|| decision::after(now, delay)),
+            next_at: delay
+                .filter(|_| more)
+                .map(|delay| decision::after(now, delay)),
             frozen: None,
             trigger: None,
             service: None,
@@ -108,6 +126,36 @@ impl<F, S, B, R> Flight<F, S, B, R> {
     fn freeze(&mut self, stop: StopReason) {
         self.frozen.get_or_insert(stop);
     }
+
+    /// Counts an attempt sent at `sent` that ended at `now`.
+    fn ended(&self, sent: Instant, now: Instant) {
+        if let Some(record) = &self.latencies {
+            record.record(now.saturating_duration_since(sent), now);
+        }
+    }
+
+    /// Counts the attempts in flight, about to be dropped at `now`: each that has been out
+    /// for at least the delay as that long (it would have taken longer still). One dropped
+    /// sooner says nothing of its latency, and counting it would pull the percentile down.
+    fn dropping(&self, now: Instant) {
+        if let Some(record) = &self.latencies {
+            for attempt in &self.flying {
+                let elapsed = now.saturating_duration_since(attempt.sent);
+                if self.delay.is_some_and(|delay| elapsed >= delay) {
+                    record.record(elapsed, now);
+                }
+            }
+        }
+    }
+}
+
+impl<F, S, B, R> Drop for Flight<F, S, B, R> {
+    fn drop(&mut self) {
+        // The caller dropped the request with attempts in flight.
+        if self.latencies.is_some() && !self.flying.is_empty() {
+            self.dropping(Instant::now());
+        }
+    }
 }
 
 /// Drives a hedged request to its result.
@@ -127,6 +175,7 @@ where
     loop {
         let now = Instant::now();
         if limits.past_deadline(now) {
+            flight.dropping(now);
             hedge::abandoned(flight.flying.drain(..).map(|a| a.number), info);
             return Poll::Ready(Err(limits.deadline_exceeded(info.attempts())));
         }
@@ -151,9 +200,12 @@ where
                     continue;
                 }
             };
-            let number = flight.flying.remove(i).number;
+            let ended = flight.flying.remove(i);
+            let number = ended.number;
+            flight.ended(ended.sent, now);
             info.set_outcome_of(number, outcome);
             if let Some(stop) = judge(flight, &result, number, limits) {
+                flight.dropping(now);
                 let cancelled = flight.flying.drain(..).map(|a| a.number);
                 hedge::won(stop, number, cancelled, info);
                 return Poll::Ready(result);
@@ -259,7 +311,7 @@ fn judge<F, S, B, RB>(
             flight.trigger = Some((reason, hint));
             match next {
                 Next::After(wait) => {
-                    if flight.frozen.is_none() && flight.next_at.is_some() {
+                    if flight.frozen.is_none() {
                         // The failure shortcuts the delay: the next hedge goes after the
                         // hint, else at once.
                         let now = facts.now.unwrap_or_else(Instant::now);
@@ -341,12 +393,15 @@ where
     flight.flying.push(Flying {
         future: Box::pin(future),
         number: attempt.number,
+        sent: now,
         end: limits.attempt_end(now),
     });
     flight.last_sent = now;
     flight.stall_end = None;
     // The delay restarts from the hedge just sent.
-    flight.next_at =
-        hedge::attempts_left(&retry.plan.policy, info).then(|| decision::after(now, flight.delay));
+    flight.next_at = flight
+        .delay
+        .filter(|_| hedge::attempts_left(&retry.plan.policy, info))
+        .map(|delay| decision::after(now, delay));
     Sending::Sent
 }

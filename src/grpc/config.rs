@@ -1714,7 +1714,7 @@ mod tests {
         let policy = method.policy();
         assert_eq!(policy.get_max_attempts(), 3);
         assert_eq!(
-            policy.get_hedging().map(|h| h.get_delay()),
+            policy.get_hedging().and_then(|h| h.get_delay()),
             Some(Duration::ZERO)
         );
         // gRPC methods may be repeated: the policy hedges every call.
