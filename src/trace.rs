@@ -40,6 +40,7 @@ mod imp {
                 wait_ms = record.wait.as_secs_f64() * 1e3,
                 hint = record.hint.map(|source| source.as_str()),
                 transparent = record.is_transparent(),
+                hedge = record.kind == crate::AttemptKind::Hedge,
                 error = error.map(tracing::field::display),
                 "retrying",
             );
@@ -102,17 +103,35 @@ pub(crate) mod names {
     pub(crate) const RETRIES: &str = "http_retry_retries_total";
     pub(crate) const BUDGET_REFUSALS: &str = "http_retry_budget_refusals_total";
     pub(crate) const WAIT_SECONDS: &str = "http_retry_wait_seconds";
+    pub(crate) const HEDGES: &str = "http_retry_hedges_total";
+    pub(crate) const HEDGE_WINS: &str = "http_retry_hedge_wins_total";
 }
 
-/// One retry decided: an event (in [`Trace::retry`]) and the metrics.
+/// One retry decided: an event (in [`Trace::retry`]) and the metrics. A hedge counts as
+/// a hedge, not a retry, and its wait (the time since the attempt before it) is no wait.
 pub(crate) fn retried(record: &RetryRecord) {
     #[cfg(feature = "metrics")]
     {
-        metrics::counter!(names::RETRIES, "reason" => record.reason.as_str()).increment(1);
-        metrics::histogram!(names::WAIT_SECONDS).record(record.wait.as_secs_f64());
+        if record.kind == crate::AttemptKind::Hedge {
+            metrics::counter!(names::HEDGES, "reason" => record.reason.as_str()).increment(1);
+        } else {
+            metrics::counter!(names::RETRIES, "reason" => record.reason.as_str()).increment(1);
+            metrics::histogram!(names::WAIT_SECONDS).record(record.wait.as_secs_f64());
+        }
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (record, names::RETRIES, names::WAIT_SECONDS);
+    let _ = (record, names::RETRIES, names::WAIT_SECONDS, names::HEDGES);
+}
+
+/// A hedged request returned the outcome of attempt `returned` (1 for the first): a win
+/// for hedging when it was a hedge.
+pub(crate) fn hedge_returned(returned: u32) {
+    #[cfg(feature = "metrics")]
+    if returned > 1 {
+        metrics::counter!(names::HEDGE_WINS).increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (returned, names::HEDGE_WINS);
 }
 
 /// The budget refused a retry: a warning and a counter.

@@ -1,4 +1,5 @@
-//! The `metrics` feature: retries by reason, budget refusals, the histogram of waits.
+//! The `metrics` feature: retries by reason, budget refusals, the histogram of waits,
+//! hedges and their wins.
 #![cfg(feature = "metrics")]
 
 mod common;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use common::{Mock, get};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tower::{Layer, ServiceExt};
-use tower_http_retry::{Backoff, Jitter, RetryBudget, RetryLayer, RetryPolicy};
+use tower_http_retry::{Backoff, Hedging, Jitter, RetryBudget, RetryLayer, RetryPolicy};
 
 #[tokio::test(start_paused = true)]
 async fn retries_refusals_and_waits_are_recorded() {
@@ -41,7 +42,38 @@ async fn retries_refusals_and_waits_are_recorded() {
     );
     assert_eq!(mock.calls(), 2);
 
+    // A hedged request: its hedge is counted as one, not as a retry, and it wins.
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let slow_first = {
+        let calls = calls.clone();
+        tower::service_fn(
+            move |_: http::Request<
+                tower_http_retry::ReplayBody<http_body_util::Full<bytes::Bytes>>,
+            >| {
+                let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async move {
+                    if n == 0 {
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                    }
+                    Ok::<_, std::convert::Infallible>(http::Response::new(()))
+                }
+            },
+        )
+    };
+    let hedged = RetryLayer::new().no_budget().policy(
+        RetryPolicy::default()
+            .max_attempts(2)
+            .hedge(Hedging::after(Duration::from_millis(100))),
+    );
+    hedged
+        .layer(slow_first)
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+
     let mut retries = Vec::new();
+    let mut hedges = Vec::new();
+    let mut wins = 0;
     let mut refusals = Vec::new();
     let mut waits = Vec::new();
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
@@ -57,6 +89,10 @@ async fn retries_refusals_and_waits_are_recorded() {
             ("http_retry_budget_refusals_total", DebugValue::Counter(n)) => {
                 refusals.push((reason.unwrap(), n))
             }
+            ("http_retry_hedges_total", DebugValue::Counter(n)) => {
+                hedges.push((reason.unwrap(), n))
+            }
+            ("http_retry_hedge_wins_total", DebugValue::Counter(n)) => wins += n,
             ("http_retry_wait_seconds", DebugValue::Histogram(values)) => {
                 waits.extend(values.into_iter().map(|v| v.into_inner()))
             }
@@ -66,4 +102,6 @@ async fn retries_refusals_and_waits_are_recorded() {
     assert_eq!(retries, [("status_503".to_string(), 1)]);
     assert_eq!(refusals, [("connection_closed".to_string(), 1)]);
     assert_eq!(waits, [0.2]);
+    assert_eq!(hedges, [("hedge".to_string(), 1)]);
+    assert_eq!(wins, 1);
 }

@@ -175,6 +175,7 @@ pub(crate) fn send(
 pub(crate) fn exhausted(frozen: Option<StopReason>, returned: u32, info: &mut RetryInfo) {
     record_stop(info, frozen.unwrap_or(StopReason::MaxAttempts));
     info.set_returned(returned);
+    crate::trace::hedge_returned(returned);
 }
 
 /// An attempt's outcome is returned: every other attempt still in flight is cancelled.
@@ -189,6 +190,7 @@ pub(crate) fn won(
     }
     record_stop(info, stop);
     info.set_returned(returned);
+    crate::trace::hedge_returned(returned);
 }
 
 /// The deadline passed with attempts in flight: each is abandoned.
