@@ -149,4 +149,4 @@ pub use crate::layer::RetryLayer;
 pub use crate::policy::RetryPolicy;
 pub use crate::replay::ReplayBody;
 pub use crate::route::RouteMatch;
-pub use crate::service::Retry;
+pub use crate::service::{InnerService, Retry};
