@@ -3,7 +3,7 @@
 #![cfg(feature = "grpc")]
 #![allow(clippy::disallowed_types)] // measures real waits with std's clock
 
-mod common;
+use crate::common;
 
 use std::error::Error as _;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 #![allow(clippy::disallowed_types)] // measures real time with std's clock
 #![cfg(feature = "reqwest-middleware")]
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,6 +1,6 @@
 //! Idempotency keys: one stable key per logical request, observed on the server side.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -8,7 +8,7 @@
 //! What every case checks: no retry that is safe is refused (the retry happens, with the
 //! whole body), and no keyless POST is applied twice by the server.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -323,7 +323,7 @@ fn large() -> Vec<Step> {
 /// body: it is not retried, though attempt 1 sent the whole body. (Over HTTP/1 a server
 /// that stops reading closes the connection, which the client sees as a reset, not an early
 /// response; the per-attempt rule itself is also checked with a scripted transport in
-/// tests/behaviour.rs.)
+/// tests/behaviour/retry_loop.rs.)
 #[test]
 fn h2_an_early_503_to_a_retry_is_not_retried_though_the_first_attempt_sent_it_all() {
     on_every_runtime(LIMIT, |mode| {

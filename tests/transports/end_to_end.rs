@@ -1,7 +1,7 @@
 //! hyper-util client -> RetryLayer -> a real hyper server on 127.0.0.1, in real time.
 #![allow(clippy::disallowed_types)] // measures real time with std's clock
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

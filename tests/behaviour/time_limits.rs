@@ -1,6 +1,6 @@
 //! Retry-After, the overall deadline and per-attempt timeouts, under paused time.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

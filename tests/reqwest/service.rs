@@ -5,7 +5,7 @@
 #![allow(clippy::disallowed_types)] // measures real time with std's clock
 #![cfg(feature = "reqwest")]
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::error::Error as StdError;

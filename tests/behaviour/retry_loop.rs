@@ -1,6 +1,6 @@
 //! The retry loop against scripted services, under paused time.
 
-mod common;
+use crate::common;
 
 use std::io;
 use std::time::Duration;
