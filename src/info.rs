@@ -426,7 +426,7 @@ pub enum StopReason {
     /// leaves.
     HintTooLong,
     /// The server said not to retry ([`Classification::Stop`](crate::classify::Classification::Stop):
-    /// gRPC's negative or malformed `grpc-retry-pushback-ms`).
+    /// gRPC's negative or malformed `x-retry-in-ms`).
     ServerSaidStop,
     /// The retry [`Throttle`](crate::Throttle) refused the retry: too many recent failures.
     Throttled,
@@ -620,22 +620,22 @@ mod tests {
         info.push_retry(retry(
             RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE),
             2500,
-            Some(HintSource::Header("grpc-retry-pushback-ms")),
+            Some(HintSource::Header("x-retry-in-ms")),
         ));
         info.set_stop(StopReason::ServiceNotReady);
         info.set_returned_last();
         assert_eq!(info.attempts(), 1);
         assert_eq!(
             info.to_string(),
-            "1 attempt: 503 (the last retry not sent); waited 2.5 s (grpc-retry-pushback-ms); \
+            "1 attempt: 503 (the last retry not sent); waited 2.5 s (x-retry-in-ms); \
              stopped: service_not_ready"
         );
         assert_eq!(
             format!("{info:#}"),
-            "1 attempt: 503 (the last retry not sent); waited 2.5 s (grpc-retry-pushback-ms); \
+            "1 attempt: 503 (the last retry not sent); waited 2.5 s (x-retry-in-ms); \
              stopped: service_not_ready\n\
              \x20 attempt 1: 503\n\
-             \x20 attempt 2, after status 503 and 2.5 s (grpc-retry-pushback-ms): not sent\n\
+             \x20 attempt 2, after status 503 and 2.5 s (x-retry-in-ms): not sent\n\
              \x20 stopped: service not ready for the retry in time\n\
              \x20 returned: the layer's own error, no attempt's outcome"
         );

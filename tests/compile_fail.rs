@@ -91,11 +91,14 @@ fn lines_with_message(stderr: &str) -> Vec<usize> {
     for line in stderr.lines() {
         if line.starts_with("error") {
             in_message = line.contains(NOT_INNER);
-        } else if in_message && let Some(at) = line.trim_start().strip_prefix("--> src/main.rs:") {
-            if let Some(n) = at.split(':').next().and_then(|n| n.parse().ok()) {
-                lines.push(n);
+        } else if in_message {
+            // The first location after the message is the line it points at.
+            if let Some(at) = line.trim_start().strip_prefix("--> src/main.rs:") {
+                if let Some(n) = at.split(':').next().and_then(|n| n.parse().ok()) {
+                    lines.push(n);
+                }
+                in_message = false;
             }
-            in_message = false;
         }
     }
     lines
