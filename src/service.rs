@@ -122,8 +122,9 @@ mod sealed {
 impl<S, B> sealed::Sealed<B> for S where S: Service<Request<ReplayBody<B>>> {}
 
 /// The services [`Retry`] can wrap: every `tower::Service` that takes
-/// `http::Request<ReplayBody<B>>` and answers with an `http::Response`, where `B` is the
-/// body of the requests the caller sends through the layer.
+/// `http::Request<ReplayBody<B>>`, answers with an `http::Response` and fails with an error
+/// that converts into [`tower::BoxError`], where `B` is the body of the requests the caller
+/// sends through the layer.
 ///
 /// Implemented for every such service, and for nothing else (it cannot be implemented
 /// outside this crate). It exists so that a service taking the caller's body type itself
@@ -145,8 +146,8 @@ impl<S, B> sealed::Sealed<B> for S where S: Service<Request<ReplayBody<B>>> {}
 /// wrappable(&client);
 /// ```
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be the inner service of `tower_http_retry::Retry`: it must take `http::Request<ReplayBody<{B}>>`",
-    label = "this service does not take `http::Request<ReplayBody<{B}>>`",
+    message = "`{Self}` cannot be the inner service of `tower_http_retry::Retry`: it must be a `Service<http::Request<ReplayBody<{B}>>>` answering with an `http::Response`, with an error that converts into `BoxError`",
+    label = "the layer sends this service `http::Request<ReplayBody<{B}>>`",
     note = "`Retry` wraps the request body in `tower_http_retry::ReplayBody` so that it can be sent again: the inner service receives `http::Request<ReplayBody<B>>`, where `B` is the body the caller sends",
     note = "for a hyper-util client, name that body when building it: `Client::builder(TokioExecutor::new()).build_http::<ReplayBody<B>>()` (with `B = BoxBody<Bytes, BoxError>`, build requests with `Full::new(bytes).map_err(|e| match e {{}}).boxed()`)"
 )]

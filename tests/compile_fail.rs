@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// The head of the `InnerService` message (src/service.rs).
-const NOT_INNER: &str = "cannot be the inner service of `tower_http_retry::Retry`: it must take `http::Request<ReplayBody<";
+const NOT_INNER: &str = "cannot be the inner service of `tower_http_retry::Retry`: it must be a `Service<http::Request<ReplayBody<";
 /// The fix, from the same message's notes.
 const FIX: &str = "build_http::<ReplayBody<B>>()";
 
