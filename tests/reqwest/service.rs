@@ -343,14 +343,7 @@ async fn put_after_a_reset_is_sent_again_with_the_same_body() {
 }
 
 async fn post_carries_one_key_on_every_attempt() {
-    let server = serve(|hit| async move {
-        if hit.index == 0 {
-            respond(503)
-        } else {
-            respond(201)
-        }
-    })
-    .await;
+    let server = serve_503_then(201).await;
     let svc = quick(3).layer(ReqwestService::new(client()));
     let request = Request::post(server.url("/orders"))
         .body(Full::new(Bytes::from_static(b"{\"sku\":1}")))
@@ -419,14 +412,7 @@ fn chunks() -> Vec<Bytes> {
 }
 
 async fn streaming_body_is_replayed_byte_for_byte() {
-    let server = serve(|hit| async move {
-        if hit.index == 0 {
-            respond(503)
-        } else {
-            respond(200)
-        }
-    })
-    .await;
+    let server = serve_503_then(200).await;
     let svc = quick(3).layer(ReqwestService::new(client()));
     let request = Request::put(server.url("/stream"))
         .body(common::stream(chunks()))
@@ -466,14 +452,7 @@ async fn send_only_streaming_body_is_replayed() {
 }
 
 async fn full_body_keeps_its_content_length() {
-    let server = serve(|hit| async move {
-        if hit.index == 0 {
-            respond(503)
-        } else {
-            respond(200)
-        }
-    })
-    .await;
+    let server = serve_503_then(200).await;
     let svc = quick(3).layer(ReqwestService::new(client()));
     let request = Request::put(server.url("/doc"))
         .body(Full::new(Bytes::from_static(b"version 2")))
@@ -624,14 +603,7 @@ async fn keyless_post_is_not_retried_after_a_reqwest_timeout() {
 }
 
 async fn response_converts_back_to_a_reqwest_response() {
-    let server = serve(|hit| async move {
-        if hit.index == 0 {
-            respond(503)
-        } else {
-            respond(200)
-        }
-    })
-    .await;
+    let server = serve_503_then(200).await;
     let url = server.url("/items/9?full=1");
     let response = quick(3)
         .layer(ReqwestService::new(client()))
@@ -667,4 +639,16 @@ fn the_service_is_send_sync_and_clone_and_its_future_is_send() {
         let error = future.await.unwrap_err();
         assert!(find_reqwest(&error).is_connect(), "{error:?}");
     });
+}
+
+/// A server that answers the first request 503 and every later one `status`.
+async fn serve_503_then(status: u16) -> crate::common::server::Server {
+    serve(move |hit| async move {
+        if hit.index == 0 {
+            respond(503)
+        } else {
+            respond(status)
+        }
+    })
+    .await
 }
