@@ -166,20 +166,8 @@ async fn main() -> Result<(), BoxError> {
                     .unwrap_or_default();
                 let status = response.status();
                 let _ = response.into_body().collect().await;
-                let reasons: Vec<String> = info
-                    .retries()
-                    .iter()
-                    .map(|r| r.reason.to_string())
-                    .collect();
-                let detail = if reasons.is_empty() {
-                    String::new()
-                } else {
-                    format!(", retried after: {}", reasons.join(", "))
-                };
-                println!(
-                    "{at:5.2}s #{i:<2} {status} after {} attempt(s) in {took:.0?}{detail}",
-                    info.attempts()
-                );
+                // The record's one-line summary: attempts, outcomes, waits, why it stopped.
+                println!("{at:5.2}s #{i:<2} {status} in {took:.0?}: {info}");
                 ok += 1;
             }
             Err(CircuitBreakerError::OpenCircuit) => {

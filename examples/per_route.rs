@@ -172,12 +172,8 @@ async fn main() -> Result<(), BoxError> {
         } else {
             "no key"
         };
-        println!(
-            "    -> {} after {} attempt(s), {key}, stop: {}",
-            response.status(),
-            info.attempts(),
-            info.stop()
-        );
+        // The record's one-line summary: attempts, outcomes, waits, why it stopped.
+        println!("    -> {}, {key}: {info}", response.status());
     }
     println!(
         "\nbudgets after the run: payments {:.1} tokens, shared {:.1} tokens (each route spent its own)",

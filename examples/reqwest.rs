@@ -181,25 +181,10 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
+/// The record (`RetryInfo`'s `{:#}`: the attempts and what each got, every retry's reason
+/// and wait, why the layer stopped, the key), indented.
 fn print_record(info: &RetryInfo) {
-    println!("     attempts: {}", info.attempts());
-    for (i, retry) in info.retries().iter().enumerate() {
-        let source = if retry.hint == Some(tower_http_retry::hints::HintSource::RetryAfter) {
-            "Retry-After"
-        } else {
-            "backoff"
-        };
-        println!(
-            "     retry {}: after {}, waited {:.0?} ({source})",
-            i + 1,
-            retry.reason,
-            retry.wait
-        );
-    }
-    if let Some(key) = &info.idempotency_key() {
-        println!(
-            "     idempotency key: {}",
-            key.to_str().unwrap_or("(not text)")
-        );
+    for line in format!("{info:#}").lines() {
+        println!("     {line}");
     }
 }

@@ -173,6 +173,17 @@ impl Backoff {
     }
 
     /// Like [`Backoff::exponential`], but refuses a `base` greater than `cap` with an error.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::Backoff;
+    ///
+    /// // Durations read from configuration: a base above the cap is an error, not a panic.
+    /// assert!(Backoff::try_exponential(Duration::from_secs(5), Duration::from_secs(1)).is_err());
+    /// let backoff = Backoff::try_exponential(Duration::from_millis(50), Duration::from_secs(1))?;
+    /// assert_eq!(backoff.get_base(), Duration::from_millis(50));
+    /// # Ok::<(), tower_http_retry::InvalidConfig>(())
+    /// ```
     pub fn try_exponential(base: Duration, cap: Duration) -> Result<Self, InvalidConfig> {
         if base > cap {
             return Err(InvalidConfig::new(
@@ -227,6 +238,17 @@ impl Backoff {
     /// 1.6 grow more gently, 1 keeps every ceiling at the base, and a multiplier below 1
     /// (which gRPC service configs allow) makes them shrink. [`Jitter::Decorrelated`]
     /// does not use it: its waits grow from the previous wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{Backoff, Jitter};
+    ///
+    /// let gentle = Backoff::exponential(Duration::from_millis(100), Duration::from_secs(10))
+    ///     .multiplier(1.5)
+    ///     .jitter(Jitter::None);
+    /// assert_eq!(gentle.ceiling(1), Duration::from_millis(150));
+    /// assert_eq!(gentle.ceiling(2), Duration::from_millis(225));
+    /// ```
     ///
     /// # Panics
     ///
@@ -292,21 +314,48 @@ impl Backoff {
     }
 
     /// The base delay.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::Backoff;
+    ///
+    /// assert_eq!(Backoff::default().get_base(), Duration::from_millis(100));
+    /// ```
     pub fn get_base(&self) -> Duration {
         self.base
     }
 
     /// The cap no wait exceeds ([`Jitter::Proportional`] aside).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::Backoff;
+    ///
+    /// assert_eq!(Backoff::default().get_cap(), Duration::from_secs(10));
+    /// ```
     pub fn get_cap(&self) -> Duration {
         self.cap
     }
 
     /// The kind of jitter.
+    ///
+    /// ```
+    /// use tower_http_retry::{Backoff, Jitter};
+    ///
+    /// assert_eq!(Backoff::default().get_jitter(), Jitter::Full);
+    /// ```
     pub fn get_jitter(&self) -> Jitter {
         self.jitter
     }
 
     /// The multiplier (2 unless set with [`Backoff::multiplier`]).
+    ///
+    /// ```
+    /// use tower_http_retry::Backoff;
+    ///
+    /// assert_eq!(Backoff::default().get_multiplier(), 2.0);
+    /// assert_eq!(Backoff::default().multiplier(1.6).get_multiplier(), 1.6);
+    /// ```
     pub fn get_multiplier(&self) -> f64 {
         self.multiplier
     }
@@ -317,6 +366,17 @@ impl Backoff {
     /// With the default multiplier of 2 it is computed in integers, exactly. With any
     /// other, in floating point on nanoseconds (as gRPC's clients do), rounded to the
     /// nearest nanosecond.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::Backoff;
+    ///
+    /// // The most each retry may wait: 200 ms, 400 ms, 800 ms, ... up to the cap.
+    /// let backoff = Backoff::exponential(Duration::from_millis(100), Duration::from_secs(1));
+    /// assert_eq!(backoff.ceiling(1), Duration::from_millis(200));
+    /// assert_eq!(backoff.ceiling(3), Duration::from_millis(800));
+    /// assert_eq!(backoff.ceiling(4), Duration::from_secs(1));
+    /// ```
     pub fn ceiling(&self, n: u32) -> Duration {
         let cap = nanos(self.cap);
         let Some(later) = n.checked_sub(1) else {

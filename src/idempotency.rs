@@ -109,11 +109,26 @@ impl Default for IdempotencyKey {
 impl IdempotencyKey {
     /// Keys in `Idempotency-Key`, quoted, random UUID v4, on every non-idempotent method
     /// but `CONNECT`.
+    ///
+    /// ```
+    /// use tower_http_retry::{IDEMPOTENCY_KEY, IdempotencyKey};
+    ///
+    /// let key = IdempotencyKey::new();
+    /// assert_eq!(key.get_header_name(), &IDEMPOTENCY_KEY);
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// The header that carries the key.
+    ///
+    /// ```
+    /// use tower_http_retry::IdempotencyKey;
+    ///
+    /// // An API that reads its key from a header of its own.
+    /// let key = IdempotencyKey::default().header_name("X-Request-Key");
+    /// assert_eq!(key.get_header_name(), "x-request-key");
+    /// ```
     ///
     /// # Panics
     ///
@@ -128,6 +143,16 @@ impl IdempotencyKey {
     }
 
     /// Like [`IdempotencyKey::header_name`], but refuses an invalid name with an error.
+    ///
+    /// ```
+    /// use tower_http_retry::IdempotencyKey;
+    ///
+    /// // A name read from configuration: an invalid one is an error, not a panic.
+    /// assert!(IdempotencyKey::default().try_header_name("request key").is_err());
+    /// let key = IdempotencyKey::default().try_header_name("x-request-key")?;
+    /// assert_eq!(key.get_header_name(), "x-request-key");
+    /// # Ok::<(), tower_http_retry::InvalidConfig>(())
+    /// ```
     pub fn try_header_name(mut self, name: &str) -> Result<Self, InvalidConfig> {
         self.header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
             InvalidConfig::new(
@@ -139,6 +164,14 @@ impl IdempotencyKey {
     }
 
     /// Writes the bare token (`8e03978e-...`), as Stripe documents.
+    ///
+    /// ```
+    /// use tower_http_retry::{IdempotencyKey, RetryLayer};
+    ///
+    /// // `Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324`, as Stripe documents it.
+    /// let layer = RetryLayer::new().idempotency_key(IdempotencyKey::default().raw());
+    /// # let _ = layer;
+    /// ```
     pub fn raw(mut self) -> Self {
         self.quoted = false;
         self
@@ -146,6 +179,14 @@ impl IdempotencyKey {
 
     /// Writes the token as a structured-field string (`"8e03978e-..."`), as the IETF draft
     /// specifies. The default.
+    ///
+    /// ```
+    /// use tower_http_retry::IdempotencyKey;
+    ///
+    /// // `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`, the default.
+    /// let key = IdempotencyKey::default().raw().quoted();
+    /// # let _ = key;
+    /// ```
     pub fn quoted(mut self) -> Self {
         self.quoted = true;
         self
@@ -153,18 +194,46 @@ impl IdempotencyKey {
 
     /// The methods that get a key. By default every method that is not idempotent, except
     /// `CONNECT`.
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tower_http_retry::{IdempotencyKey, RetryLayer};
+    ///
+    /// // Keys on POST and PATCH only: this API treats other methods as it documents them.
+    /// let layer = RetryLayer::new()
+    ///     .idempotency_key(IdempotencyKey::default().methods([Method::POST, Method::PATCH]));
+    /// # let _ = layer;
+    /// ```
     pub fn methods<I: IntoIterator<Item = Method>>(mut self, methods: I) -> Self {
         self.methods = Some(methods.into_iter().collect());
         self
     }
 
     /// Replaces the UUID v4 generator.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use tower_http_retry::IdempotencyKey;
+    ///
+    /// // Keys that name the client and count its requests (a closure `Fn() -> String`).
+    /// let next = AtomicU64::new(1);
+    /// let key = IdempotencyKey::default()
+    ///     .raw()
+    ///     .generator(move || format!("billing-{}", next.fetch_add(1, Ordering::Relaxed)));
+    /// # let _ = key;
+    /// ```
     pub fn generator<G: MakeIdempotencyKey>(mut self, generator: G) -> Self {
         self.generator = Generator::Custom(Arc::new(generator));
         self
     }
 
     /// The header that carries the key ([`IdempotencyKey::header_name`]).
+    ///
+    /// ```
+    /// use tower_http_retry::IdempotencyKey;
+    ///
+    /// assert_eq!(IdempotencyKey::default().get_header_name(), "idempotency-key");
+    /// ```
     pub fn get_header_name(&self) -> &HeaderName {
         &self.header
     }
@@ -204,20 +273,46 @@ impl IdempotencyKey {
     }
 }
 
+/// Shows what the layer stamps: the header, the form of its value (`"<UUID v4>"` for the
+/// quoted default, `<UUID v4>` with [`IdempotencyKey::raw`], `<custom token>` from a
+/// generator) and the methods that get one.
+///
+/// ```
+/// use tower_http_retry::IdempotencyKey;
+///
+/// assert_eq!(
+///     format!("{:?}", IdempotencyKey::default()),
+///     r#"IdempotencyKey { header: "idempotency-key", value: "<UUID v4>", methods: every non-idempotent method but CONNECT }"#,
+/// );
+/// ```
 impl fmt::Debug for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let token = match self.generator {
+            Generator::Uuid => "<UUID v4>",
+            Generator::Custom(_) => "<custom token>",
+        };
+        let value = match self.quoted {
+            true => format!("\"{token}\""),
+            false => token.to_owned(),
+        };
+        let methods = match &self.methods {
+            None => "every non-idempotent method but CONNECT".to_owned(),
+            Some(methods) => format!("{:?}", &methods[..]),
+        };
         f.debug_struct("IdempotencyKey")
             .field("header", &self.header)
-            .field("quoted", &self.quoted)
-            .field("methods", &self.methods)
-            .field(
-                "generator",
-                &match self.generator {
-                    Generator::Uuid => "uuid-v4",
-                    Generator::Custom(_) => "custom",
-                },
-            )
+            .field("value", &Text(&value))
+            .field("methods", &Text(&methods))
             .finish()
+    }
+}
+
+/// Text written as it is in a `Debug` struct, without quotes or escapes.
+struct Text<'a>(&'a str);
+
+impl fmt::Debug for Text<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
     }
 }
 
@@ -287,6 +382,23 @@ mod tests {
         let only_patch = k.methods([Method::PATCH]);
         assert!(only_patch.applies_to(&Method::PATCH));
         assert!(!only_patch.applies_to(&Method::POST));
+    }
+
+    #[test]
+    fn debug_shows_what_is_stamped() {
+        assert_eq!(
+            format!("{:?}", IdempotencyKey::default()),
+            r#"IdempotencyKey { header: "idempotency-key", value: "<UUID v4>", methods: every non-idempotent method but CONNECT }"#
+        );
+        let custom = IdempotencyKey::default()
+            .header_name("x-request-key")
+            .raw()
+            .methods([Method::POST, Method::PATCH])
+            .generator(|| "t".to_string());
+        assert_eq!(
+            format!("{custom:?}"),
+            r#"IdempotencyKey { header: "x-request-key", value: <custom token>, methods: [POST, PATCH] }"#
+        );
     }
 
     #[test]

@@ -27,6 +27,50 @@ use crate::hook::AttemptKind;
 ///     println!("  after {} waited {:?}, got {:?}", retry.reason, retry.wait, retry.outcome);
 /// }
 /// ```
+///
+/// # Display
+///
+/// `{}` is a one-line summary, for a log line: the attempts and what each got, the time
+/// waited in all and what set the waits (`backoff`, `Retry-After`, `RateLimit`, ...), and
+/// why the layer stopped ([`StopReason::as_str`]). `{:#}` adds a line per attempt, with the
+/// reason for its retry and the wait before it, then why the layer stopped in words
+/// (unless the outcome was final), and the idempotency key, if any:
+///
+/// ```
+/// use bytes::Bytes;
+/// use http::{Request, Response, StatusCode};
+/// use http_body_util::Full;
+/// use tower::{Layer, ServiceExt};
+/// use std::time::Duration;
+/// use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// # let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+/// // `inner` answers 503 once, then 200.
+/// # let inner = tower::service_fn(move |_: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| {
+/// #     let first = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+/// #     let status = if first { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+/// #     async move { Ok::<_, std::convert::Infallible>(Response::builder().status(status).body(()).unwrap()) }
+/// # });
+/// let wait = Duration::from_millis(150);
+/// let policy = RetryPolicy::default().backoff(Backoff::exponential(wait, wait).jitter(Jitter::None));
+/// let client = RetryLayer::new().policy(policy).layer(inner);
+/// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
+/// let response = client.oneshot(request).await.unwrap();
+/// let info = response.extensions().get::<RetryInfo>().unwrap();
+/// assert_eq!(
+///     info.to_string(),
+///     "2 attempts: 503, 200; waited 150 ms (backoff); stopped: final",
+/// );
+/// assert_eq!(
+///     format!("{info:#}"),
+///     "2 attempts: 503, 200; waited 150 ms (backoff); stopped: final\n\
+///      \x20 attempt 1: 503\n\
+///      \x20 attempt 2, after status 503 and 150 ms (backoff): 200",
+/// );
+/// # }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RetryInfo {
     /// What the first attempt got.
@@ -170,7 +214,125 @@ impl RetryInfo {
     }
 }
 
+impl fmt::Display for RetryInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let attempts = self.attempts();
+        let plural = if attempts == 1 { "" } else { "s" };
+        write!(f, "{attempts} attempt{plural}: ")?;
+        for (i, outcome) in self.outcomes().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{outcome}")?;
+        }
+        if self
+            .retries
+            .last()
+            .is_some_and(|retry| retry.outcome == AttemptOutcome::NotSent)
+        {
+            f.write_str(" (the last retry not sent)")?;
+        }
+        if !self.retries.is_empty() {
+            write!(f, "; waited {} (", Millis(self.total_wait()))?;
+            let mut seen: Vec<WaitSource> = Vec::new();
+            for retry in &self.retries {
+                let source = WaitSource::of(retry);
+                if !seen.contains(&source) {
+                    if !seen.is_empty() {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{source}")?;
+                    seen.push(source);
+                }
+            }
+            f.write_str(")")?;
+        }
+        write!(f, "; stopped: {}", self.stop.as_str())?;
+        if !f.alternate() {
+            return Ok(());
+        }
+        write!(f, "\n  attempt 1: {}", self.first)?;
+        for (i, retry) in self.retries.iter().enumerate() {
+            write!(f, "\n  attempt {}, after {}", i + 2, retry.reason)?;
+            match retry.kind {
+                AttemptKind::Transparent => f.write_str(", a transparent retry")?,
+                _ => write!(f, " and {} ({})", Millis(retry.wait), WaitSource::of(retry))?,
+            }
+            write!(f, ": {}", retry.outcome)?;
+        }
+        if self.stop != StopReason::Final {
+            write!(f, "\n  stopped: {}", self.stop)?;
+        }
+        if self.returned.is_none() && !self.retries.is_empty() {
+            f.write_str("\n  returned: the layer's own error, no attempt's outcome")?;
+        }
+        if let Some(key) = &self.idempotency_key {
+            match key.to_str() {
+                Ok(key) => write!(f, "\n  idempotency key: {key}")?,
+                Err(_) => write!(f, "\n  idempotency key: {key:?}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What set a retry's wait, as the summary names it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WaitSource {
+    Backoff,
+    Transparent,
+    Hint(HintSource),
+}
+
+impl WaitSource {
+    fn of(retry: &RetryRecord) -> Self {
+        match (retry.kind, retry.hint) {
+            (AttemptKind::Transparent, _) => WaitSource::Transparent,
+            (_, Some(hint)) => WaitSource::Hint(hint),
+            (_, None) => WaitSource::Backoff,
+        }
+    }
+}
+
+impl fmt::Display for WaitSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WaitSource::Backoff => f.write_str("backoff"),
+            WaitSource::Transparent => f.write_str("transparent retry"),
+            WaitSource::Hint(hint) => write!(f, "{hint}"),
+        }
+    }
+}
+
+/// A wait as the summary writes it: `0 ms`, `450 µs`, `150 ms`, `1.25 s`, `3600 s`.
+struct Millis(Duration);
+
+impl fmt::Display for Millis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let wait = self.0;
+        if wait.is_zero() {
+            f.write_str("0 ms")
+        } else if wait < Duration::from_millis(1) {
+            write!(f, "{} µs", wait.as_micros().max(1))
+        } else if wait < Duration::from_secs(1) {
+            // Rounded to the millisecond.
+            write!(f, "{} ms", (wait.as_micros() + 500) / 1000)
+        } else {
+            // Rounded to the hundredth of a second, trailing zeros dropped.
+            let hundredths = (wait.as_millis() + 5) / 10;
+            let (whole, frac) = (hundredths / 100, hundredths % 100);
+            match frac {
+                0 => write!(f, "{whole} s"),
+                _ if frac % 10 == 0 => write!(f, "{whole}.{} s", frac / 10),
+                _ => write!(f, "{whole}.{frac:02} s"),
+            }
+        }
+    }
+}
+
 /// What one attempt got.
+///
+/// Displayed as the status code (`503`), `error`, `timed out`, `abandoned` or `not sent`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum AttemptOutcome {
@@ -190,6 +352,18 @@ pub enum AttemptOutcome {
     /// ready in time or failed to get ready (or the deadline passed first).
     #[default]
     NotSent,
+}
+
+impl fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttemptOutcome::Response(status) => write!(f, "{}", status.as_u16()),
+            AttemptOutcome::Error => f.write_str("error"),
+            AttemptOutcome::TimedOut => f.write_str("timed out"),
+            AttemptOutcome::Abandoned => f.write_str("abandoned"),
+            AttemptOutcome::NotSent => f.write_str("not sent"),
+        }
+    }
 }
 
 /// One retry: what kind, why, how long the layer waited before it, and what it got.
@@ -288,7 +462,7 @@ pub enum StopReason {
     /// leaves.
     HintTooLong,
     /// The server said not to retry ([`Classification::Stop`](crate::classify::Classification::Stop):
-    /// gRPC's negative or malformed `grpc-retry-pushback-ms`).
+    /// gRPC's negative or malformed `x-retry-in-ms`).
     ServerSaidStop,
     /// The retry [`Throttle`](crate::Throttle) refused the retry: too many recent failures.
     Throttled,
@@ -374,5 +548,160 @@ impl Attempt {
     /// How many times the request was sent before this attempt.
     pub fn resend_count(&self) -> u32 {
         self.0.saturating_sub(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retry(reason: RetryReason, wait_ms: u64, hint: Option<HintSource>) -> RetryRecord {
+        RetryRecord {
+            kind: AttemptKind::Retry,
+            reason,
+            wait: Duration::from_millis(wait_ms),
+            hint,
+            outcome: AttemptOutcome::NotSent,
+        }
+    }
+
+    fn status(code: u16) -> AttemptOutcome {
+        AttemptOutcome::Response(StatusCode::from_u16(code).unwrap())
+    }
+
+    /// 503, then 503 with `Retry-After: 1`, then 200, on a POST with a key.
+    fn retried() -> RetryInfo {
+        let mut info = RetryInfo::default();
+        info.set_idempotency_key(Some(HeaderValue::from_static("3f2a9c1e")));
+        info.set_outcome(status(503));
+        info.push_retry(retry(
+            RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE),
+            150,
+            None,
+        ));
+        info.set_outcome(status(503));
+        info.push_retry(retry(
+            RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE),
+            1000,
+            Some(HintSource::RetryAfter),
+        ));
+        info.set_outcome(status(200));
+        info.set_returned_last();
+        info
+    }
+
+    #[test]
+    fn one_attempt() {
+        let mut info = RetryInfo::default();
+        info.set_outcome(status(200));
+        info.set_returned_last();
+        assert_eq!(info.to_string(), "1 attempt: 200; stopped: final");
+        assert_eq!(
+            format!("{info:#}"),
+            "1 attempt: 200; stopped: final\n  attempt 1: 200"
+        );
+    }
+
+    #[test]
+    fn retries_with_their_waits_and_the_key() {
+        let info = retried();
+        assert_eq!(
+            info.to_string(),
+            "3 attempts: 503, 503, 200; waited 1.15 s (backoff, Retry-After); stopped: final"
+        );
+        assert_eq!(
+            format!("{info:#}"),
+            "3 attempts: 503, 503, 200; waited 1.15 s (backoff, Retry-After); stopped: final\n\
+             \x20 attempt 1: 503\n\
+             \x20 attempt 2, after status 503 and 150 ms (backoff): 503\n\
+             \x20 attempt 3, after status 503 and 1 s (Retry-After): 200\n\
+             \x20 idempotency key: 3f2a9c1e"
+        );
+    }
+
+    #[test]
+    fn a_transparent_retry_and_a_limit() {
+        let mut info = RetryInfo::default();
+        info.set_outcome(AttemptOutcome::Error);
+        info.push_retry(RetryRecord {
+            kind: AttemptKind::Transparent,
+            wait: Duration::ZERO,
+            ..retry(RetryReason::Connect, 0, None)
+        });
+        info.set_outcome(AttemptOutcome::TimedOut);
+        info.push_retry(retry(RetryReason::Timeout, 87, None));
+        info.set_outcome(status(502));
+        info.set_stop(StopReason::MaxAttempts);
+        info.set_returned_last();
+        assert_eq!(
+            info.to_string(),
+            "3 attempts: error, timed out, 502; waited 87 ms (transparent retry, backoff); \
+             stopped: max_attempts"
+        );
+        assert_eq!(
+            format!("{info:#}"),
+            "3 attempts: error, timed out, 502; waited 87 ms (transparent retry, backoff); \
+             stopped: max_attempts\n\
+             \x20 attempt 1: error\n\
+             \x20 attempt 2, after connect error, a transparent retry: timed out\n\
+             \x20 attempt 3, after timeout and 87 ms (backoff): 502\n\
+             \x20 stopped: attempt limit reached"
+        );
+    }
+
+    #[test]
+    fn a_retry_never_sent() {
+        let mut info = RetryInfo::default();
+        info.set_outcome(status(503));
+        info.push_retry(retry(
+            RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE),
+            2500,
+            Some(HintSource::Header("x-retry-in-ms")),
+        ));
+        info.set_stop(StopReason::ServiceNotReady);
+        info.set_returned_last();
+        assert_eq!(info.attempts(), 1);
+        assert_eq!(
+            info.to_string(),
+            "1 attempt: 503 (the last retry not sent); waited 2.5 s (x-retry-in-ms); \
+             stopped: service_not_ready"
+        );
+        assert_eq!(
+            format!("{info:#}"),
+            "1 attempt: 503 (the last retry not sent); waited 2.5 s (x-retry-in-ms); \
+             stopped: service_not_ready\n\
+             \x20 attempt 1: 503\n\
+             \x20 attempt 2, after status 503 and 2.5 s (x-retry-in-ms): not sent\n\
+             \x20 stopped: service not ready for the retry in time\n\
+             \x20 returned: the layer's own error, no attempt's outcome"
+        );
+    }
+
+    #[test]
+    fn waits_are_written_in_their_unit() {
+        let text = |d: Duration| Millis(d).to_string();
+        assert_eq!(text(Duration::ZERO), "0 ms");
+        assert_eq!(text(Duration::from_nanos(1)), "1 µs");
+        assert_eq!(text(Duration::from_micros(450)), "450 µs");
+        assert_eq!(text(Duration::from_micros(149_600)), "150 ms");
+        assert_eq!(text(Duration::from_millis(999)), "999 ms");
+        assert_eq!(text(Duration::from_millis(1000)), "1 s");
+        assert_eq!(text(Duration::from_millis(1250)), "1.25 s");
+        assert_eq!(text(Duration::from_millis(1204)), "1.2 s");
+        assert_eq!(text(Duration::from_secs(3600)), "3600 s");
+    }
+
+    #[test]
+    fn outcomes() {
+        let all = [
+            (status(404), "404"),
+            (AttemptOutcome::Error, "error"),
+            (AttemptOutcome::TimedOut, "timed out"),
+            (AttemptOutcome::Abandoned, "abandoned"),
+            (AttemptOutcome::NotSent, "not sent"),
+        ];
+        for (outcome, text) in all {
+            assert_eq!(outcome.to_string(), text);
+        }
     }
 }

@@ -111,6 +111,14 @@ impl RetryLayer {
     }
 
     /// The layer's quota, if it has one ([`RetryLayer::quota`]).
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryLayer, RetryQuota};
+    ///
+    /// assert!(RetryLayer::new().get_quota().is_none()); // none by default
+    /// let layer = RetryLayer::new().quota(RetryQuota::aws_standard());
+    /// assert!(layer.get_quota().is_some());
+    /// ```
     pub fn get_quota(&self) -> Option<&RetryQuota> {
         self.config.quota.as_ref()
     }
@@ -183,6 +191,14 @@ impl RetryLayer {
     }
 
     /// No budget: only the attempt limit and the deadline bound retries.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// // Tests and batch jobs, where nothing else shares the server.
+    /// let layer = RetryLayer::new().no_budget();
+    /// assert!(layer.get_budget().is_none());
+    /// ```
     pub fn no_budget(self) -> Self {
         self.edit(|c| c.budget = None)
     }
@@ -210,6 +226,17 @@ impl RetryLayer {
     /// the caller set an `Idempotency-Key` header itself, or when the failure proves the
     /// server never saw it, or when its policy declares it repeatable
     /// ([`RetryPolicy::assume_idempotent`]).
+    ///
+    /// ```
+    /// use tower_http_retry::{IdempotencyKey, RetryLayer, RetryPolicy, RouteMatch};
+    ///
+    /// // The server ignores keys, except its payments API, which de-duplicates on them.
+    /// let layer = RetryLayer::new().no_idempotency_key().route(
+    ///     RouteMatch::post().path_prefix("/v1/payments"),
+    ///     RetryPolicy::default().idempotency_key(IdempotencyKey::default()),
+    /// );
+    /// # let _ = layer;
+    /// ```
     pub fn no_idempotency_key(self) -> Self {
         self.edit(|c| c.key = None)
     }
@@ -252,6 +279,16 @@ impl RetryLayer {
     }
 
     /// Like [`RetryLayer::attempt_header`], but refuses an invalid name with an error.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// // A name read from configuration: an invalid one is an error, not a panic.
+    /// assert!(RetryLayer::new().try_attempt_header("x attempt").is_err());
+    /// let layer = RetryLayer::new().try_attempt_header("x-attempt")?;
+    /// # let _ = layer;
+    /// # Ok::<(), tower_http_retry::InvalidConfig>(())
+    /// ```
     pub fn try_attempt_header(self, name: &str) -> Result<Self, InvalidConfig> {
         let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
             InvalidConfig::new(
@@ -263,6 +300,14 @@ impl RetryLayer {
     }
 
     /// The layer's retry budget, if it has one.
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryBudget, RetryLayer};
+    ///
+    /// // A layer has its own budget by default, full at first.
+    /// assert_eq!(RetryLayer::new().get_budget().map(RetryBudget::tokens), Some(100.0));
+    /// assert!(RetryLayer::new().no_budget().get_budget().is_none());
+    /// ```
     pub fn get_budget(&self) -> Option<&RetryBudget> {
         self.config.budget.as_ref()
     }

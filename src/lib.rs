@@ -73,6 +73,44 @@
 //! # }
 //! ```
 //!
+//! # The inner service and its body
+//!
+//! The layer wraps the caller's request body in a [`ReplayBody`] (so that it can send it
+//! again), so the inner service takes `http::Request<ReplayBody<B>>`, where `B` is the body
+//! the caller sends ([`InnerService`]). A hyper-util client is built for that type. For
+//! bodies of more than one type, box them; `Full`'s error type is `Infallible`, which
+//! `map_err(|e| match e {})` turns into the `BoxError` of the box:
+//!
+//! ```no_run
+//! use bytes::Bytes;
+//! use http_body_util::combinators::BoxBody;
+//! use http_body_util::{BodyExt, Full};
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use tower::{BoxError, ServiceBuilder, ServiceExt};
+//! use tower_http_retry::{ReplayBody, RetryLayer};
+//!
+//! type Body = BoxBody<Bytes, BoxError>;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), BoxError> {
+//! let hyper_client = Client::builder(TokioExecutor::new()).build_http::<ReplayBody<Body>>();
+//! let client = ServiceBuilder::new().layer(RetryLayer::new()).service(hyper_client);
+//!
+//! let body: Body = Full::new(Bytes::from_static(b"{}")).map_err(|e| match e {}).boxed();
+//! let request = http::Request::post("http://127.0.0.1:3000/orders").body(body)?;
+//! let response = client.oneshot(request).await?;
+//! # let _ = response;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A client built for `B` itself (`build_http::<Body>()`) does not fit: where the compiler
+//! checks a `Service` bound on the layered client, it says that the client "cannot be the
+//! inner service of `tower_http_retry::Retry`", and a method call on it
+//! (`client.ready()`, `client.oneshot(..)`) fails with `E0599: the method ... exists for
+//! struct Retry<..>, but its trait bounds were not satisfied`.
+//!
 //! # Features
 //!
 //! - `tracing` (default): a span per logical request, an event per retry, a warning when
@@ -151,4 +189,4 @@ pub use crate::layer::RetryLayer;
 pub use crate::policy::RetryPolicy;
 pub use crate::replay::ReplayBody;
 pub use crate::route::RouteMatch;
-pub use crate::service::Retry;
+pub use crate::service::{InnerService, Retry};

@@ -174,6 +174,16 @@ impl RetryPolicy {
     }
 
     /// Like [`RetryPolicy::max_attempts`], but refuses 0 with an error.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// // A count read from configuration: 0 is an error, not a panic.
+    /// assert!(RetryPolicy::default().try_max_attempts(0).is_err());
+    /// let policy = RetryPolicy::default().try_max_attempts(4)?;
+    /// assert_eq!(policy.get_max_attempts(), 4);
+    /// # Ok::<(), tower_http_retry::InvalidConfig>(())
+    /// ```
     pub fn try_max_attempts(mut self, attempts: u32) -> Result<Self, InvalidConfig> {
         if attempts == 0 {
             return Err(InvalidConfig::new(
@@ -220,6 +230,16 @@ impl RetryPolicy {
     }
 
     /// Removes the deadline.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// let base = RetryPolicy::default().deadline(Duration::from_secs(10));
+    /// // A long export: bounded by its attempts alone.
+    /// let export = base.clone().no_deadline();
+    /// assert_eq!(export.get_deadline(), None);
+    /// ```
     pub fn no_deadline(mut self) -> Self {
         self.deadline = None;
         self
@@ -244,6 +264,16 @@ impl RetryPolicy {
     }
 
     /// Removes the per-attempt timeout.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// let base = RetryPolicy::default().attempt_timeout(Duration::from_secs(2));
+    /// // A streaming download: one attempt may take as long as the deadline allows.
+    /// let download = base.clone().no_attempt_timeout().deadline(Duration::from_secs(300));
+    /// assert_eq!(download.get_attempt_timeout(), None);
+    /// ```
     pub fn no_attempt_timeout(mut self) -> Self {
         self.attempt_timeout = None;
         self
@@ -322,6 +352,32 @@ impl RetryPolicy {
     /// [`Classify`] implementation: a type of your own (see [`Classify`] for one that reads
     /// a response header). For a closure, [`RetryPolicy::classifier`] infers its argument
     /// types.
+    ///
+    /// ```
+    /// use http::{StatusCode, request};
+    /// use tower_http_retry::RetryPolicy;
+    /// use tower_http_retry::classify::{Classification, Classify, DefaultClassifier, Outcome};
+    ///
+    /// /// The default rules, except that a 500 is final.
+    /// struct FinalOn500;
+    ///
+    /// impl Classify for FinalOn500 {
+    ///     fn classify(&self, head: &request::Parts, outcome: Outcome<'_>) -> Classification {
+    ///         match outcome {
+    ///             Outcome::Response { status: StatusCode::INTERNAL_SERVER_ERROR, .. } => Classification::Done,
+    ///             _ => DefaultClassifier.classify(head, outcome),
+    ///         }
+    ///     }
+    ///
+    ///     // Reads the outcome only: the layer keeps a cheaper copy of the head.
+    ///     fn needs_request(&self) -> bool {
+    ///         false
+    ///     }
+    /// }
+    ///
+    /// let policy = RetryPolicy::default().custom_classifier(FinalOn500);
+    /// # let _ = policy;
+    /// ```
     pub fn custom_classifier<C: Classify>(mut self, classifier: C) -> Self {
         self.classifier = Some(Arc::new(classifier));
         self
@@ -344,6 +400,15 @@ impl RetryPolicy {
 
     /// No budget for this policy's retries, whatever the layer has: only the attempt
     /// limit, the deadline (and a throttle, if any) bound them.
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
+    ///
+    /// // Health checks: two attempts each, never refused by the layer's budget.
+    /// let health = RetryPolicy::default().max_attempts(2).no_budget();
+    /// let layer = RetryLayer::new().route(RouteMatch::get().path_prefix("/health"), health);
+    /// # let _ = layer;
+    /// ```
     pub fn no_budget(mut self) -> Self {
         self.budget = Layered::Off;
         self
@@ -366,26 +431,67 @@ impl RetryPolicy {
     }
 
     /// Attempts per logical request, the first included.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// assert_eq!(RetryPolicy::default().get_max_attempts(), 3);
+    /// assert_eq!(RetryPolicy::never().get_max_attempts(), 1);
+    /// ```
     pub fn get_max_attempts(&self) -> u32 {
         self.max_attempts
     }
 
     /// The backoff.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{Backoff, RetryPolicy};
+    ///
+    /// let policy = RetryPolicy::default();
+    /// assert_eq!(policy.get_backoff(), &Backoff::default());
+    /// assert_eq!(policy.get_backoff().get_base(), Duration::from_millis(100));
+    /// ```
     pub fn get_backoff(&self) -> &Backoff {
         &self.backoff
     }
 
     /// The overall deadline, if any.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// assert_eq!(RetryPolicy::default().get_deadline(), None); // none by default
+    /// let policy = RetryPolicy::default().deadline(Duration::from_secs(5));
+    /// assert_eq!(policy.get_deadline(), Some(Duration::from_secs(5)));
+    /// ```
     pub fn get_deadline(&self) -> Option<Duration> {
         self.deadline
     }
 
     /// The per-attempt timeout, if any.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// assert_eq!(RetryPolicy::default().get_attempt_timeout(), None); // none by default
+    /// let policy = RetryPolicy::default().attempt_timeout(Duration::from_millis(500));
+    /// assert_eq!(policy.get_attempt_timeout(), Some(Duration::from_millis(500)));
+    /// ```
     pub fn get_attempt_timeout(&self) -> Option<Duration> {
         self.attempt_timeout
     }
 
     /// The longest floor hint honoured ([`RetryPolicy::max_retry_after`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// assert_eq!(RetryPolicy::default().get_max_retry_after(), Duration::from_secs(30));
+    /// ```
     pub fn get_max_retry_after(&self) -> Duration {
         self.max_retry_after
     }
@@ -439,6 +545,13 @@ impl RetryPolicy {
     }
 
     /// True when [`RetryPolicy::transparent_retry`] was set.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// assert!(!RetryPolicy::default().has_transparent_retry());
+    /// assert!(RetryPolicy::default().transparent_retry().has_transparent_retry());
+    /// ```
     pub fn has_transparent_retry(&self) -> bool {
         self.transparent
     }
@@ -489,6 +602,16 @@ impl RetryPolicy {
     }
 
     /// No throttle for this policy's retries, whatever the layer has.
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch, Throttle};
+    ///
+    /// // The layer's throttle guards every server but the one this route goes to.
+    /// let layer = RetryLayer::new()
+    ///     .throttle(Throttle::builder().build())
+    ///     .route(RouteMatch::any().host("backup.internal"), RetryPolicy::default().no_throttle());
+    /// # let _ = layer;
+    /// ```
     pub fn no_throttle(mut self) -> Self {
         self.throttle = Layered::Off;
         self
@@ -509,6 +632,16 @@ impl RetryPolicy {
     }
 
     /// No quota for this policy's retries, whatever the layer has.
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryLayer, RetryPolicy, RetryQuota, RouteMatch};
+    ///
+    /// // The layer's quota pays for every route's retries but this one's.
+    /// let layer = RetryLayer::new()
+    ///     .quota(RetryQuota::aws_standard())
+    ///     .route(RouteMatch::get().path_prefix("/health"), RetryPolicy::default().no_quota());
+    /// # let _ = layer;
+    /// ```
     pub fn no_quota(mut self) -> Self {
         self.quota = Layered::Off;
         self
@@ -517,12 +650,36 @@ impl RetryPolicy {
     /// Runs `hook` on every attempt's request before it is sent (see [`AttemptHook`]). A
     /// policy has at most one hook of each type: a second one of the same type replaces
     /// the first.
+    ///
+    /// ```
+    /// use http::{HeaderMap, HeaderValue};
+    /// use tower_http_retry::{AttemptContext, AttemptHook, RetryPolicy};
+    ///
+    /// /// Tells the server which attempt this is: `1`, `2`, ...
+    /// struct AttemptNumber;
+    ///
+    /// impl AttemptHook for AttemptNumber {
+    ///     fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap) {
+    ///         headers.insert("x-attempt", HeaderValue::from(attempt.number));
+    ///     }
+    /// }
+    ///
+    /// let policy = RetryPolicy::default().on_attempt(AttemptNumber);
+    /// # let _ = policy;
+    /// ```
     pub fn on_attempt<H: AttemptHook>(mut self, hook: H) -> Self {
         self.hooks.add(hook);
         self
     }
 
     /// True when [`RetryPolicy::assume_idempotent`] was set.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// assert!(!RetryPolicy::default().is_assumed_idempotent());
+    /// assert!(RetryPolicy::default().assume_idempotent().is_assumed_idempotent());
+    /// ```
     pub fn is_assumed_idempotent(&self) -> bool {
         self.assume_idempotent
     }
@@ -619,6 +776,14 @@ impl RetryPolicy {
 
     /// True when requests under this policy are sent once and never retried: one attempt,
     /// and no [`transparent_retry`](Self::transparent_retry) (gRPC policies have one).
+    ///
+    /// ```
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// assert!(RetryPolicy::never().is_never());
+    /// assert!(RetryPolicy::default().max_attempts(1).is_never());
+    /// assert!(!RetryPolicy::default().is_never());
+    /// ```
     pub fn is_never(&self) -> bool {
         self.max_attempts <= 1 && !self.transparent
     }

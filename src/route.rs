@@ -34,6 +34,18 @@ macro_rules! shorthand {
     ($($name:ident => $method:ident),* $(,)?) => {
         $(
             #[doc = concat!("Matches `", stringify!($method), "` requests.")]
+            #[doc = ""]
+            #[doc = "```"]
+            #[doc = "use tower_http_retry::RouteMatch;"]
+            #[doc = ""]
+            #[doc = concat!("let route = RouteMatch::", stringify!($name), "();")]
+            #[doc = concat!(
+                "let request = http::Request::builder().method(\"",
+                stringify!($method),
+                "\").uri(\"http://h/\").body(()).unwrap();"
+            )]
+            #[doc = "assert!(route.matches(&request));"]
+            #[doc = "```"]
             pub fn $name() -> Self {
                 Self::method(Method::$method)
             }
@@ -43,6 +55,14 @@ macro_rules! shorthand {
 
 impl RouteMatch {
     /// Matches every request.
+    ///
+    /// ```
+    /// use tower_http_retry::RouteMatch;
+    ///
+    /// // Any method and path, on one host.
+    /// let route = RouteMatch::any().host("search.internal");
+    /// assert!(route.matches(&http::Request::delete("http://search.internal/index").body(()).unwrap()));
+    /// ```
     pub fn any() -> Self {
         Self::default()
     }
@@ -67,6 +87,15 @@ impl RouteMatch {
     }
 
     /// Matches requests with any of these methods.
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tower_http_retry::RouteMatch;
+    ///
+    /// let writes = RouteMatch::methods([Method::POST, Method::PUT, Method::PATCH]);
+    /// assert!(writes.matches(&http::Request::put("http://h/items/1").body(()).unwrap()));
+    /// assert!(!writes.matches(&http::Request::get("http://h/items/1").body(()).unwrap()));
+    /// ```
     pub fn methods<I: IntoIterator<Item = Method>>(methods: I) -> Self {
         Self {
             methods: methods.into_iter().collect(),
@@ -75,6 +104,14 @@ impl RouteMatch {
     }
 
     /// Also matches `method`.
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tower_http_retry::RouteMatch;
+    ///
+    /// let reads = RouteMatch::get().or_method(Method::HEAD);
+    /// assert!(reads.matches(&http::Request::head("http://h/").body(()).unwrap()));
+    /// ```
     pub fn or_method(mut self, method: Method) -> Self {
         self.methods.push(method);
         self
@@ -120,6 +157,14 @@ impl RouteMatch {
     }
 
     /// True when `request` matches every part that is set.
+    ///
+    /// ```
+    /// use tower_http_retry::RouteMatch;
+    ///
+    /// let route = RouteMatch::get().path_prefix("/v1/search");
+    /// assert!(route.matches(&http::Request::get("http://h/v1/search?q=tower").body(()).unwrap()));
+    /// assert!(!route.matches(&http::Request::post("http://h/v1/search").body(()).unwrap()));
+    /// ```
     pub fn matches<B>(&self, request: &Request<B>) -> bool {
         self.matches_parts(request.method(), request.uri(), request.headers())
     }

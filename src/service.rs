@@ -116,10 +116,73 @@ impl<S> Retry<S> {
     }
 }
 
+mod sealed {
+    pub trait Sealed<B> {}
+}
+
+impl<S, B> sealed::Sealed<B> for S where S: Service<Request<ReplayBody<B>>> {}
+
+/// The services [`Retry`] can wrap: every `tower::Service` that takes
+/// `http::Request<ReplayBody<B>>`, answers with an `http::Response` and fails with an error
+/// that converts into [`tower::BoxError`], where `B` is the body of the requests the caller
+/// sends through the layer.
+///
+/// Implemented for every such service, and for nothing else (it cannot be implemented
+/// outside this crate). It exists so that a service taking the caller's body type itself
+/// (a hyper-util client built with `build_http::<Full<Bytes>>()` where
+/// `build_http::<ReplayBody<Full<Bytes>>>()` was needed) is reported as such, where the
+/// compiler checks the bound, instead of as a `Service` bound deep in the layer:
+///
+/// ```
+/// use bytes::Bytes;
+/// use http_body_util::Full;
+/// use hyper_util::client::legacy::Client;
+/// use hyper_util::rt::TokioExecutor;
+/// use tower_http_retry::{InnerService, ReplayBody};
+///
+/// fn wrappable<S: InnerService<Full<Bytes>>>(_: &S) {}
+///
+/// // The client sends what the layer gives it: the caller's body, wrapped for replays.
+/// let client = Client::builder(TokioExecutor::new()).build_http::<ReplayBody<Full<Bytes>>>();
+/// wrappable(&client);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the inner service of `tower_http_retry::Retry`: it must be a `Service<http::Request<ReplayBody<{B}>>>` answering with an `http::Response`, with an error that converts into `BoxError`",
+    label = "the layer sends this service `http::Request<ReplayBody<{B}>>`",
+    note = "`Retry` wraps the request body in `tower_http_retry::ReplayBody` so that it can be sent again: the inner service receives `http::Request<ReplayBody<B>>`, where `B` is the body the caller sends",
+    note = "for a hyper-util client, name that body when building it: `Client::builder(TokioExecutor::new()).build_http::<ReplayBody<B>>()` (with `B = BoxBody<Bytes, BoxError>`, build requests with `Full::new(bytes).map_err(|e| match e {{}}).boxed()`)"
+)]
+pub trait InnerService<B>:
+    Service<
+        Request<ReplayBody<B>>,
+        Response = Response<Self::ResponseBody>,
+        Error = Self::InnerError,
+    > + sealed::Sealed<B>
+{
+    /// The body of the inner service's responses.
+    type ResponseBody;
+    /// The inner service's error.
+    type InnerError: Into<BoxError>;
+}
+
+// Not recommended, so that a service that does not fit is reported as not being an
+// `InnerService` (with the message above), not as missing one of this impl's bounds.
+#[diagnostic::do_not_recommend]
+impl<S, B, RB> InnerService<B> for S
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
+    S::Error: Into<BoxError>,
+{
+    type ResponseBody = RB;
+    type InnerError = S::Error;
+}
+
+// Every bound on the inner service is in `InnerService` (a bound on one of its associated
+// types here would be reported, for a service that does not fit, instead of the
+// `InnerService` message).
 impl<S, B, RB> Service<Request<B>> for Retry<S>
 where
-    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
-    S::Error: Into<BoxError>,
+    S: InnerService<B, ResponseBody = RB> + Clone,
     B: Body + Unpin,
 {
     type Response = Response<RB>;

@@ -160,6 +160,13 @@ impl RetryBudget {
 
     /// True when the budget keeps a bucket per authority
     /// ([`BudgetBuilder::per_authority`]).
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// assert!(!RetryBudget::default().is_per_authority());
+    /// assert!(RetryBudget::builder().per_authority().build().is_per_authority());
+    /// ```
     pub fn is_per_authority(&self) -> bool {
         self.inner.is_per_authority()
     }
@@ -193,6 +200,16 @@ impl RetryBudget {
     }
 
     /// How many authorities have a bucket of their own: 0 for a budget not per authority.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// let budget = RetryBudget::builder().per_authority().build();
+    /// assert_eq!(budget.authorities(), 0);
+    /// let _ = budget.partition(&"http://a.example/".parse().unwrap());
+    /// let _ = budget.partition(&"http://b.example/".parse().unwrap());
+    /// assert_eq!(budget.authorities(), 2);
+    /// ```
     pub fn authorities(&self) -> usize {
         self.inner.authorities()
     }
@@ -202,6 +219,18 @@ impl RetryBudget {
     ///
     /// Call it once per request, not once per attempt. It never blocks and
     /// never allocates.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// // A fifth of a token per request, and no refill over time.
+    /// let budget = RetryBudget::builder().ratio(0.2).min_per_sec(0).max_tokens(10).build();
+    /// while budget.withdraw() {}
+    /// for _ in 0..5 {
+    ///     budget.deposit();
+    /// }
+    /// assert_eq!(budget.tokens(), 1.0); // five requests earn one retry
+    /// ```
     pub fn deposit(&self) {
         self.inner.bucket.deposit(self.inner.deposit_units);
     }
@@ -211,6 +240,14 @@ impl RetryBudget {
     ///
     /// Call it before each retry (not before the first attempt), and do not
     /// retry when it returns `false`. It never blocks and never allocates.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// let budget = RetryBudget::builder().min_per_sec(0).max_tokens(1).build();
+    /// assert!(budget.withdraw()); // this retry may go
+    /// assert!(!budget.withdraw()); // the next may not
+    /// ```
     #[must_use = "a refused withdrawal means the retry must not be sent"]
     pub fn withdraw(&self) -> bool {
         self.inner.bucket.withdraw(UNITS_PER_TOKEN)
@@ -223,6 +260,15 @@ impl RetryBudget {
     /// balance before the caller looks at it, so do not use it to decide
     /// whether to retry (use [`RetryBudget::withdraw`]). It does not change
     /// the bucket.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// let budget = RetryBudget::builder().min_per_sec(0).max_tokens(20).build();
+    /// assert_eq!(budget.tokens(), 20.0); // a budget starts full
+    /// budget.withdraw();
+    /// assert_eq!(budget.tokens(), 19.0);
+    /// ```
     #[must_use]
     pub fn tokens(&self) -> f64 {
         self.inner.bucket.units() as f64 / UNITS_PER_TOKEN as f64
@@ -260,6 +306,16 @@ impl BudgetBuilder {
     ///
     /// A request to an authority already known takes a read lock on the map, never an
     /// exclusive one.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// let budget = RetryBudget::builder().min_per_sec(0).max_tokens(1).per_authority().build();
+    /// let down = budget.partition(&"http://down.example/".parse().unwrap());
+    /// assert!(down.withdraw());
+    /// // The failing server spent its own token; another server still has one.
+    /// assert!(budget.partition(&"http://up.example/".parse().unwrap()).withdraw());
+    /// ```
     pub fn per_authority(mut self) -> Self {
         self.authorities
             .get_or_insert(super::partition::DEFAULT_MAX_AUTHORITIES);
@@ -268,6 +324,14 @@ impl BudgetBuilder {
 
     /// One bucket per authority ([`per_authority`](Self::per_authority)), tracking at most
     /// `max` authorities (default 1 024; at least 1).
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// // A client of a few servers: track at most 16 of them.
+    /// let budget = RetryBudget::builder().max_authorities(16).build();
+    /// assert!(budget.is_per_authority());
+    /// ```
     pub fn max_authorities(mut self, max: usize) -> Self {
         self.authorities = Some(max);
         self
@@ -277,6 +341,16 @@ impl BudgetBuilder {
     /// a tenth of the requests). Counted in thousandths of a token: rounded down to a
     /// multiple of 0.001 (a value that is such a multiple up to floating-point error,
     /// like 0.57, counts as that multiple); 0 for no deposits.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// // Retries under a fifth of the requests.
+    /// let budget = RetryBudget::builder().ratio(0.2).min_per_sec(0).max_tokens(10).build();
+    /// while budget.withdraw() {}
+    /// budget.deposit();
+    /// assert_eq!(budget.tokens(), 0.2);
+    /// ```
     pub fn ratio(mut self, ratio: f64) -> Self {
         self.ratio = ratio;
         self
@@ -284,18 +358,41 @@ impl BudgetBuilder {
 
     /// Tokens the bucket also gains per second, whatever the traffic (default 10), so a
     /// quiet client can still retry; 0 for none.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// // A client sending a request a minute may still retry up to 2 a second.
+    /// let budget = RetryBudget::builder().min_per_sec(2).build();
+    /// # let _ = budget;
+    /// ```
     pub fn min_per_sec(mut self, min_per_sec: u32) -> Self {
         self.min_per_sec = min_per_sec;
         self
     }
 
     /// The most tokens the bucket holds, and where it starts (default 100).
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// // At most 20 retries saved up for a burst of failures.
+    /// let budget = RetryBudget::builder().max_tokens(20).build();
+    /// assert_eq!(budget.tokens(), 20.0);
+    /// ```
     pub fn max_tokens(mut self, max_tokens: u32) -> Self {
         self.max_tokens = max_tokens;
         self
     }
 
     /// The budget.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// let budget = RetryBudget::builder().ratio(0.1).min_per_sec(10).max_tokens(100).build();
+    /// assert_eq!(budget.tokens(), 100.0);
+    /// ```
     ///
     /// # Panics
     ///

@@ -4,7 +4,7 @@
 //!
 //! grpcio comes from PyPI (`.ci/run` installs it: `python3 -m pip install grpcio==1.85.3`).
 //! The interpreter is `python3`, or the one `PYTHON3` names. Without grpcio a test fails
-//! under `CI=true`, and elsewhere says loudly that it skipped.
+//! under `CI=true`, and elsewhere says on the terminal that it skipped.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -37,14 +37,9 @@ pub fn python(test: &str) -> Option<&'static str> {
     });
     match found {
         Some(python) => Some(python.as_str()),
-        None if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("grpcio is required under CI=true (python3 -m pip install grpcio=={GRPCIO})")
-        }
         None => {
-            eprintln!(
-                "\n*** SKIPPED {test}: Python's grpcio not found \
-                 (python3 -m pip install grpcio=={GRPCIO}) ***\n"
-            );
+            let install = format!("python3 -m pip install grpcio=={GRPCIO}");
+            super::missing(test, "Python's grpcio", &install);
             None
         }
     }

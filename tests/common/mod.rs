@@ -26,6 +26,21 @@ use tokio::time::Instant;
 use tower::{BoxError, Service};
 use tower_http_retry::ReplayBody;
 
+/// A test whose server (nginx, Python's grpcio) is not installed: under `CI=true` it fails;
+/// elsewhere it says so on the terminal and the caller returns early. The line is written
+/// to the process's stderr directly: libtest captures `eprintln!` (and shows it only for a
+/// failed test), so a skip said that way would pass unseen as `ok`.
+pub fn missing(test: &str, what: &str, install: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{what} is required under CI=true ({install})");
+    }
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: {what} not found ({install}, or run .ci/run)"
+    );
+}
+
 /// The mock's response future.
 pub type Answer = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send>>;
 

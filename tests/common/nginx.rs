@@ -2,7 +2,7 @@
 //! temporary directories, and stopped (its directory removed) when dropped.
 //!
 //! nginx comes from Debian's `nginx-light` (`.ci/run` installs it). Without it a test fails
-//! under `CI=true`, and elsewhere says loudly that it skipped.
+//! under `CI=true`, and elsewhere says on the terminal that it skipped.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,10 +24,7 @@ pub fn binary(test: &str) -> Option<PathBuf> {
             })
         });
     if found.is_none() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("nginx is required under CI=true (apt-get install -y nginx-light)");
-        }
-        eprintln!("\n*** SKIPPED {test}: nginx not found (apt-get install -y nginx-light) ***\n");
+        super::missing(test, "nginx", "apt-get install -y nginx-light");
     }
     found
 }

@@ -70,6 +70,19 @@ where
     serve_on(listener, handler)
 }
 
+/// A server that answers the first `failing` requests with `status` and every later one
+/// with `then`.
+pub async fn serve_failing_first(failing: usize, status: u16, then: u16) -> Server {
+    serve(move |hit| async move {
+        if hit.index < failing {
+            respond(status)
+        } else {
+            respond(then)
+        }
+    })
+    .await
+}
+
 pub fn serve_on<F, Fut>(listener: TcpListener, handler: F) -> Server
 where
     F: Fn(Hit) -> Fut + Clone + Send + Sync + 'static,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gRPC's reference client (C-core, through Python's grpcio), for tests/grpc_differential.rs.
+"""gRPC's reference client (C-core, through Python's grpcio), for tests/grpc/differential.rs.
 
 It makes one or more calls on one channel to the target and prints, on stdout, one JSON
 object: {"calls": [{"code": NAME, "details": TEXT, "elapsed_ms": MS, "reply": HEX or

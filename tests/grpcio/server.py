@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A gRPC server written with Python's grpcio, for tests/grpcio.rs.
+"""A gRPC server written with Python's grpcio, for tests/grpc/grpcio.rs.
 
 It serves raw bytes (no protobuf: every handler is registered with no request
 deserializer and no response serializer) on 127.0.0.1, on a port it picks, and

@@ -5,7 +5,7 @@
 #![allow(clippy::disallowed_types)] // measures real time with std's clock
 #![cfg(feature = "reqwest")]
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::error::Error as StdError;
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::server::{Action, respond, respond_with, serve, serve_on};
+use common::server::{Action, respond, respond_with, serve, serve_failing_first, serve_on};
 use http::Request;
 use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
 use hyper::body::Incoming;
@@ -267,27 +267,6 @@ async fn a_redirect_is_followed_without_a_body_and_returned_with_one() {
 
 // ---- end to end, on both runtimes -------------------------------------------------------
 
-macro_rules! on_both_runtimes {
-    ($($name:ident),* $(,)?) => {
-        mod current_thread {
-            $(
-                #[tokio::test(flavor = "current_thread")]
-                async fn $name() {
-                    super::$name().await
-                }
-            )*
-        }
-        mod multi_thread {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name().await
-                }
-            )*
-        }
-    };
-}
-
 on_both_runtimes!(
     get_after_two_503s_takes_three_attempts,
     put_after_a_reset_is_sent_again_with_the_same_body,
@@ -306,14 +285,7 @@ on_both_runtimes!(
 );
 
 async fn get_after_two_503s_takes_three_attempts() {
-    let server = serve(|hit| async move {
-        if hit.index < 2 {
-            respond(503)
-        } else {
-            respond(200)
-        }
-    })
-    .await;
+    let server = serve_failing_first(2, 503, 200).await;
     let svc = quick(3).layer(ReqwestService::new(client()));
     let response = svc.oneshot(get(server.url("/items/1"))).await.unwrap();
     assert_eq!(response.status(), 200);
@@ -343,14 +315,7 @@ async fn put_after_a_reset_is_sent_again_with_the_same_body() {
 }
 
 async fn post_carries_one_key_on_every_attempt() {
-    let server = serve(|hit| async move {
-        if hit.index == 0 {
-            respond(503)
-        } else {
-            respond(201)
-        }
-    })
-    .await;
+    let server = serve_failing_first(1, 503, 201).await;
     let svc = quick(3).layer(ReqwestService::new(client()));
     let request = Request::post(server.url("/orders"))
         .body(Full::new(Bytes::from_static(b"{\"sku\":1}")))
@@ -419,14 +384,7 @@ fn chunks() -> Vec<Bytes> {
 }
 
 async fn streaming_body_is_replayed_byte_for_byte() {
-    let server = serve(|hit| async move {
-        if hit.index == 0 {
-            respond(503)
-        } else {
-            respond(200)
-        }
-    })
-    .await;
+    let server = serve_failing_first(1, 503, 200).await;
     let svc = quick(3).layer(ReqwestService::new(client()));
     let request = Request::put(server.url("/stream"))
         .body(common::stream(chunks()))
@@ -444,14 +402,7 @@ async fn streaming_body_is_replayed_byte_for_byte() {
 
 /// A body that is `Send` but not `Sync`, as tower stacks often have.
 async fn send_only_streaming_body_is_replayed() {
-    let server = serve(|hit| async move {
-        if hit.index == 0 {
-            respond(502)
-        } else {
-            respond(200)
-        }
-    })
-    .await;
+    let server = serve_failing_first(1, 502, 200).await;
     let svc = quick(3).layer(ReqwestService::new(client()));
     let body: UnsyncBoxBody<Bytes, Infallible> = UnsyncBoxBody::new(common::stream(chunks()));
     let request = Request::put(server.url("/stream")).body(body).unwrap();
@@ -466,14 +417,7 @@ async fn send_only_streaming_body_is_replayed() {
 }
 
 async fn full_body_keeps_its_content_length() {
-    let server = serve(|hit| async move {
-        if hit.index == 0 {
-            respond(503)
-        } else {
-            respond(200)
-        }
-    })
-    .await;
+    let server = serve_failing_first(1, 503, 200).await;
     let svc = quick(3).layer(ReqwestService::new(client()));
     let request = Request::put(server.url("/doc"))
         .body(Full::new(Bytes::from_static(b"version 2")))
@@ -624,14 +568,7 @@ async fn keyless_post_is_not_retried_after_a_reqwest_timeout() {
 }
 
 async fn response_converts_back_to_a_reqwest_response() {
-    let server = serve(|hit| async move {
-        if hit.index == 0 {
-            respond(503)
-        } else {
-            respond(200)
-        }
-    })
-    .await;
+    let server = serve_failing_first(1, 503, 200).await;
     let url = server.url("/items/9?full=1");
     let response = quick(3)
         .layer(ReqwestService::new(client()))

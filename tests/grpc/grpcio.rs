@@ -2,7 +2,7 @@
 //! (gRPC's C core underneath), `tests/grpcio/server.py`, started by each test on a free
 //! port of 127.0.0.1 with its own scripted plan.
 //!
-//! The client side is what `tests/grpc.rs` and `tests/grpc_a6.rs` build over tonic's own
+//! The client side is what `tests/grpc/glue.rs` and `tests/grpc/a6.rs` build over tonic's own
 //! server: a tonic `Channel` under `grpc::status_layer()`, the `RetryLayer` and
 //! `grpc::tonic_body_layer()`. So what is checked here is that the layer reads another
 //! implementation's answers the way A6 says: C core's Trailers-Only failures (checked on
@@ -16,7 +16,7 @@
 #![cfg(feature = "grpc")]
 #![allow(clippy::disallowed_types)] // measures real waits with std's clock
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

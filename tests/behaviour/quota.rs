@@ -2,7 +2,7 @@
 //! costs tokens by the failure it follows, a success refunds its request's last retry, a
 //! first-try success adds the reward; the balances are exact.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

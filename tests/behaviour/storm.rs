@@ -1,7 +1,7 @@
 //! The shapes of the storm figures (not their exact numbers), from the same simulations the
 //! `storm` example prints, driving the real layer under paused time.
 
-#[path = "../examples/storm/sim.rs"]
+#[path = "../../examples/storm/sim.rs"]
 mod sim;
 
 use tower_http_retry::Jitter;

@@ -1,12 +1,12 @@
 //! hyper-util client -> RetryLayer -> a real hyper server on 127.0.0.1, in real time.
 #![allow(clippy::disallowed_types)] // measures real time with std's clock
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::server::{Action, client, respond, serve, serve_on};
+use common::server::{Action, client, respond, serve, serve_failing_first, serve_on};
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use tower::{Layer, ServiceExt};
@@ -22,14 +22,7 @@ fn quick(max_attempts: u32) -> RetryLayer {
 
 #[tokio::test]
 async fn two_503s_then_200_takes_three_attempts_on_both_sides() {
-    let server = serve(|hit| async move {
-        if hit.index < 2 {
-            respond(503)
-        } else {
-            respond(200)
-        }
-    })
-    .await;
+    let server = serve_failing_first(2, 503, 200).await;
     let svc = quick(3).layer(client());
     let req = Request::get(server.url("/items/1"))
         .body(Full::new(Bytes::new()))
@@ -198,14 +191,7 @@ async fn a_503_asking_for_an_hour_comes_back_at_once() {
 
 #[tokio::test]
 async fn the_server_sees_the_attempt_number_on_each_attempt() {
-    let server = serve(|hit| async move {
-        if hit.index < 2 {
-            respond(502)
-        } else {
-            respond(200)
-        }
-    })
-    .await;
+    let server = serve_failing_first(2, 502, 200).await;
     let svc = quick(3).attempt_header("retry-attempt").layer(client());
     let req = Request::get(server.url("/a"))
         .body(Full::new(Bytes::new()))

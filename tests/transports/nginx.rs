@@ -26,7 +26,7 @@ use hyper_util::rt::TokioExecutor;
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::{Backoff, ReplayBody, RetryLayer, RetryPolicy};
 
-mod common;
+use crate::common;
 
 use common::nginx::Nginx;
 

@@ -1,6 +1,6 @@
 //! Retry-After, the overall deadline and per-attempt timeouts, under paused time.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 
@@ -180,10 +180,7 @@ async fn a_hint_that_would_end_after_the_deadline_returns_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn an_attempt_in_flight_at_the_deadline_is_dropped() {
-    let mock = Mock::new([Reply::Slow(
-        Duration::from_secs(10),
-        Box::new(Reply::Status(200)),
-    )]);
+    let mock = Mock::new([slow_200()]);
     let start = Instant::now();
     let err = layer(policy(100).deadline(Duration::from_secs(1)))
         .layer(mock.clone())
@@ -201,10 +198,7 @@ async fn an_attempt_in_flight_at_the_deadline_is_dropped() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_attempt_times_out_and_is_retried() {
-    let mock = Mock::new([Reply::Slow(
-        Duration::from_secs(10),
-        Box::new(Reply::Status(200)),
-    )]);
+    let mock = Mock::new([slow_200()]);
     let start = Instant::now();
     let response = layer(policy(100).attempt_timeout(Duration::from_secs(1)))
         .layer(mock.clone())
@@ -224,8 +218,7 @@ async fn a_slow_attempt_times_out_and_is_retried() {
 
 #[tokio::test(start_paused = true)]
 async fn the_last_timeout_is_returned_as_attempt_timed_out() {
-    let slow = || Reply::Slow(Duration::from_secs(10), Box::new(Reply::Status(200)));
-    let mock = Mock::new([slow(), slow()]);
+    let mock = Mock::new([slow_200(), slow_200()]);
     let err = layer(
         policy(100)
             .max_attempts(2)
@@ -243,8 +236,7 @@ async fn the_last_timeout_is_returned_as_attempt_timed_out() {
 
 #[tokio::test(start_paused = true)]
 async fn an_attempt_gets_at_most_the_time_left() {
-    let slow = || Reply::Slow(Duration::from_secs(10), Box::new(Reply::Status(200)));
-    let mock = Mock::new([slow(), slow()]);
+    let mock = Mock::new([slow_200(), slow_200()]);
     let start = Instant::now();
     let err = layer(
         policy(100)
@@ -263,10 +255,7 @@ async fn an_attempt_gets_at_most_the_time_left() {
 
 #[tokio::test(start_paused = true)]
 async fn a_post_that_timed_out_without_a_key_is_not_retried() {
-    let mock = Mock::new([Reply::Slow(
-        Duration::from_secs(10),
-        Box::new(Reply::Status(200)),
-    )]);
+    let mock = Mock::new([slow_200()]);
     let err = layer(policy(100).attempt_timeout(Duration::from_secs(1)))
         .no_idempotency_key()
         .layer(mock.clone())
@@ -344,4 +333,9 @@ async fn a_final_error_at_the_deadline_is_recorded_as_the_deadline() {
         .downcast_ref::<tower_http_retry::RetryError>()
         .expect("a RetryError");
     assert_eq!(retry.info().stop(), StopReason::Final);
+}
+
+/// An answer slower than every deadline and attempt timeout here: a 200 after 10 s.
+fn slow_200() -> Reply {
+    Reply::Slow(Duration::from_secs(10), Box::new(Reply::Status(200)))
 }

@@ -21,7 +21,7 @@
 //! 2 ms to 20 ms, `max_retry_after` 500 ms. Every loop is bounded, and each request is
 //! abandoned (and counted as a hang, which fails the test) after 10 s.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! previous wait, readiness bounds, keys, deposits, the `Attempt` extension), under paused
 //! time.
 
-mod common;
+use crate::common;
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};

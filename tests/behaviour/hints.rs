@@ -4,7 +4,7 @@
 
 #![allow(clippy::disallowed_types)] // the real-server case measures real time
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

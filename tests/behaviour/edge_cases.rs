@@ -1,7 +1,7 @@
 //! Edge cases found in review: exact-length bodies over hyper, saturated hints, a retry
 //! that would start at the deadline, bodies at the cap, trailers-only bodies.
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::pin::Pin;

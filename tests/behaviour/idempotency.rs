@@ -1,6 +1,6 @@
 //! Idempotency keys: one stable key per logical request, observed on the server side.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -304,6 +304,22 @@ fn base() -> RetryPolicy {
     )
 }
 
+/// A POST answered 503 once through `layer` is retried, both attempts with the same
+/// generated key (a quoted UUID).
+async fn retried_with_one_generated_key(layer: &RetryLayer, uri: &str, body: &'static [u8]) {
+    let mock = Mock::statuses(&[503]);
+    let response = layer
+        .layer(mock.clone())
+        .oneshot(request(Method::POST, uri, body))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let sent = keys(&mock);
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0], sent[1]);
+    assert!(is_quoted_uuid(&sent[0]), "{:?}", sent[0]);
+}
+
 fn info(response: &http::Response<Full<Bytes>>) -> RetryInfo {
     response.extensions().get::<RetryInfo>().unwrap().clone()
 }
@@ -340,17 +356,7 @@ async fn a_route_without_keys_sends_none_and_does_not_repeat_its_posts() {
     assert_eq!(legacy.stop(), StopReason::NotIdempotent);
 
     // The layer's keys still apply everywhere else.
-    let mock = Mock::statuses(&[503]);
-    let response = layer
-        .layer(mock.clone())
-        .oneshot(request(Method::POST, "http://h/orders", b"1"))
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let sent = keys(&mock);
-    assert_eq!(sent.len(), 2);
-    assert_eq!(sent[0], sent[1]);
-    assert!(is_quoted_uuid(&sent[0]), "{:?}", sent[0]);
+    retried_with_one_generated_key(&layer, "http://h/orders", b"1").await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -471,17 +477,7 @@ async fn an_assumed_idempotent_route_gets_no_key_unless_it_configures_one() {
     assert_eq!(info(&response).idempotency_key(), None);
 
     // A policy that also configures a key gets one.
-    let mock = Mock::statuses(&[503]);
-    let response = layer
-        .layer(mock.clone())
-        .oneshot(request(Method::POST, "http://h/import", b"rows"))
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let sent = keys(&mock);
-    assert_eq!(sent.len(), 2);
-    assert_eq!(sent[0], sent[1]);
-    assert!(is_quoted_uuid(&sent[0]), "{:?}", sent[0]);
+    retried_with_one_generated_key(&layer, "http://h/import", b"rows").await;
 }
 
 #[tokio::test(start_paused = true)]

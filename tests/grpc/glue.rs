@@ -4,7 +4,7 @@
 //! the layer's and the channel's timeouts reach the caller as the right codes.
 #![cfg(feature = "grpc")]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! What every case checks: no retry that is safe is refused (the retry happens, with the
 //! whole body), and no keyless POST is applied twice by the server.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -147,6 +147,17 @@ fn h1_reset_after_the_first_chunk_of_a_streaming_put_is_retried() {
     });
 }
 
+/// A plan for the `h2` server: `first()` for the first stream, a 200 for every later one.
+fn first_then_200(first: fn() -> H2Action) -> impl Fn(usize) -> H2Action + Copy + Send + Sync {
+    move |index| {
+        if index == 0 {
+            first()
+        } else {
+            H2Action::Apply(200)
+        }
+    }
+}
+
 /// HTTP/2: RST_STREAM(REFUSED_STREAM) after the first chunk of a keyless POST. The refusal
 /// proves the server did not process it, so even a keyless POST is retried; the body is
 /// still in hyper's body pipe when the response future fails.
@@ -154,13 +165,9 @@ fn h1_reset_after_the_first_chunk_of_a_streaming_put_is_retried() {
 fn h2_refused_stream_mid_body_retries_a_keyless_post() {
     on_every_runtime(LIMIT, |mode| {
         repeat(mode, RACY_RUNS, move |run| async move {
-            let server = h2_server(|index| {
-                if index == 0 {
-                    H2Action::ResetAfterFirstChunk(h2::Reason::REFUSED_STREAM)
-                } else {
-                    H2Action::Apply(200)
-                }
-            })
+            let server = h2_server(first_then_200(|| {
+                H2Action::ResetAfterFirstChunk(h2::Reason::REFUSED_STREAM)
+            }))
             .await;
             let result = send(
                 Proto::H2,
@@ -202,13 +209,9 @@ fn h2_other_resets_retry_a_put_and_not_a_keyless_post() {
             assert!(result.is_err(), "{context}");
             assert_eq!(server.log.seen(), 1, "{context}: sent again");
 
-            let server = h2_server(|index| {
-                if index == 0 {
-                    H2Action::ResetAfterFirstChunk(h2::Reason::INTERNAL_ERROR)
-                } else {
-                    H2Action::Apply(200)
-                }
-            })
+            let server = h2_server(first_then_200(|| {
+                H2Action::ResetAfterFirstChunk(h2::Reason::INTERNAL_ERROR)
+            }))
             .await;
             let result = send(
                 Proto::H2,
@@ -323,7 +326,7 @@ fn large() -> Vec<Step> {
 /// body: it is not retried, though attempt 1 sent the whole body. (Over HTTP/1 a server
 /// that stops reading closes the connection, which the client sees as a reset, not an early
 /// response; the per-attempt rule itself is also checked with a scripted transport in
-/// tests/behaviour.rs.)
+/// tests/behaviour/retry_loop.rs.)
 #[test]
 fn h2_an_early_503_to_a_retry_is_not_retried_though_the_first_attempt_sent_it_all() {
     on_every_runtime(LIMIT, |mode| {
@@ -460,14 +463,7 @@ fn a_retry_after_a_close_following_the_trailers_carries_them() {
     // HTTP/2: the server drops the whole connection.
     on_every_runtime(LIMIT, |mode| {
         repeat(mode, 20, move |run| async move {
-            let server = h2_server(|index| {
-                if index == 0 {
-                    H2Action::ApplyThenDrop
-                } else {
-                    H2Action::Apply(200)
-                }
-            })
-            .await;
+            let server = h2_server(first_then_200(|| H2Action::ApplyThenDrop)).await;
             let result = send(Proto::H2, layer(true), with_trailers(&server, "/t")).await;
             let context = format!("H2 {mode:?} run {run}");
             let response = result.unwrap_or_else(|e| panic!("{context}: {e}"));
@@ -491,6 +487,28 @@ fn a_retry_after_a_close_following_the_trailers_carries_them() {
 
 const POST_BODY: &[Step] = &[Step::Data(b"order 42")];
 
+/// A keyless POST of `POST_BODY` over HTTP/2 that the layer must not send again: it comes
+/// back as the transport's error, and the server applied it exactly `applied` times (once
+/// when it did the work before the connection went, none when it read nothing).
+async fn keyless_post_is_returned(context: &str, server: &Server, applied: usize) {
+    let result = send(
+        Proto::H2,
+        layer(false),
+        request(Method::POST, server, "/orders", POST_BODY),
+    )
+    .await;
+    assert!(
+        result.is_err(),
+        "{context}: a keyless POST: {:?}",
+        result.map(|r| r.status())
+    );
+    assert_eq!(
+        server.log.applied().len(),
+        applied,
+        "{context}: a keyless POST applied more often than the server did the work"
+    );
+}
+
 /// GOAWAY naming the very stream as processed (nginx's habit after `keepalive_requests`):
 /// the server did the work, so a keyless POST must not be sent again; a GET and a keyed
 /// POST may be, and are.
@@ -498,32 +516,10 @@ const POST_BODY: &[Step] = &[Step::Data(b"order 42")];
 fn goaway_after_processing_retries_what_may_be_repeated_and_never_a_keyless_post() {
     on_every_runtime(LIMIT, |mode| {
         repeat(mode, RACY_RUNS, move |run| async move {
-            let plan = |index| {
-                if index == 0 {
-                    H2Action::ApplyThenGoAway
-                } else {
-                    H2Action::Apply(200)
-                }
-            };
+            let plan = first_then_200(|| H2Action::ApplyThenGoAway);
             let context = format!("{mode:?} run {run}");
 
-            let server = h2_server(plan).await;
-            let result = send(
-                Proto::H2,
-                layer(false),
-                request(Method::POST, &server, "/orders", POST_BODY),
-            )
-            .await;
-            assert!(
-                result.is_err(),
-                "{context}: a keyless POST after GOAWAY: {:?}",
-                result.map(|r| r.status())
-            );
-            assert_eq!(
-                server.log.applied().len(),
-                1,
-                "{context}: a keyless POST applied twice"
-            );
+            keyless_post_is_returned(&context, &h2_server(plan).await, 1).await;
 
             let server = h2_server(plan).await;
             let result = send(
@@ -603,23 +599,7 @@ fn goaway_naming_an_earlier_stream_never_repeats_a_keyless_post() {
     on_every_runtime(LIMIT, |mode| {
         repeat(mode, RACY_RUNS, move |run| async move {
             let context = format!("{mode:?} run {run}");
-            let server = goaway_then_200(true).await;
-            let result = send(
-                Proto::H2,
-                layer(false),
-                request(Method::POST, &server, "/orders", POST_BODY),
-            )
-            .await;
-            assert!(
-                result.is_err(),
-                "{context}: {:?}",
-                result.map(|r| r.status())
-            );
-            assert_eq!(
-                server.log.applied().len(),
-                1,
-                "{context}: a keyless POST applied twice"
-            );
+            keyless_post_is_returned(&context, &goaway_then_200(true).await, 1).await;
 
             let server = goaway_then_200(true).await;
             let result = send(
@@ -650,19 +630,7 @@ fn goaway_before_processing_retries_a_get_and_leaves_a_keyless_post_alone() {
             retried_once_after_goaway(&format!("{context}: GET"), result);
             assert_eq!(server.log.applied().len(), 1, "{context}");
 
-            let server = goaway_then_200(false).await;
-            let result = send(
-                Proto::H2,
-                layer(false),
-                request(Method::POST, &server, "/orders", POST_BODY),
-            )
-            .await;
-            assert!(
-                result.is_err(),
-                "{context}: {:?}",
-                result.map(|r| r.status())
-            );
-            assert_eq!(server.log.applied().len(), 0, "{context}");
+            keyless_post_is_returned(&context, &goaway_then_200(false).await, 0).await;
         })
     });
 }

@@ -2,7 +2,7 @@
 //! `Ok`, so a breaker that counts only errors never opens during a 503 outage, and one with
 //! the README's failure classifier does. Paused time, a mock that is down.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 #![allow(clippy::disallowed_types)] // measures real time with std's clock
 #![cfg(feature = "reqwest-middleware")]
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::server::{respond, respond_with, serve};
+use common::server::{respond, respond_with, serve, serve_failing_first};
 use http::Extensions;
 use http_body::Frame;
 use http_body_util::StreamBody;
@@ -89,27 +89,6 @@ fn first_fails_with(
     }
 }
 
-macro_rules! on_both_runtimes {
-    ($($name:ident),* $(,)?) => {
-        mod current_thread {
-            $(
-                #[tokio::test(flavor = "current_thread")]
-                async fn $name() {
-                    super::$name().await
-                }
-            )*
-        }
-        mod multi_thread {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name().await
-                }
-            )*
-        }
-    };
-}
-
 on_both_runtimes!(
     get_after_two_503s_is_one_request_above_and_three_below,
     post_carries_one_key_and_the_same_body_on_every_attempt,
@@ -126,14 +105,7 @@ on_both_runtimes!(
 );
 
 async fn get_after_two_503s_is_one_request_above_and_three_below() {
-    let server = serve(|hit| async move {
-        if hit.index < 2 {
-            respond(503)
-        } else {
-            respond(200)
-        }
-    })
-    .await;
+    let server = serve_failing_first(2, 503, 200).await;
     let (client, above, below) = client(layer(3), None);
     let url = server.url("/items/1");
     let response = client.get(&url).send().await.unwrap();
@@ -266,14 +238,7 @@ impl Middleware for Recorder {
 }
 
 async fn every_attempt_starts_from_the_callers_extensions_and_the_last_comes_back() {
-    let server = serve(|hit| async move {
-        if hit.index < 2 {
-            respond(503)
-        } else {
-            respond(200)
-        }
-    })
-    .await;
+    let server = serve_failing_first(2, 503, 200).await;
     let recorder = Recorder::default();
     let client = ClientBuilder::new(reqwest_client(None))
         .with(RetryMiddleware::new(layer(3)))

@@ -42,7 +42,7 @@
 #![cfg(feature = "grpc")]
 #![allow(clippy::disallowed_types)] // measures real waits with std's clock
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -13,7 +13,7 @@
 //! under `CI=true`, and elsewhere says loudly that it skipped.
 #![cfg(feature = "grpc")]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

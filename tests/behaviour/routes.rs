@@ -1,6 +1,6 @@
 //! Per-route policies through the layer, under paused time.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

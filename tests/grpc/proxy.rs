@@ -13,7 +13,7 @@
 //! Without them the tests fail under `CI=true`, and elsewhere say loudly that they skipped.
 #![cfg(feature = "grpc")]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::error::Error as _;

@@ -3,12 +3,9 @@
 //! instead of libFuzzer. The case counts are bounded to keep the whole file well under a
 //! second or two in a debug build.
 
-#[path = "../fuzz/src/hints_case.rs"]
-mod hints_case;
-#[path = "../fuzz/src/replay_case.rs"]
-mod replay_case;
-#[path = "../fuzz/src/retry_after_case.rs"]
-mod retry_after_case;
+// The fuzz crate's oracles are declared at the binary's root (`main.rs`): they name each
+// other through `crate::`.
+use crate::{hints_case, replay_case, retry_after_case};
 
 use std::time::{Duration, SystemTime};
 

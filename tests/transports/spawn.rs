@@ -6,7 +6,7 @@
 //! `tokio::spawn` fails the same way for the bare client itself, as tower's `Oneshot` names
 //! the service's future: not a call style the layer can give back.)
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::server::{respond, serve};
