@@ -127,10 +127,15 @@ impl RetryInfo {
     }
 
     /// The time the layer waited between attempts, in all: the sum of the retries' waits.
+    /// A hedge is no wait (its `wait` is the time since the attempt before it was sent,
+    /// which was still in flight), so hedges count nothing here.
     pub fn total_wait(&self) -> Duration {
-        self.retries.iter().fold(Duration::ZERO, |total, retry| {
-            total.saturating_add(retry.wait)
-        })
+        self.retries
+            .iter()
+            .filter(|retry| retry.kind != AttemptKind::Hedge)
+            .fold(Duration::ZERO, |total, retry| {
+                total.saturating_add(retry.wait)
+            })
     }
 
     /// Why the layer stopped and returned what it returned.
@@ -232,10 +237,19 @@ impl fmt::Display for RetryInfo {
         {
             f.write_str(" (the last retry not sent)")?;
         }
-        if !self.retries.is_empty() {
+        let hedges = self.hedges();
+        if hedges > 0 {
+            let plural = if hedges == 1 { "" } else { "s" };
+            write!(f, "; {hedges} hedge{plural}")?;
+            if let Some(returned) = self.returned {
+                write!(f, ", attempt {returned} returned")?;
+            }
+        }
+        let waits = || self.retries.iter().filter(|r| r.kind != AttemptKind::Hedge);
+        if waits().next().is_some() {
             write!(f, "; waited {} (", Millis(self.total_wait()))?;
             let mut seen: Vec<WaitSource> = Vec::new();
-            for retry in &self.retries {
+            for retry in waits() {
                 let source = WaitSource::of(retry);
                 if !seen.contains(&source) {
                     if !seen.is_empty() {
@@ -256,6 +270,11 @@ impl fmt::Display for RetryInfo {
             write!(f, "\n  attempt {}, after {}", i + 2, retry.reason)?;
             match retry.kind {
                 AttemptKind::Transparent => f.write_str(", a transparent retry")?,
+                AttemptKind::Hedge => write!(
+                    f,
+                    ", a hedge {} after the attempt before",
+                    Millis(retry.wait)
+                )?,
                 _ => write!(f, " and {} ({})", Millis(retry.wait), WaitSource::of(retry))?,
             }
             write!(f, ": {}", retry.outcome)?;
@@ -361,6 +380,7 @@ impl fmt::Display for AttemptOutcome {
             AttemptOutcome::Error => f.write_str("error"),
             AttemptOutcome::TimedOut => f.write_str("timed out"),
             AttemptOutcome::Abandoned => f.write_str("abandoned"),
+            AttemptOutcome::Cancelled => f.write_str("cancelled"),
             AttemptOutcome::NotSent => f.write_str("not sent"),
         }
     }

@@ -25,6 +25,7 @@ mod cancellation;
 mod circuit_breaker;
 mod config_errors;
 mod edge_cases;
+mod hedging;
 mod hints;
 mod idempotency;
 mod partitions;

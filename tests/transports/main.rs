@@ -10,6 +10,7 @@ mod common;
 
 mod chaos;
 mod end_to_end;
+mod hedging;
 mod nginx;
 mod real_transports;
 mod spawn;

@@ -3,7 +3,7 @@
 //! the hedge wins (HTTP/2 resets its stream, HTTP/1 closes its connection) and never
 //! finishes, the winner's body arrives intact, and nothing outlives the request.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -205,6 +205,19 @@ async fn while_none_answers_an_attempt_starts_every_delay_up_to_max_attempts() {
         [None, Some("1".into()), Some("2".into()), Some("3".into())]
     );
     assert_eq!(server.alive(), 0, "the losers were dropped");
+    // Hedges are no waits.
+    assert_eq!(info.total_wait(), Duration::ZERO);
+    assert_eq!(
+        info.to_string(),
+        "4 attempts: 200, cancelled, cancelled, cancelled; 3 hedges, attempt 1 returned; \
+         stopped: final"
+    );
+    assert_eq!(
+        format!("{info:#}").lines().nth(2),
+        Some(
+            "  attempt 2, after hedging delay, a hedge 500 ms after the attempt before: cancelled"
+        )
+    );
 }
 
 #[tokio::test(start_paused = true)]
