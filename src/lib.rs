@@ -22,6 +22,9 @@
 //!   of traffic during an outage.
 //! - **Per-route policies** ([`RouteMatch`]) and a per-request override
 //!   ([`RetryPolicy`] in the request's extensions).
+//! - **Hedging** ([`Hedging`], [`RetryPolicy::hedge`]): a slow request that may be repeated
+//!   concurrently gets another copy after a fixed delay or the route's latency percentile,
+//!   and the first good answer wins.
 //! - **A record of what happened**: [`RetryInfo`] in the response's extensions.
 //!
 //! **POSTs are retried by default.** The generated key makes a POST retryable, which is

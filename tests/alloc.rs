@@ -280,6 +280,36 @@ fn ours_allocates_at_most_two_more_than_tower_per_get_with_response_extensions()
     );
 }
 
+/// A hedged request that succeeds before its delay boxes its flight and its first attempt
+/// (its attempts in flight, together) and keeps them in a vector: three allocations more
+/// than the same policy without hedging, and nothing more (no timer task, no hedge).
+#[test]
+fn a_hedged_request_answered_at_once_allocates_its_flight_and_nothing_more() {
+    let plain = per_request(
+        "ours, 2 attempts",
+        RetryLayer::new()
+            .policy(RetryPolicy::default().max_attempts(2))
+            .layer(NOOP),
+        get,
+    );
+    let hedged =
+        per_request(
+            "ours, hedged after 10 ms",
+            RetryLayer::new()
+                .policy(RetryPolicy::default().max_attempts(2).hedge(
+                    tower_http_retry::Hedging::after(std::time::Duration::from_millis(10)),
+                ))
+                .layer(NOOP),
+            get,
+        );
+    println!("hedged - plain = {:+.2}", hedged - plain);
+    assert!(hedged <= plain + 3.0, "hedged {hedged} > plain {plain} + 3");
+    assert!(
+        hedged >= plain + 1.0,
+        "hedged {hedged}, plain {plain}: no flight?"
+    );
+}
+
 /// The same target on a response with no extensions, where the first insert also creates
 /// the map (see [`extension_map_cost`]). The inner service does not read the body.
 #[test]

@@ -111,6 +111,14 @@ fn main() {
         };
         println!("{label:<22} {:>11.2}x {:>15.2}x", without, with);
     }
+    // Hedges are paid for as retries are: in an outage each failure sends the next one.
+    let hedged = |retries| sim::paused(sim::amplification_of(1, retries, 20_000, 1000));
+    println!(
+        "{:<22} {:>11.2}x {:>15.2}x",
+        "one hedging layer",
+        hedged(sim::Retries::HedgedNoBudget),
+        hedged(sim::Retries::HedgedBudget)
+    );
     println!(
         "\nWith a budget, each layer adds retries of about 10% of the requests it sees, plus its"
     );

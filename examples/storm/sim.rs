@@ -17,7 +17,8 @@ use tower::{Layer, Service, ServiceExt};
 #[cfg(feature = "grpc")]
 use tower_http_retry::grpc::Throttle;
 use tower_http_retry::{
-    Backoff, Jitter, RetryBudget, RetryInfo, RetryLayer, RetryPolicy, RetryQuota, StopReason,
+    Backoff, Hedging, Jitter, RetryBudget, RetryInfo, RetryLayer, RetryPolicy, RetryQuota,
+    StopReason,
 };
 
 /// Width of a time window, as in the figures the project grew from.
@@ -142,13 +143,23 @@ pub async fn jitter_spread(jitter: Jitter, clients: usize, retries: u32, seed: u
 /// `layers` nested retrying layers (3 attempts each, default backoff), each with its own
 /// default budget or none.
 pub async fn amplification(layers: usize, budget: bool, requests: usize, per_second: u32) -> f64 {
+    let retries = match budget {
+        true => Retries::DefaultBudget,
+        false => Retries::AttemptsOnly,
+    };
+    amplification_of(layers, retries, requests, per_second).await
+}
+
+/// [`amplification`] for any row's retries (the hedged ones too).
+pub async fn amplification_of(
+    layers: usize,
+    retries: Retries,
+    requests: usize,
+    per_second: u32,
+) -> f64 {
     let storm = Storm {
         layers,
-        retries: if budget {
-            Retries::DefaultBudget
-        } else {
-            Retries::AttemptsOnly
-        },
+        retries,
         failure_rate: 1.0,
         requests,
         per_second,
@@ -200,6 +211,11 @@ pub enum Retries {
     AttemptsOnly,
     /// Three attempts, spent from the default `RetryBudget` (each layer its own bucket).
     DefaultBudget,
+    /// Up to three attempts in flight, hedged every 10 ms (`Hedging::after`), no budget: in
+    /// an outage every failure sends the next hedge at once.
+    HedgedNoBudget,
+    /// The same, every hedge spent from the default `RetryBudget`.
+    HedgedBudget,
     /// gRPC (feature `grpc`): `RetryLayer::grpc()` with three attempts retrying
     /// `UNAVAILABLE`, A6's example throttle (each layer its own) and no budget, against a
     /// server answering Trailers-Only `grpc-status: 14` instead of 503.
@@ -226,6 +242,8 @@ impl Retries {
             Retries::Off => "no retries",
             Retries::AttemptsOnly => "3 attempts, no budget",
             Retries::DefaultBudget => "3 attempts, default budget",
+            Retries::HedgedNoBudget => "hedged x3, no budget",
+            Retries::HedgedBudget => "hedged x3, default budget",
             #[cfg(feature = "grpc")]
             Retries::Throttle => "3 attempts, grpc::Throttle",
         }
@@ -242,7 +260,10 @@ impl Retries {
 
     /// Whether something (a budget or a throttle) may refuse this row's retries.
     pub fn refuses(self) -> bool {
-        !matches!(self, Retries::Off | Retries::AttemptsOnly)
+        !matches!(
+            self,
+            Retries::Off | Retries::AttemptsOnly | Retries::HedgedNoBudget
+        )
     }
 }
 
@@ -491,6 +512,12 @@ impl Storm {
             Retries::DefaultBudget => RetryLayer::new()
                 .budget(RetryBudget::default())
                 .policy(policy),
+            Retries::HedgedNoBudget => RetryLayer::new()
+                .no_budget()
+                .policy(policy.hedge(Hedging::after(Duration::from_millis(10)))),
+            Retries::HedgedBudget => RetryLayer::new()
+                .budget(RetryBudget::default())
+                .policy(policy.hedge(Hedging::after(Duration::from_millis(10)))),
             // A6 has no budget: the throttle alone. A new throttle per layer (per client).
             #[cfg(feature = "grpc")]
             Retries::Throttle => RetryLayer::grpc()
@@ -522,8 +549,12 @@ impl Storm {
             for k in (0..self.layers).rev() {
                 steps[k] = match self.retries {
                     Retries::Off => Step::new(failure, 0.0),
-                    Retries::AttemptsOnly => Step::new(failure, f64::INFINITY),
-                    Retries::DefaultBudget => Step::new(
+                    // A hedge after an instant failure is a retry without a wait: the
+                    // same arithmetic.
+                    Retries::AttemptsOnly | Retries::HedgedNoBudget => {
+                        Step::new(failure, f64::INFINITY)
+                    }
+                    Retries::DefaultBudget | Retries::HedgedBudget => Step::new(
                         failure,
                         (MAX_TOKENS + RATIO * seen[k] + MIN_PER_SEC * seconds) / seen[k],
                     ),

@@ -54,6 +54,21 @@ fn amplification_without_a_budget_multiplies_by_the_attempts() {
 }
 
 #[test]
+fn the_budget_caps_hedges_in_an_outage_as_it_caps_retries() {
+    let hedged = |retries| sim::paused(sim::amplification_of(1, retries, 20_000, 1000));
+    // Every failure sends the next hedge at once: three attempts a request, without a budget.
+    assert_eq!(hedged(Retries::HedgedNoBudget), 3.0);
+    // With the default budget, what it holds and nothing more, as for retries.
+    let capped = hedged(Retries::HedgedBudget);
+    let retried = sim::paused(sim::amplification(1, true, 20_000, 1000));
+    assert!(capped < 1.15, "{capped}");
+    assert!(
+        (capped - retried).abs() < 0.02,
+        "hedged {capped}, retried {retried}"
+    );
+}
+
+#[test]
 fn the_default_budget_keeps_amplification_near_ten_percent_per_layer() {
     let one = sim::paused(sim::amplification(1, true, 20_000, 1000));
     let three = sim::paused(sim::amplification(3, true, 20_000, 1000));
@@ -283,11 +298,11 @@ fn every_budget_in_the_tables_stays_under_its_ceiling() {
                 let granted = m.retries_at(k) as f64;
                 let ceiling = match row.storm.retries {
                     Retries::Off => 0.0,
-                    Retries::AttemptsOnly => 2.0 * layer.requests as f64,
+                    Retries::AttemptsOnly | Retries::HedgedNoBudget => 2.0 * layer.requests as f64,
                     // No budget: only the attempts bound it (the throttle has tests below).
                     #[cfg(feature = "grpc")]
                     Retries::Throttle => 2.0 * layer.requests as f64,
-                    Retries::DefaultBudget => {
+                    Retries::DefaultBudget | Retries::HedgedBudget => {
                         sim::MAX_TOKENS
                             + sim::RATIO * layer.requests as f64
                             + sim::MIN_PER_SEC * seconds
