@@ -1159,3 +1159,160 @@ async fn limits_pick_the_first_end() {
         now + Duration::from_secs(86_400 * 365 * 30)
     );
 }
+
+// A hedged request's decisions (`decision::hedge`).
+
+fn judged(policy: &RetryPolicy, verdict: Classification, world: &mut World) -> hedge::Judged {
+    let limits = Limits::start(policy, None);
+    let mut once = Vec::new();
+    hedge::outcome(
+        policy,
+        &Gates::default(),
+        &Ticket::default(),
+        &limits,
+        &hedge::HedgeOutcome {
+            verdict,
+            responded: true,
+        },
+        world,
+        &mut once,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedged_outcome_wins_or_sends_the_next_hedge_as_its_verdict_and_facts_say() {
+    use hedge::{Judged, Next};
+    let policy = policy();
+    let non_fatal = |next, hint| Judged::NonFatal {
+        reason: S503,
+        hint,
+        next,
+    };
+    // Fatal: returned, whatever else.
+    for verdict in [Classification::Success, Classification::Done] {
+        assert_eq!(
+            judged(&policy, verdict, &mut World::new()),
+            Judged::Wins(StopReason::Final)
+        );
+    }
+    // Non-fatal, nothing else said: the next hedge at once.
+    assert_eq!(
+        judged(&policy, Classification::Retry(S503), &mut World::new()),
+        non_fatal(Next::After(Duration::ZERO), None)
+    );
+    // The server's floor hint sets its time; beyond `max_retry_after`, no more hedges.
+    let mut world = World::new();
+    world.hint = Some(Hint::new(2_000 * MS, HintSource::RetryAfter));
+    assert_eq!(
+        judged(&policy, Classification::Retry(S503), &mut world),
+        non_fatal(Next::After(2_000 * MS), Some(HintSource::RetryAfter))
+    );
+    world.hint = Some(Hint::new(Duration::from_secs(60), HintSource::RetryAfter));
+    assert_eq!(
+        judged(&policy, Classification::Retry(S503), &mut world),
+        non_fatal(
+            Next::Freeze(StopReason::HintTooLong),
+            Some(HintSource::RetryAfter)
+        )
+    );
+    // A stop from the server, and a response that came before its body was sent.
+    assert_eq!(
+        judged(&policy, Classification::Stop(S503), &mut World::new()),
+        non_fatal(Next::Freeze(StopReason::ServerSaidStop), None)
+    );
+    let mut early = World::new();
+    early.replay = Err(NotReplayable::EarlyResponse);
+    assert_eq!(
+        judged(&policy, Classification::Retry(S503), &mut early),
+        non_fatal(Next::Freeze(StopReason::BodyNotReplayable), None)
+    );
+    // A body still being sent is no obstacle: the hedge waits for it.
+    let mut streaming = World::new();
+    streaming.replay = Err(NotReplayable::InFlight);
+    assert_eq!(
+        judged(&policy, Classification::Retry(S503), &mut streaming),
+        non_fatal(Next::After(Duration::ZERO), None)
+    );
+    // A next hedge that could not start before the deadline.
+    let tight = policy.clone().deadline(100 * MS);
+    let mut world = World::new();
+    world.hint = Some(Hint::new(200 * MS, HintSource::RetryAfter));
+    assert_eq!(
+        judged(&tight, Classification::Retry(S503), &mut world),
+        non_fatal(
+            Next::Freeze(StopReason::HintTooLong),
+            Some(HintSource::RetryAfter)
+        )
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_500_once_is_non_fatal_once_per_hedged_request() {
+    let policy = policy();
+    let limits = Limits::start(&policy, None);
+    let mut once = Vec::new();
+    let seen = hedge::HedgeOutcome {
+        verdict: Classification::RetryOnce(S500),
+        responded: true,
+    };
+    let mut judge = || {
+        hedge::outcome(
+            &policy,
+            &Gates::default(),
+            &Ticket::default(),
+            &limits,
+            &seen,
+            &mut World::new(),
+            &mut once,
+        )
+    };
+    assert!(matches!(judge(), hedge::Judged::NonFatal { .. }));
+    assert_eq!(judge(), hedge::Judged::Wins(StopReason::Final));
+}
+
+#[test]
+fn a_hedge_asks_the_throttle_only_then_pays_the_budget() {
+    let throttle = Throttle::builder().max_tokens(4.0).token_ratio(1.0).build();
+    let gates = Gates {
+        budget: Some(
+            RetryBudget::builder()
+                .ratio(0.0)
+                .min_per_sec(0)
+                .max_tokens(1)
+                .build(),
+        ),
+        throttle: Some(throttle.clone()),
+        quota: None,
+    };
+    let mut ticket = Ticket::default();
+    assert_eq!(
+        gates.ask_hedge(crate::classify::FailureKind::Transient, &mut ticket),
+        Ok(())
+    );
+    assert_eq!(throttle.tokens(), 4.0, "checked, not drawn");
+    assert_eq!(
+        gates.ask_hedge(crate::classify::FailureKind::Transient, &mut ticket),
+        Err(Refusal::Budget)
+    );
+    // At half, the throttle refuses before the budget is asked.
+    assert!(
+        gates
+            .on_outcome(
+                Heard::Failure(crate::classify::FailureKind::Transient),
+                None
+            )
+            .is_ok()
+    );
+    assert!(
+        gates
+            .on_outcome(
+                Heard::Failure(crate::classify::FailureKind::Transient),
+                None
+            )
+            .is_err()
+    );
+    assert_eq!(
+        gates.ask_hedge(crate::classify::FailureKind::Transient, &mut ticket),
+        Err(Refusal::Throttle)
+    );
+}
