@@ -167,26 +167,35 @@ impl Plans {
 
     /// The plan for a request: its own policy extension first, then the first matching
     /// route, else the default. Allocates only for a request that carries a policy.
+    #[inline]
     pub(crate) fn select<B>(&self, request: &Request<B>) -> Arc<Plan> {
-        if let Some(policy) = request.extensions().get::<RetryPolicy>() {
-            let plan = Plan::resolve(policy.clone(), &self.config);
-            if let Some(own) = plan.latency.get() {
-                // A percentile is read from the latencies of the route the request matched,
-                // not from a record of its own.
-                let matched = self.matched(request);
-                let shared = matched.latency.get_or_init(|| Arc::clone(own));
-                let plan = Plan {
-                    latency: OnceLock::from(Arc::clone(shared)),
-                    ..plan
-                };
-                return Arc::new(plan);
-            }
-            return Arc::new(plan);
+        match request.extensions().get::<RetryPolicy>() {
+            Some(policy) => self.own(policy, request),
+            None => Arc::clone(self.matched(request)),
         }
-        Arc::clone(self.matched(request))
+    }
+
+    /// The plan of a request that carries its own policy. A percentile is read from the
+    /// latencies of the route the request matched, not from a record of its own.
+    #[cold]
+    #[inline(never)]
+    fn own<B>(&self, policy: &RetryPolicy, request: &Request<B>) -> Arc<Plan> {
+        let plan = Plan::resolve(policy.clone(), &self.config);
+        if let Some(own) = plan.latency.get() {
+            let shared = self
+                .matched(request)
+                .latency
+                .get_or_init(|| Arc::clone(own));
+            return Arc::new(Plan {
+                latency: OnceLock::from(Arc::clone(shared)),
+                ..plan
+            });
+        }
+        Arc::new(plan)
     }
 
     /// The plan of the first route `request` matches, else the default.
+    #[inline]
     fn matched<B>(&self, request: &Request<B>) -> &Arc<Plan> {
         let (method, uri, headers) = (request.method(), request.uri(), request.headers());
         self.routes

@@ -170,17 +170,26 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
 }
 
 impl<F, S, B, R> ResponseFuture<F, S, B, R> {
-    /// The first attempt of a hedged request: hedges follow every `delay` while no attempt
-    /// has answered (with none, only after a non-fatal failure).
+    /// The first attempt of a hedged request: hedges follow every delay of the policy's
+    /// hedging while no attempt has answered (with no delay known yet, only a non-fatal
+    /// failure sends one). Out of line: the unhedged requests' `call` stays as it was.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn hedged(
         future: F,
         retry: Retrying<S, B>,
-        delay: Option<std::time::Duration>,
         limits: Limits,
         info: RetryInfo,
         trace: Trace,
     ) -> Self {
-        let flight = hedge::Flight::new(future, retry, delay, &limits, Instant::now());
+        let now = Instant::now();
+        let delay = retry
+            .plan
+            .policy
+            .hedging
+            .as_ref()
+            .and_then(|hedging| hedging.delay_at(retry.plan.latency().map(|r| &**r), || now));
+        let flight = hedge::Flight::new(future, retry, delay, &limits, now);
         Self {
             // Armed on the first poll.
             timer: None,
@@ -433,6 +442,7 @@ where
                 self.state.set(State::Done);
                 Some(result)
             }
+
             Step::Released(released) => match self.state.as_mut().project_replace(State::Done) {
                 StateOwn::Releasing { held, retry, later } if released => {
                     // Decided anew: time has passed, and the body's state changed.

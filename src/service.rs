@@ -19,7 +19,6 @@ use crate::hook::Hooks;
 use crate::info::{RetryInfo, StopReason};
 use crate::replay::ReplayBody;
 use crate::trace::Trace;
-use tokio::time::Instant;
 
 /// Retries requests to the inner service when it is safe and worth it.
 ///
@@ -251,15 +250,9 @@ where
         }
 
         // Hedged: a request that may be repeated concurrently, under a hedging policy.
-        let hedging = match &policy.hedging {
-            Some(hedging)
-                if policy.max_attempts > 1
-                    && (request.method().is_idempotent() || policy.assume_idempotent) =>
-            {
-                Some(hedging.delay_at(plan.latency().map(|r| &**r), Instant::now))
-            }
-            _ => None,
-        };
+        let hedged = policy.hedging.is_some()
+            && policy.max_attempts > 1
+            && (request.method().is_idempotent() || policy.assume_idempotent);
         let (mut parts, body) = request.into_parts();
         // hyper stops sending a body at the request's own `Content-Length` without a last
         // poll; the header is read only when the body does not know its length itself.
@@ -284,12 +277,10 @@ where
             plan,
             partition,
         };
-        match hedging {
-            Some(delay) if !retry.replay.is_never() => {
-                ResponseFuture::hedged(future, retry, delay, limits, info, trace)
-            }
-            _ => ResponseFuture::first(future, retry, limits, info, trace),
+        if hedged && !retry.replay.is_never() {
+            return ResponseFuture::hedged(future, retry, limits, info, trace);
         }
+        ResponseFuture::first(future, retry, limits, info, trace)
     }
 }
 

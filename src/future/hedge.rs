@@ -76,6 +76,7 @@ enum Sending {
 
 impl<F, S, B, R> Flight<F, S, B, R> {
     /// The flight of a request whose first attempt, `first`, was sent at `now`.
+    #[inline(never)]
     pub(super) fn new(
         first: F,
         retry: Retrying<S, B>,
@@ -158,7 +159,9 @@ impl<F, S, B, R> Drop for Flight<F, S, B, R> {
     }
 }
 
-/// Drives a hedged request to its result.
+/// Drives a hedged request to its result. Never inlined: the unhedged states' polling
+/// stays as small as it was.
+#[inline(never)]
 pub(super) fn poll<F, S, B, RB, E>(
     flight: &mut Flight<F, S, B, Response<RB>>,
     mut timer: Pin<&mut Option<Sleep>>,
