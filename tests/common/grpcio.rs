@@ -209,3 +209,12 @@ pub fn unhex(text: &str) -> Vec<u8> {
         .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex digits"))
         .collect()
 }
+
+/// Held by each test that starts several Python processes and an nginx at once (the
+/// differential scenarios) for as long as it runs: two of them together on a 2-core
+/// machine starve each other's real-time clocks. A tokio mutex, which any test's runtime
+/// can wait on.
+pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    HEAVY.lock().await
+}

@@ -52,7 +52,9 @@ use tonic::Code;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tower_http_retry::grpc;
-use tower_http_retry::{AttemptKind, AttemptOutcome, RetryError, RetryInfo, RetryLayer};
+use tower_http_retry::{
+    AttemptKind, AttemptOutcome, RetryError, RetryInfo, RetryLayer, StopReason,
+};
 
 use common::grpc::{COLLECT, RawCodec, UNARY, stack};
 use common::grpcio::{Call, GrpcioServer as Server, python};
@@ -514,6 +516,7 @@ macro_rules! python_or_skip {
 /// attempts both sides, numbered absent, 1, 2, the waits within the ceiling, the echo.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unavailable_twice_then_ok() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("unavailable_twice_then_ok");
     let scenario = Scenario::new(
         &["fail:UNAVAILABLE", "fail:UNAVAILABLE", "ok"],
@@ -538,6 +541,7 @@ async fn unavailable_twice_then_ok() {
 /// message, both sides.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_code_not_listed_is_one_attempt() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("a_code_not_listed_is_one_attempt");
     let scenario = Scenario::new(
         &["fail:INVALID_ARGUMENT", "ok"],
@@ -556,6 +560,7 @@ async fn a_code_not_listed_is_one_attempt() {
 /// always fails; the ceilings double from 10 ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_attempts_above_five_is_five() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("max_attempts_above_five_is_five");
     let scenario = Scenario::new(
         &["fail:UNAVAILABLE"; 8],
@@ -575,6 +580,7 @@ async fn max_attempts_above_five_is_five() {
 /// neither side would wait less than 1.6 s of in C-core, and the layer records the wait).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_positive_pushback_is_the_wait() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("a_positive_pushback_is_the_wait");
     let scenario = Scenario::new(
         &["pushback:UNAVAILABLE:200", "ok"],
@@ -608,6 +614,7 @@ async fn a_positive_pushback_is_the_wait() {
 /// loses nearly always).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zero_pushback_retries_at_once() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("a_zero_pushback_retries_at_once");
     let mut calls = Calls::unary(b"x");
     calls.timeout = Some(Duration::from_millis(1000));
@@ -634,6 +641,7 @@ async fn a_zero_pushback_retries_at_once() {
 /// server's UNAVAILABLE, both sides (A6: "negative or unparseable").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_negative_or_malformed_pushback_stops() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("a_negative_or_malformed_pushback_stops");
     let config = config(r#""UNAVAILABLE""#, 4, "0.01s", 1.0, "", "");
     let negative = Scenario::new(
@@ -660,6 +668,7 @@ async fn a_negative_or_malformed_pushback_stops() {
 /// both sides. The same with a reply message before the failure (server streaming).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_rpc_is_not_retried() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("a_committed_rpc_is_not_retried");
     let config = config(r#""UNAVAILABLE""#, 4, "0.01s", 1.0, "", "");
     let headers = Scenario::new(&["headers:UNAVAILABLE", "ok"], &config, Calls::unary(b"x"));
@@ -680,6 +689,7 @@ async fn a_committed_rpc_is_not_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_stream_is_replayed_byte_for_byte() {
     static BIG: [u8; 20_000] = [0x5a; 20_000];
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("a_client_stream_is_replayed_byte_for_byte");
     let messages: Vec<&'static [u8]> = vec![b"one,", &BIG, b"", b"\x00\xfftwo"];
     let calls = Calls {
@@ -715,6 +725,7 @@ async fn a_client_stream_is_replayed_byte_for_byte() {
 /// first). Three runs: the deadline races the slow attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_callers_deadline_spans_the_attempts() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("the_callers_deadline_spans_the_attempts");
     let mut calls = Calls::unary(b"x");
     calls.timeout = Some(Duration::from_millis(500));
@@ -759,6 +770,7 @@ async fn the_callers_deadline_spans_the_attempts() {
 /// time to at most the timeout); the layer is held to the timeout itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_configs_timeout_is_the_deadline() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("the_configs_timeout_is_the_deadline");
     let scenario = Scenario::new(
         &["sleep:10000:ok", "ok"],
@@ -801,6 +813,7 @@ async fn the_configs_timeout_is_the_deadline() {
 /// - 11 successes more (6.1); a failing call: 5.1, retried; 4.1, not: two attempts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_throttle_drained_and_refilled_call_by_call() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("a_throttle_drained_and_refilled_call_by_call");
     let fail = "fail:UNAVAILABLE".to_string();
     let ok = "ok".to_string();
@@ -861,6 +874,7 @@ async fn a_throttle_drained_and_refilled_call_by_call() {
 /// pushbacks on UNAVAILABLE (listed) drain the throttle on both sides.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_pushback_on_a_code_not_listed_takes_a_throttle_token() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("a_stop_pushback_on_a_code_not_listed_takes_a_throttle_token");
     let config = config(
         r#""UNAVAILABLE""#,
@@ -917,6 +931,7 @@ async fn a_stop_pushback_on_a_code_not_listed_takes_a_throttle_token() {
 /// ceiling's again (50 ms), not the fourth's (3.2 s), both sides.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pushback_restarts_the_backoff() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("a_pushback_restarts_the_backoff");
     let scenario = Scenario::new(
         &[
@@ -964,6 +979,7 @@ async fn a_pushback_restarts_the_backoff() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_retry_buffer_limit_commits_a_long_client_stream() {
     static CHUNK: [u8; 20_000] = [0x5a; 20_000];
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("the_retry_buffer_limit_commits_a_long_client_stream");
     let stream = |messages: usize| Calls {
         method: COLLECT,
@@ -1010,6 +1026,7 @@ async fn the_retry_buffer_limit_commits_a_long_client_stream() {
 /// UNAVAILABLE is not listed. Three runs each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connection_goes_to_the_retry_policy() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("a_refused_connection_goes_to_the_retry_policy");
     for (codes, counted) in [(r#""UNAVAILABLE""#, 4), (r#""INVALID_ARGUMENT""#, 1)] {
         let config = config(codes, 4, "0.1s", 1.0, "", "");
@@ -1069,6 +1086,7 @@ async fn a_refused_connection_goes_to_the_retry_policy() {
 /// policy's to decide, not a transparent retry's. Three runs each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_closed_under_a_call_is_the_policys_to_retry() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("a_connection_closed_under_a_call_is_the_policys_to_retry");
     let options = vec![
         "grpc.max_connection_age_ms=300".to_string(),
@@ -1115,6 +1133,7 @@ async fn a_connection_closed_under_a_call_is_the_policys_to_retry() {
 /// such a call (the server saw nothing of it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn goaway_between_calls_is_not_a_failure() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("goaway_between_calls_is_not_a_failure");
     const CALLS: usize = 150;
     let mut calls = Calls::unary(b"x");
@@ -1171,9 +1190,13 @@ async fn goaway_between_calls_is_not_a_failure() {
 /// committed. A6 commits a call on the server's Response-Headers; a proxy's error page is
 /// no gRPC response, and C-core retries it whenever it wins the race. So C-core is held to
 /// its attempts being a numbered prefix of the three, with all three made by at least one
-/// of its twelve calls, and the layer to three every time.
+/// of its twelve calls, and the layer to three every time but one: a call nginx answered
+/// before hyper sent its body is an early response, which the layer does not retry (a
+/// divergence from C-core, recorded when it happens), and at least one call per status
+/// must still be retried to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_http_errors_are_unavailable_and_retried() {
+    let _heavy = common::grpcio::one_at_a_time().await;
     let python = python_or_skip!("proxy_http_errors_are_unavailable_and_retried");
     let Some(nginx) = common::nginx::binary("proxy_http_errors_are_unavailable_and_retried") else {
         return;
@@ -1238,6 +1261,8 @@ async fn proxy_http_errors_are_unavailable_and_retried() {
     };
     let mut failures = Vec::new();
     let mut whole = 0;
+    let mut layer_whole = [0usize; 4];
+    let status_index = |status: u16| STATUSES.iter().position(|s| *s == status).unwrap();
     for (side, outcomes, ports) in [
         ("C-core", &reference, &nginx.ports[..4]),
         ("layer", &ours, &nginx.ports[4..]),
@@ -1258,19 +1283,38 @@ async fn proxy_http_errors_are_unavailable_and_retried() {
                     "{side}: HTTP {status}, call {i}: {:?} {:?}; nginx saw {got:?}",
                     outcome.code, outcome.details
                 );
+                // The layer's one known divergence: an answer that comes before hyper sent
+                // the call's body is an early response, which the layer does not retry
+                // (stop `body_not_replayable`); nginx's `return` answers without reading
+                // the body, so under load a call may be answered so.
+                let early = outcome
+                    .info
+                    .as_ref()
+                    .is_some_and(|info| info.stop() == StopReason::BodyNotReplayable);
                 let fits = if side == "C-core" {
                     !got.is_empty() && full.starts_with(&got)
+                } else if early {
+                    eprintln!("layer: HTTP {status}, call {i}: answered before its body was sent");
+                    got.len() == 1 && full.starts_with(&got)
                 } else {
                     got == full
                 };
                 if side == "C-core" && *status != 404 {
                     whole += usize::from(got == full);
                 }
+                if side == "layer" && *status != 404 {
+                    layer_whole[status_index(*status)] += usize::from(got == full);
+                }
                 if outcome.code != code || !fits {
                     failures.push(format!(
                         "{side}: HTTP {status}, call {i}: got {:?} ({:?}) after {got:?}; \
-                         expected {code:?} after {full:?}",
-                        outcome.code, outcome.details
+                         expected {code:?} after {full:?}; the record: {}",
+                        outcome.code,
+                        outcome.details,
+                        outcome
+                            .info
+                            .as_ref()
+                            .map_or("none".to_string(), |info| format!("{info:#}"))
                     ));
                 }
             }
@@ -1278,6 +1322,11 @@ async fn proxy_http_errors_are_unavailable_and_retried() {
     }
     if whole == 0 {
         failures.push("C-core: no call retried a proxy's error to the end".to_string());
+    }
+    for (status, whole) in STATUSES.iter().zip(layer_whole) {
+        if *status != 404 && whole == 0 {
+            failures.push(format!("layer: no call retried HTTP {status} to the end"));
+        }
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
