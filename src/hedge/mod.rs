@@ -95,7 +95,10 @@ impl Hedging {
     ///
     /// An accurate `p` of 0.9 hedges about one request in ten: mind the budget, which pays
     /// for every hedge (give hedged routes a budget of their own if retries must not
-    /// compete with them).
+    /// compete with them). Choose `p` below one less the share of slow answers (0.9 or 0.95
+    /// when one in a hundred is slow): a higher one reads inside the slow answers, which a
+    /// winning hedge cuts short and which then count only as long as they were waited
+    /// for, so the delay creeps upward towards the slow answers' own latency.
     ///
     /// # Panics
     ///
