@@ -107,7 +107,16 @@ async fn a_proxys_http_error_is_retried_as_unavailable() {
         );
         let info = record(&status);
         assert_eq!((info.attempts(), info.stop()), (attempts, stop), "{answer}");
-        let seen = per_port(&nginx.access_log());
+        // nginx logs a request once it is done with it, which may be a moment after the
+        // client saw the answer: wait, bounded, for the lines the record accounts for.
+        let mut seen = per_port(&nginx.access_log());
+        for _ in 0..200 {
+            if seen.get(&port).map_or(0, Vec::len) >= attempts as usize {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            seen = per_port(&nginx.access_log());
+        }
         assert_eq!(
             seen.get(&port).map(Vec::len),
             Some(attempts as usize),
