@@ -54,6 +54,8 @@ async fn case(proto: Proto, run: usize) {
         let (dropped, finished) = (Arc::clone(&d), Arc::clone(&f));
         async move {
             let first = req.headers()["x-attempt"] == "1";
+            // From the start: the original may be dropped while it still reads its body.
+            let guard = first.then(|| Dropped(dropped));
             let (parts, body) = req.into_parts();
             let applied = read_all(&parts, body)
                 .await
@@ -62,11 +64,10 @@ async fn case(proto: Proto, run: usize) {
             log.record(applied);
             if first {
                 // Slow: the hedge wins long before this ends.
-                let guard = Dropped(dropped);
                 tokio::time::sleep(Duration::from_secs(20)).await;
                 finished.fetch_add(1, Ordering::SeqCst);
-                drop(guard);
             }
+            drop(guard);
             Ok(Response::new(Full::new(echo)))
         }
     })
@@ -85,13 +86,6 @@ async fn case(proto: Proto, run: usize) {
     assert_eq!(body, Script::bytes(BODY), "{context}: the winner's body");
     assert_eq!(info.returned(), Some(2), "{context}: {info:?}");
     assert_eq!(info.first(), AttemptOutcome::Cancelled, "{context}");
-    // Both attempts got the whole body.
-    let applied = server.log.applied();
-    assert_eq!(applied.len(), 2, "{context}");
-    assert!(
-        applied.iter().all(|a| a.body == Script::bytes(BODY)),
-        "{context}"
-    );
     // The original's handler is dropped at the server, soon, and never finishes.
     let waited = tokio::time::timeout(Duration::from_secs(5), async {
         while dropped.load(Ordering::SeqCst) == 0 {
@@ -103,8 +97,66 @@ async fn case(proto: Proto, run: usize) {
         waited.is_ok(),
         "{context}: the loser's handler is still running"
     );
+    // Every attempt the server read to its end got the whole body: the hedge's, and the
+    // original's unless it was dropped while it still read it.
+    let applied = server.log.applied();
+    assert!(
+        (1..=2).contains(&applied.len()) && applied.iter().all(|a| a.body == Script::bytes(BODY)),
+        "{context}: {applied:?}"
+    );
     assert_eq!(finished.load(Ordering::SeqCst), 0, "{context}");
     assert_eq!(server.log.seen(), 2, "{context}: nothing more was sent");
+}
+
+/// Both attempts in flight, then the caller gives up: both handlers are dropped at the
+/// server, and nothing more is sent.
+async fn dropped(proto: Proto, run: usize) {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let d = Arc::clone(&dropped);
+    let server = hyper_server(proto, move |req: Request<hyper::body::Incoming>, _, log| {
+        let dropped = Arc::clone(&d);
+        async move {
+            let _guard = Dropped(dropped);
+            let (parts, body) = req.into_parts();
+            let applied = read_all(&parts, body)
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            log.record(applied);
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            Ok(Response::new(Full::new(bytes::Bytes::new())))
+        }
+    })
+    .await;
+    let context = format!("{proto:?} run {run}");
+    let request = Request::put(server.url("/doc"))
+        .body(Script::new(BODY))
+        .unwrap();
+    let call = layer().layer(client(proto)).oneshot(request);
+    // The hedge goes at 40 ms; the caller gives up at 150.
+    let outcome = tokio::time::timeout(Duration::from_millis(150), call).await;
+    assert!(outcome.is_err(), "{context}: answered");
+    let waited = tokio::time::timeout(Duration::from_secs(5), async {
+        while dropped.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "{context}: {} of 2 handlers dropped",
+        dropped.load(Ordering::SeqCst)
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(server.log.seen(), 2, "{context}: nothing more was sent");
+}
+
+#[test]
+fn a_dropped_hedged_request_leaves_nothing_running_at_the_server() {
+    for proto in [Proto::H1, Proto::H2] {
+        on_every_runtime(LIMIT, |mode| {
+            repeat(mode, 6, move |run| dropped(proto, run))
+        });
+    }
 }
 
 #[test]
