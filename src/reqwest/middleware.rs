@@ -20,11 +20,11 @@ use std::task::{Context, Poll};
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
 use tower::{BoxError, ServiceExt};
-use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{SyncBody, into_http};
-use crate::{AttemptTimedOut, DeadlineExceeded, ReplayBody, RetryLayer, RetryPolicy};
+use crate::config::Plans;
+use crate::{AttemptTimedOut, DeadlineExceeded, ReplayBody, Retry, RetryLayer, RetryPolicy};
 
 /// A reqwest-middleware [`Middleware`] that runs a [`RetryLayer`]'s retry loop.
 ///
@@ -94,15 +94,34 @@ use crate::{AttemptTimedOut, DeadlineExceeded, ReplayBody, RetryLayer, RetryPoli
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone, Debug)]
+///
+/// # Clone
+///
+/// The layer's policies are resolved once, when the middleware is made: every request, and
+/// every clone of the middleware, uses them, and shares the layer's budget, as the clones
+/// of one service made by the layer do.
+#[derive(Clone)]
 pub struct RetryMiddleware {
     layer: RetryLayer,
+    /// The layer's plans, resolved once: what `Layer::layer` would resolve per request.
+    plans: Arc<Plans>,
+}
+
+impl fmt::Debug for RetryMiddleware {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryMiddleware")
+            .field("layer", &self.layer)
+            .finish()
+    }
 }
 
 impl RetryMiddleware {
     /// Runs `layer`'s retry loop around the rest of the middleware chain.
     pub fn new(layer: RetryLayer) -> Self {
-        Self { layer }
+        Self {
+            plans: layer.plans(),
+            layer,
+        }
     }
 
     /// The layer.
@@ -120,14 +139,16 @@ impl RetryMiddleware {
         if let Some(policy) = extensions.get::<RetryPolicy>() {
             request.extensions_mut().insert(policy.clone());
         }
-        let last = Arc::new(Mutex::new(None));
+        let last = Mutex::new(None);
         let chain = Chain {
             next,
             extensions: extensions.clone(),
-            last: Arc::clone(&last),
+            last: &last,
         };
-        let result = self.layer.layer(chain).oneshot(request).await;
-        if let Some(last) = last.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        let result = Retry::from_plans(chain, Arc::clone(&self.plans))
+            .oneshot(request)
+            .await;
+        if let Some(last) = last.into_inner().unwrap_or_else(PoisonError::into_inner) {
             *extensions = last;
         }
         match result {
@@ -174,8 +195,9 @@ struct Chain<'a> {
     next: Next<'a>,
     /// The extensions the middleware was given; every attempt starts from a copy.
     extensions: Extensions,
-    /// The last attempt's extensions, for the caller.
-    last: Arc<Mutex<Option<Extensions>>>,
+    /// The last attempt's extensions, for the caller (a local of the middleware's call,
+    /// which outlives every attempt).
+    last: &'a Mutex<Option<Extensions>>,
 }
 
 type Attempt<'a> =
@@ -194,7 +216,7 @@ impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
         let request = request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body)));
         let next = self.next.clone();
         let mut extensions = self.extensions.clone();
-        let last = Arc::clone(&self.last);
+        let last = self.last;
         Box::pin(async move {
             let request = ::reqwest::Request::try_from(request).map_err(super::recognized)?;
             let result = next.run(request, &mut extensions).await;
