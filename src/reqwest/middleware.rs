@@ -22,7 +22,7 @@ use reqwest_middleware::{Middleware, Next};
 use tower::{BoxError, ServiceExt};
 use tower_service::Service;
 
-use super::{SyncBody, into_http};
+use super::SyncBody;
 use crate::config::Plans;
 use crate::{AttemptTimedOut, DeadlineExceeded, ReplayBody, Retry, RetryLayer, RetryPolicy};
 
@@ -152,7 +152,7 @@ impl RetryMiddleware {
             *extensions = last;
         }
         match result {
-            Ok(response) => Ok(::reqwest::Response::from(response)),
+            Ok(response) => Ok(uncarry(response)),
             Err(error) => Err(from_box(error)),
         }
     }
@@ -201,10 +201,10 @@ struct Chain<'a> {
 }
 
 type Attempt<'a> =
-    Pin<Box<dyn Future<Output = Result<http::Response<::reqwest::Body>, BoxError>> + Send + 'a>>;
+    Pin<Box<dyn Future<Output = Result<http::Response<Carried>, BoxError>> + Send + 'a>>;
 
 impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
-    type Response = http::Response<::reqwest::Body>;
+    type Response = http::Response<Carried>;
     type Error = BoxError;
     type Future = Attempt<'a>;
 
@@ -222,7 +222,7 @@ impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
             let result = next.run(request, &mut extensions).await;
             *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(extensions);
             match result {
-                Ok(response) => Ok(into_http(response)),
+                Ok(response) => Ok(carry(response)),
                 // Unwrapped and recognised, so the classifier takes reqwest's own reading.
                 Err(reqwest_middleware::Error::Reqwest(error)) => {
                     Err(super::recognized(error).into())
@@ -231,6 +231,32 @@ impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
             }
         })
     }
+}
+
+/// reqwest's response, carried through the layer whole: the layer reads the status, the
+/// headers and the extensions from the `http::Response` around it, and never its body.
+/// Converting to an `http::Response<reqwest::Body>` and back would box the body twice
+/// (each hop's `Body::wrap`, polled through both on every read), copy the final URL and
+/// add an extension for it.
+struct Carried(::reqwest::Response);
+
+/// The head moved out of reqwest's response (nothing is copied), the response kept whole.
+fn carry(mut response: ::reqwest::Response) -> http::Response<Carried> {
+    let mut head = http::Response::new(());
+    *head.status_mut() = response.status();
+    *head.version_mut() = response.version();
+    *head.headers_mut() = std::mem::take(response.headers_mut());
+    *head.extensions_mut() = std::mem::take(response.extensions_mut());
+    head.map(|()| Carried(response))
+}
+
+/// reqwest's response with its head back, and what the layer added to it (the
+/// `RetryInfo`).
+fn uncarry(response: http::Response<Carried>) -> ::reqwest::Response {
+    let (head, Carried(mut response)) = response.into_parts();
+    *response.headers_mut() = head.headers;
+    *response.extensions_mut() = head.extensions;
+    response
 }
 
 /// What the layer returned, as reqwest-middleware carries errors.
