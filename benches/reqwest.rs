@@ -536,7 +536,50 @@ async fn behaviour(addr: SocketAddr, state: &Arc<State>) {
     }
 }
 
+/// `REQWEST_PROFILE=service/get` (a client: bare, service, middleware, reqwest_retry,
+/// builtin; a workload: get, post, flaky) sends `REQWEST_PROFILE_N` batches (default 4)
+/// through that client alone, after one batch to warm it up: a run to count instructions
+/// with `valgrind --tool=callgrind`, where the difference from the same run of `bare`,
+/// divided by the requests, is the client's own cost per request (the server's work is the
+/// same in every run).
+async fn profile(addr: SocketAddr, spec: &str) {
+    let (kind, workload) = spec
+        .split_once('/')
+        .expect("REQWEST_PROFILE=client/workload");
+    let kind = match kind {
+        "bare" => Kind::Bare,
+        "service" => Kind::Service,
+        "middleware" => Kind::Middleware,
+        "reqwest_retry" => Kind::ReqwestRetry,
+        "builtin" => Kind::Builtin,
+        other => panic!("an unknown client: {other}"),
+    };
+    let workload = match workload {
+        "get" => Workload::Get,
+        "post" => Workload::Post,
+        "flaky" => Workload::Flaky,
+        other => panic!("an unknown workload: {other}"),
+    };
+    let batches: usize = std::env::var("REQWEST_PROFILE_N")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(4)
+        .clamp(1, 1000);
+    let clients = Arc::new(Clients::new());
+    batch(&clients, kind, workload, addr).await;
+    let mut elapsed = Duration::ZERO;
+    for _ in 0..batches {
+        elapsed += batch(&clients, kind, workload, addr).await;
+    }
+    println!(
+        "{spec}: {} requests, {:.1} us/request",
+        batches * BATCH,
+        elapsed.as_secs_f64() * 1e6 / (batches * BATCH) as f64
+    );
+}
+
 fn main() {
+    let profiled = std::env::var("REQWEST_PROFILE").ok();
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--list") {
         return;
@@ -558,6 +601,10 @@ fn main() {
         .expect("a tokio runtime");
     runtime.block_on(async {
         let (addr, state) = serve().await;
+        if let Some(spec) = profiled {
+            profile(addr, &spec).await;
+            return;
+        }
         speed(addr, rounds).await;
         behaviour(addr, &state).await;
     });

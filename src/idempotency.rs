@@ -47,18 +47,8 @@ where
 /// (`rand::rng()`: ChaCha, seeded and reseeded from the operating system).
 struct UuidV4;
 
-/// Keys whose bytes share one allocation: each key is a slice of a chunk of the thread's
-/// (a reference count, where a key of its own would cost an allocation and a free). A key
-/// kept alive keeps its chunk, `KEYS_PER_CHUNK` times 38 bytes, alive.
-const KEYS_PER_CHUNK: usize = 32;
-
 /// The longest key: a UUID in quotes.
 const QUOTED_LEN: usize = 38;
-
-std::thread_local! {
-    static CHUNK: std::cell::RefCell<bytes::BytesMut> =
-        std::cell::RefCell::new(bytes::BytesMut::new());
-}
 
 impl UuidV4 {
     fn write(quoted: bool) -> HeaderValue {
@@ -67,14 +57,8 @@ impl UuidV4 {
         let uuid = uuid::Builder::from_random_bytes(random).into_uuid();
         let mut buf = [0u8; QUOTED_LEN];
         let len = Self::encode(uuid.as_bytes(), quoted, &mut buf);
-        let bytes = CHUNK.with(|chunk| {
-            let mut chunk = chunk.borrow_mut();
-            if chunk.capacity() - chunk.len() < len {
-                *chunk = bytes::BytesMut::with_capacity(QUOTED_LEN * KEYS_PER_CHUNK);
-            }
-            chunk.extend_from_slice(&buf[..len]);
-            chunk.split().freeze()
-        });
+        // One allocation, and clones of the value (every retry's head) share it.
+        let bytes = bytes::Bytes::from_owner(buf).slice(..len);
         HeaderValue::from_maybe_shared(bytes).expect("a UUID is a valid header value")
     }
 

@@ -16,6 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
@@ -135,6 +136,8 @@ impl RetryMiddleware {
         extensions: &'a mut Extensions,
         next: Next<'a>,
     ) -> reqwest_middleware::Result<::reqwest::Response> {
+        let url = request.url().clone();
+        let timeout = request.timeout().copied();
         let mut request = http::Request::<::reqwest::Body>::try_from(request)?;
         if let Some(policy) = extensions.get::<RetryPolicy>() {
             request.extensions_mut().insert(policy.clone());
@@ -144,6 +147,8 @@ impl RetryMiddleware {
             next,
             extensions: extensions.clone(),
             last: &last,
+            url: &url,
+            timeout,
         };
         let result = Retry::from_plans(chain, Arc::clone(&self.plans))
             .oneshot(request)
@@ -198,6 +203,32 @@ struct Chain<'a> {
     /// The last attempt's extensions, for the caller (a local of the middleware's call,
     /// which outlives every attempt).
     last: &'a Mutex<Option<Extensions>>,
+    /// The request's URL as reqwest parsed it, for every attempt whose URI is still its
+    /// own (parsing it again costs more than the rest of an attempt's conversions).
+    url: &'a ::reqwest::Url,
+    /// The request's own timeout (`RequestBuilder::timeout`), the one setting reqwest
+    /// keeps in a request's extensions.
+    timeout: Option<Duration>,
+}
+
+impl Chain<'_> {
+    /// The attempt as a `reqwest::Request`: built from the URL reqwest parsed when the URI
+    /// is unchanged, else converted (which parses the URI).
+    fn to_reqwest(
+        &self,
+        request: http::Request<::reqwest::Body>,
+    ) -> Result<::reqwest::Request, ::reqwest::Error> {
+        if request.uri() != self.url.as_str() {
+            return ::reqwest::Request::try_from(request);
+        }
+        let (parts, body) = request.into_parts();
+        let mut attempt = ::reqwest::Request::new(parts.method, self.url.clone());
+        *attempt.headers_mut() = parts.headers;
+        *attempt.body_mut() = Some(body);
+        *attempt.version_mut() = parts.version;
+        *attempt.timeout_mut() = self.timeout;
+        Ok(attempt)
+    }
 }
 
 type Attempt<'a> =
@@ -214,11 +245,12 @@ impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
 
     fn call(&mut self, request: http::Request<ReplayBody<::reqwest::Body>>) -> Self::Future {
         let request = request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body)));
+        let converted = self.to_reqwest(request);
         let next = self.next.clone();
         let mut extensions = self.extensions.clone();
         let last = self.last;
         Box::pin(async move {
-            let request = ::reqwest::Request::try_from(request).map_err(super::recognized)?;
+            let request = converted.map_err(super::recognized)?;
             let result = next.run(request, &mut extensions).await;
             *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(extensions);
             match result {
