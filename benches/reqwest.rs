@@ -114,11 +114,15 @@ impl Workload {
 
 /// The server's state: a counter for the flaky and outage paths, and what each attempt to
 /// a `/once/...` path brought (when it arrived, its idempotency key, its body's length).
+/// One attempt at a `/once/...` path: when it arrived, its idempotency key, its body's
+/// length.
+type Record = (Instant, Option<String>, usize);
+
 #[derive(Default)]
 struct State {
     flaky: AtomicUsize,
     down: AtomicUsize,
-    once: Mutex<HashMap<String, Vec<(Instant, Option<String>, usize)>>>,
+    once: Mutex<HashMap<String, Vec<Record>>>,
 }
 
 async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -182,7 +186,7 @@ async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<Full<
 
 /// What the attempts to one path brought: their number, the gap between the first and the
 /// last, their keys, and the last one's body length.
-fn report(records: &[(Instant, Option<String>, usize)]) -> String {
+fn report(records: &[Record]) -> String {
     let attempts = records.len();
     let gap = match (records.first(), records.last()) {
         (Some(first), Some(last)) if attempts > 1 => {
