@@ -317,7 +317,14 @@ impl<S: Clone> Layer<S> for RetryLayer {
     type Service = Retry<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Retry::from_plans(inner, Arc::new(Plans::new(Arc::clone(&self.config))))
+        Retry::from_plans(inner, self.plans())
+    }
+}
+
+impl RetryLayer {
+    /// Every policy of the layer resolved, as a service made by [`Layer::layer`] holds them.
+    pub(crate) fn plans(&self) -> Arc<Plans> {
+        Arc::new(Plans::new(Arc::clone(&self.config)))
     }
 }
 

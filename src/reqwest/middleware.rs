@@ -16,15 +16,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
 use tower::{BoxError, ServiceExt};
-use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{SyncBody, into_http};
-use crate::{AttemptTimedOut, DeadlineExceeded, ReplayBody, RetryLayer, RetryPolicy};
+use super::SyncBody;
+use crate::config::Plans;
+use crate::{AttemptTimedOut, DeadlineExceeded, ReplayBody, Retry, RetryLayer, RetryPolicy};
 
 /// A reqwest-middleware [`Middleware`] that runs a [`RetryLayer`]'s retry loop.
 ///
@@ -94,15 +95,34 @@ use crate::{AttemptTimedOut, DeadlineExceeded, ReplayBody, RetryLayer, RetryPoli
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone, Debug)]
+///
+/// # Clone
+///
+/// The layer's policies are resolved once, when the middleware is made: every request, and
+/// every clone of the middleware, uses them, and shares the layer's budget, as the clones
+/// of one service made by the layer do.
+#[derive(Clone)]
 pub struct RetryMiddleware {
     layer: RetryLayer,
+    /// The layer's plans, resolved once: what `Layer::layer` would resolve per request.
+    plans: Arc<Plans>,
+}
+
+impl fmt::Debug for RetryMiddleware {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryMiddleware")
+            .field("layer", &self.layer)
+            .finish()
+    }
 }
 
 impl RetryMiddleware {
     /// Runs `layer`'s retry loop around the rest of the middleware chain.
     pub fn new(layer: RetryLayer) -> Self {
-        Self { layer }
+        Self {
+            plans: layer.plans(),
+            layer,
+        }
     }
 
     /// The layer.
@@ -116,22 +136,28 @@ impl RetryMiddleware {
         extensions: &'a mut Extensions,
         next: Next<'a>,
     ) -> reqwest_middleware::Result<::reqwest::Response> {
+        let url = request.url().clone();
+        let timeout = request.timeout().copied();
         let mut request = http::Request::<::reqwest::Body>::try_from(request)?;
         if let Some(policy) = extensions.get::<RetryPolicy>() {
             request.extensions_mut().insert(policy.clone());
         }
-        let last = Arc::new(Mutex::new(None));
+        let last = Mutex::new(None);
         let chain = Chain {
             next,
             extensions: extensions.clone(),
-            last: Arc::clone(&last),
+            last: &last,
+            url: &url,
+            timeout,
         };
-        let result = self.layer.layer(chain).oneshot(request).await;
-        if let Some(last) = last.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        let result = Retry::from_plans(chain, Arc::clone(&self.plans))
+            .oneshot(request)
+            .await;
+        if let Some(last) = last.into_inner().unwrap_or_else(PoisonError::into_inner) {
             *extensions = last;
         }
         match result {
-            Ok(response) => Ok(::reqwest::Response::from(response)),
+            Ok(response) => Ok(uncarry(response)),
             Err(error) => Err(from_box(error)),
         }
     }
@@ -174,15 +200,42 @@ struct Chain<'a> {
     next: Next<'a>,
     /// The extensions the middleware was given; every attempt starts from a copy.
     extensions: Extensions,
-    /// The last attempt's extensions, for the caller.
-    last: Arc<Mutex<Option<Extensions>>>,
+    /// The last attempt's extensions, for the caller (a local of the middleware's call,
+    /// which outlives every attempt).
+    last: &'a Mutex<Option<Extensions>>,
+    /// The request's URL as reqwest parsed it, for every attempt whose URI is still its
+    /// own (parsing it again costs more than the rest of an attempt's conversions).
+    url: &'a ::reqwest::Url,
+    /// The request's own timeout (`RequestBuilder::timeout`), the one setting reqwest
+    /// keeps in a request's extensions.
+    timeout: Option<Duration>,
+}
+
+impl Chain<'_> {
+    /// The attempt as a `reqwest::Request`: built from the URL reqwest parsed when the URI
+    /// is unchanged, else converted (which parses the URI).
+    fn to_reqwest(
+        &self,
+        request: http::Request<::reqwest::Body>,
+    ) -> Result<::reqwest::Request, ::reqwest::Error> {
+        if request.uri() != self.url.as_str() {
+            return ::reqwest::Request::try_from(request);
+        }
+        let (parts, body) = request.into_parts();
+        let mut attempt = ::reqwest::Request::new(parts.method, self.url.clone());
+        *attempt.headers_mut() = parts.headers;
+        *attempt.body_mut() = Some(body);
+        *attempt.version_mut() = parts.version;
+        *attempt.timeout_mut() = self.timeout;
+        Ok(attempt)
+    }
 }
 
 type Attempt<'a> =
-    Pin<Box<dyn Future<Output = Result<http::Response<::reqwest::Body>, BoxError>> + Send + 'a>>;
+    Pin<Box<dyn Future<Output = Result<http::Response<Carried>, BoxError>> + Send + 'a>>;
 
 impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
-    type Response = http::Response<::reqwest::Body>;
+    type Response = http::Response<Carried>;
     type Error = BoxError;
     type Future = Attempt<'a>;
 
@@ -192,15 +245,16 @@ impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
 
     fn call(&mut self, request: http::Request<ReplayBody<::reqwest::Body>>) -> Self::Future {
         let request = request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body)));
+        let converted = self.to_reqwest(request);
         let next = self.next.clone();
         let mut extensions = self.extensions.clone();
-        let last = Arc::clone(&self.last);
+        let last = self.last;
         Box::pin(async move {
-            let request = ::reqwest::Request::try_from(request).map_err(super::recognized)?;
+            let request = converted.map_err(super::recognized)?;
             let result = next.run(request, &mut extensions).await;
             *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(extensions);
             match result {
-                Ok(response) => Ok(into_http(response)),
+                Ok(response) => Ok(carry(response)),
                 // Unwrapped and recognised, so the classifier takes reqwest's own reading.
                 Err(reqwest_middleware::Error::Reqwest(error)) => {
                     Err(super::recognized(error).into())
@@ -209,6 +263,32 @@ impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
             }
         })
     }
+}
+
+/// reqwest's response, carried through the layer whole: the layer reads the status, the
+/// headers and the extensions from the `http::Response` around it, and never its body.
+/// Converting to an `http::Response<reqwest::Body>` and back would box the body twice
+/// (each hop's `Body::wrap`, polled through both on every read), copy the final URL and
+/// add an extension for it.
+struct Carried(::reqwest::Response);
+
+/// The head moved out of reqwest's response (nothing is copied), the response kept whole.
+fn carry(mut response: ::reqwest::Response) -> http::Response<Carried> {
+    let mut head = http::Response::new(());
+    *head.status_mut() = response.status();
+    *head.version_mut() = response.version();
+    *head.headers_mut() = std::mem::take(response.headers_mut());
+    *head.extensions_mut() = std::mem::take(response.extensions_mut());
+    head.map(|()| Carried(response))
+}
+
+/// reqwest's response with its head back, and what the layer added to it (the
+/// `RetryInfo`).
+fn uncarry(response: http::Response<Carried>) -> ::reqwest::Response {
+    let (head, Carried(mut response)) = response.into_parts();
+    *response.headers_mut() = head.headers;
+    *response.extensions_mut() = head.extensions;
+    response
 }
 
 /// What the layer returned, as reqwest-middleware carries errors.

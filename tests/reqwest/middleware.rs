@@ -102,7 +102,34 @@ on_both_runtimes!(
     a_reqwest_timeout_is_retried,
     the_deadline_comes_back_as_a_middleware_error,
     spawned_requests_are_each_retried,
+    a_request_timeout_holds_on_every_attempt,
 );
+
+/// `RequestBuilder::timeout` (kept in the request's extensions, which the middleware does
+/// not convert per attempt) bounds every attempt: each of the server's slow answers times
+/// out and is retried, and the last timeout comes back.
+async fn a_request_timeout_holds_on_every_attempt() {
+    let server = serve(|_| async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        respond(200)
+    })
+    .await;
+    let (client, _, below) = client(layer(2), None);
+    let started = std::time::Instant::now();
+    let error = client
+        .get(server.url("/slow"))
+        .timeout(Duration::from_millis(100))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(error.is_timeout(), "{error:?}");
+    assert_eq!(below.get(), 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+}
 
 async fn get_after_two_503s_is_one_request_above_and_three_below() {
     let server = serve_failing_first(2, 503, 200).await;
