@@ -760,7 +760,7 @@ mod tests {
     fn only_a_received_refused_stream_is_proof() {
         // A reason made locally is not a frame the server sent on this stream; the real
         // RST_STREAM(REFUSED_STREAM) and GOAWAY cases run against servers in
-        // tests/transports.rs, as h2 makes its remote errors only from frames.
+        // tests/transports/real_transports.rs, as h2 makes its remote errors only from frames.
         let local = h2::Error::from(h2::Reason::REFUSED_STREAM);
         assert_eq!(
             classify_error(&*nest(Box::new(local), 2)),

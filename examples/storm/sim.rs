@@ -1,5 +1,5 @@
 //! The storm simulations, driving the real layer under paused time. Shared by the `storm`
-//! example (which prints them) and `tests/storm.rs` (which checks their shape).
+//! example (which prints them) and `tests/behaviour/storm.rs` (which checks their shape).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;

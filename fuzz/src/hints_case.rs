@@ -1,6 +1,6 @@
 //! What the `hints` readers promise, checked on one input.
 //!
-//! Shared by the `hints` fuzz target and by `tests/proptest_parsers.rs` (which includes
+//! Shared by the `hints` fuzz target and by `tests/behaviour/proptest_parsers.rs` (which includes
 //! this file by path, next to `retry_after_case.rs`), so the fuzzer and `cargo test` check
 //! the very same properties. Every check panics with the input when it fails.
 //!

@@ -1,6 +1,6 @@
 //! What `ReplayBody` promises, checked on one scripted body.
 //!
-//! Shared by the `replay_body` fuzz target and by `tests/proptest_parsers.rs` (which
+//! Shared by the `replay_body` fuzz target and by `tests/behaviour/proptest_parsers.rs` (which
 //! includes this file by path). A [`ReplayCase`] describes a body (its data frames, its
 //! trailers or an error, its size hint, when it is not ready) and what to do with it (the
 //! cap, how many replays and from which body); [`check`] runs it without any runtime and

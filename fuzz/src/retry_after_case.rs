@@ -1,6 +1,6 @@
 //! What `retry_after::parse` promises, checked on one input.
 //!
-//! Shared by the `retry_after` fuzz target and by `tests/proptest_parsers.rs` (which
+//! Shared by the `retry_after` fuzz target and by `tests/behaviour/proptest_parsers.rs` (which
 //! includes this file by path), so the fuzzer and `cargo test` check the very same
 //! properties. Every check panics with the input when it fails.
 
