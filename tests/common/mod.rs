@@ -1,10 +1,6 @@
 //! Test doubles: a scripted mock service, and a hyper server on 127.0.0.1.
 #![allow(dead_code)]
 
-#[cfg(feature = "grpc")]
-pub mod grpc;
-#[cfg(feature = "grpc")]
-pub mod grpcio;
 pub mod nginx;
 pub mod server;
 pub mod transport;

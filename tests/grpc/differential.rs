@@ -39,7 +39,6 @@
 //!
 //! grpcio comes from PyPI (`python3 -m pip install grpcio==1.85.3`); without it the tests
 //! fail under `CI=true` and skip loudly elsewhere. The proxy test needs nginx likewise.
-#![cfg(feature = "grpc")]
 #![allow(clippy::disallowed_types)] // measures real waits with std's clock
 
 use crate::common;
@@ -232,7 +231,7 @@ fn code_named(name: &str) -> Code {
 
 /// The calls through gRPC's reference client, `tests/grpcio/client.py`, at `target`.
 async fn reference_calls(python: &str, target: &str, config: &str, calls: &Calls) -> Vec<Outcome> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpcio/client.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../grpcio/client.py");
     let mut command = tokio::process::Command::new(python);
     command
         .arg(script)

@@ -2,7 +2,6 @@
 //! client over a `Channel`, through `grpc::tonic_body_layer()` under the current retry
 //! layer, sees every scripted answer; Trailers-Only answers arrive as response headers;
 //! the layer's and the channel's timeouts reach the caller as the right codes.
-#![cfg(feature = "grpc")]
 
 use crate::common;
 

@@ -11,7 +11,6 @@
 //!
 //! nginx comes from Debian's `nginx-light`, grpcio from PyPI (`.ci/run` installs both).
 //! Without them the tests fail under `CI=true`, and elsewhere say loudly that they skipped.
-#![cfg(feature = "grpc")]
 
 use crate::common;
 

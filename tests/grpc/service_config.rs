@@ -11,7 +11,6 @@
 //! grpcio comes from PyPI (`.ci/run` installs it: `python3 -m pip install grpcio==1.85.3`).
 //! The interpreter is `python3`, or the one `PYTHON3` names. Without grpcio that test fails
 //! under `CI=true`, and elsewhere says loudly that it skipped.
-#![cfg(feature = "grpc")]
 
 use crate::common;
 
@@ -889,10 +888,7 @@ fn rows_that_differ_say_why_and_stay_few() {
 /// C-core's verdict on each config, from `tests/grpcio/config_verdict.py`: whether it
 /// takes it, and its message.
 fn c_core_verdicts(python: &str, configs: &[&str]) -> Vec<(bool, String)> {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/grpcio/config_verdict.py"
-    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../grpcio/config_verdict.py");
     let mut child = Command::new(python)
         .arg(script)
         .env("GRPC_VERBOSITY", "NONE")

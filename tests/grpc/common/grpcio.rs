@@ -75,7 +75,7 @@ impl GrpcioServer {
         options: &[impl AsRef<str>],
         lifetime_s: &str,
     ) -> GrpcioServer {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpcio/server.py");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../grpcio/server.py");
         let plan: Vec<&str> = plan.iter().map(AsRef::as_ref).collect();
         let mut command = Command::new(python);
         command
