@@ -1,4 +1,4 @@
-//! The gRPC glue against a real tonic server on 127.0.0.1 (tests/common/grpc.rs): a tonic
+//! The gRPC glue against a real tonic server on 127.0.0.1 (tests/grpc/common/grpc.rs): a tonic
 //! client over a `Channel`, through `grpc::tonic_body_layer()` under the current retry
 //! layer, sees every scripted answer; Trailers-Only answers arrive as response headers;
 //! the layer's and the channel's timeouts reach the caller as the right codes.
