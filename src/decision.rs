@@ -159,6 +159,31 @@ pub(crate) trait Facts {
     fn server_hint(&mut self) -> Option<Hint>;
 }
 
+/// The hint for the attempt after an outcome: the classifier's own first; else, after a
+/// response, the server's.
+fn hint_after(verdict: Classification, responded: bool, facts: &mut impl Facts) -> Option<Hint> {
+    match verdict {
+        Classification::RetryWithHint(_, hint) => Some(hint),
+        _ if responded => facts.server_hint(),
+        _ => None,
+    }
+}
+
+/// A floor hint (`Retry-After`) longer than the policy honours: the caller is better
+/// served by the response than by the wait. An exact hint has no such bound.
+fn asks_too_long(hint: Hint, max_retry_after: Duration) -> bool {
+    !hint.exact && hint.wait > max_retry_after
+}
+
+/// Whether a wait from `now` would end too close to the deadline to leave time for an
+/// attempt. Timers fire on whole milliseconds, so a wait may end up to 1 ms late: a wait
+/// that would end within that of the deadline leaves no time.
+fn leaves_no_time(now: Instant, wait: Duration, deadline: Instant) -> bool {
+    now.checked_add(wait)
+        .and_then(|ends| ends.checked_add(TIMER_SLACK))
+        .is_none_or(|ends| ends >= deadline)
+}
+
 /// What the driver does with an outcome.
 #[derive(Debug)]
 pub(crate) enum Answer {
@@ -248,12 +273,10 @@ pub(crate) fn decide(
         Some(_) => Duration::ZERO,
         None => course.rng.draw(&policy.backoff, n, course.previous),
     };
-    // The classifier's own hint first; else the server's.
-    let hint = match verdict {
-        _ if transparent.is_some() => None,
-        Classification::RetryWithHint(_, hint) => Some(hint),
-        _ if outcome.responded => facts.server_hint(),
-        _ => None,
+    // A transparent retry goes at once, whatever the hints.
+    let hint = match transparent {
+        Some(_) => None,
+        None => hint_after(verdict, outcome.responded, facts),
     };
     let schedule = Schedule {
         reason,
@@ -510,7 +533,7 @@ pub(crate) fn schedule_retry(
     ask: impl FnOnce() -> Result<(), Refusal>,
 ) -> Result<RetryRecord, StopReason> {
     let hint = s.hint.filter(|_| !s.transparent);
-    if hint.is_some_and(|hint| !hint.exact && hint.wait > s.max_hint) {
+    if hint.is_some_and(|hint| asks_too_long(hint, s.max_hint)) {
         return Err(StopReason::HintTooLong);
     }
     let backoff = match s.transparent {
@@ -522,19 +545,13 @@ pub(crate) fn schedule_retry(
         Some(hint) => (hint.wait.max(backoff), hint.wait > backoff),
         None => (backoff, false),
     };
-    if let Some(deadline) = s.deadline {
-        // Timers fire on whole milliseconds, so a wait may end up to 1 ms late: a wait that
-        // would end within that of the deadline leaves no time for an attempt.
-        let ends = s
-            .now
-            .checked_add(wait)
-            .and_then(|ends| ends.checked_add(TIMER_SLACK));
-        if ends.is_none_or(|ends| ends >= deadline) {
-            return Err(match from_hint {
-                true => StopReason::HintTooLong,
-                false => StopReason::Deadline,
-            });
-        }
+    if s.deadline
+        .is_some_and(|deadline| leaves_no_time(s.now, wait, deadline))
+    {
+        return Err(match from_hint {
+            true => StopReason::HintTooLong,
+            false => StopReason::Deadline,
+        });
     }
     match ask() {
         Ok(()) => {}

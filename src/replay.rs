@@ -122,6 +122,15 @@ impl<B> Recording<B> {
             waker.wake();
         }
     }
+
+    /// Has [`notify`](Self::notify) wake `cx`. Called under the lock the bodies take to
+    /// change the recording, so no wake is lost between a check and this.
+    fn register(&mut self, cx: &Context<'_>) {
+        match &mut self.waker {
+            Some(waker) => waker.clone_from(cx.waker()),
+            None => self.waker = Some(cx.waker().clone()),
+        }
+    }
 }
 
 /// A set of attempt numbers (0 for the first), without allocation below 64.
@@ -323,11 +332,7 @@ impl<B> Replay<B> {
                 let mut state = lock(shared);
                 match state.check(attempt, responded) {
                     Err(NotReplayable::InFlight) => {
-                        // Registered under the lock the releasing body takes: no lost wake.
-                        match &mut state.waker {
-                            Some(waker) => waker.clone_from(cx.waker()),
-                            None => state.waker = Some(cx.waker().clone()),
-                        }
+                        state.register(cx);
                         Poll::Pending
                     }
                     other => Poll::Ready(other),
@@ -355,10 +360,7 @@ impl<B> Replay<B> {
                 } else if state.complete || (state.alive == 0 && state.rest.is_some()) {
                     Poll::Ready(Ok(()))
                 } else {
-                    match &mut state.waker {
-                        Some(waker) => waker.clone_from(cx.waker()),
-                        None => state.waker = Some(cx.waker().clone()),
-                    }
+                    state.register(cx);
                     Poll::Pending
                 }
             }

@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Facts, Limits, TIMER_SLACK, counted_attempts, record_retry, record_stop};
+use super::{
+    Facts, Limits, asks_too_long, counted_attempts, hint_after, leaves_no_time, record_retry,
+    record_stop,
+};
 use crate::classify::{Classification, RetryReason};
 use crate::gate::{Gates, Heard, Refusal, Ticket};
 use crate::hints::HintSource;
@@ -91,26 +94,16 @@ pub(crate) fn outcome(
         Ok(()) | Err(NotReplayable::InFlight) => {}
         Err(_) => return non_fatal(Next::Freeze(StopReason::BodyNotReplayable), None),
     }
-    let hint = match verdict {
-        Classification::RetryWithHint(_, hint) => Some(hint),
-        _ if seen.responded => facts.server_hint(),
-        _ => None,
-    };
+    let hint = hint_after(verdict, seen.responded, facts);
     let source = hint.map(|hint| hint.source);
-    if let Some(hint) = hint {
-        if !hint.exact && hint.wait > policy.max_retry_after {
-            return non_fatal(Next::Freeze(StopReason::HintTooLong), source);
-        }
+    if hint.is_some_and(|hint| asks_too_long(hint, policy.max_retry_after)) {
+        return non_fatal(Next::Freeze(StopReason::HintTooLong), source);
     }
     // Without a hint the next hedge goes at once; a hint (an exact pushback, or a floor
     // such as `Retry-After`) sets its time.
     let wait = hint.map_or(Duration::ZERO, |hint| hint.wait);
     if let Some(deadline) = limits.deadline() {
-        let ends = facts
-            .now()
-            .checked_add(wait)
-            .and_then(|ends| ends.checked_add(TIMER_SLACK));
-        if ends.is_none_or(|ends| ends >= deadline) {
+        if leaves_no_time(facts.now(), wait, deadline) {
             let stop = match hint {
                 Some(_) => StopReason::HintTooLong,
                 None => StopReason::Deadline,

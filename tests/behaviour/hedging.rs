@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody};
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service, ServiceExt};
@@ -564,7 +564,6 @@ async fn a_policy_without_hedging_keeps_one_attempt_in_flight() {
     let response = layer.layer(server.clone()).oneshot(get()).await.unwrap();
     assert_eq!(server.starts(), [0, 1200]);
     assert_eq!(kinds(info(&response)), [AttemptKind::Retry]);
-    let _ = Method::GET;
 }
 
 /// Sends `get()` through `service` and returns when its calls started, relative to the
