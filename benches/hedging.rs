@@ -591,11 +591,13 @@ fn env_count(name: &str, default: usize) -> usize {
 }
 
 /// The percentiles of ours beside `percentile(0.9)`, to find one whose extra load is no more
-/// than tower's; 0.99 only where 1% are slow (at 5% it reads in the slow answers).
+/// than tower's; 0.99 only where 1% are slow (at 5% it reads in the slow answers). At 5%,
+/// 0.95 sits on the edge between the fast answers and the slow ones, so its delay jumps
+/// between the two; 0.92 reads the fast answers' own tail.
 fn higher(setting: Setting) -> &'static [f64] {
     match setting {
         Setting::Slow(fraction) if fraction < 0.02 => &[0.95, 0.98, 0.99],
-        _ => &[0.95, 0.98],
+        _ => &[0.92, 0.95, 0.98],
     }
 }
 

@@ -100,10 +100,15 @@ impl Plan {
     /// 2xx under the default classification (which never retries one), with no gate to
     /// tell.
     pub(crate) fn plain_success<RB, E>(&self, result: &Result<http::Response<RB>, E>) -> bool {
-        self.plain_successes
-            && result
-                .as_ref()
-                .is_ok_and(|response| response.status().is_success())
+        result
+            .as_ref()
+            .is_ok_and(|response| self.plain_success_status(response))
+    }
+
+    /// The same for a response.
+    #[inline]
+    pub(crate) fn plain_success_status<RB>(&self, response: &http::Response<RB>) -> bool {
+        self.plain_successes && response.status().is_success()
     }
 
     pub(crate) fn resolve(policy: RetryPolicy, config: &Config) -> Self {

@@ -317,10 +317,12 @@ pub(crate) fn decide(
     }
 }
 
-/// A success that needed no thought (a 2xx under the default classification): booked.
+/// A success that needed no thought (a 2xx under the default classification): booked, as
+/// the last attempt's outcome returned.
 #[inline]
 pub(crate) fn succeeded(info: &mut RetryInfo) {
     record_stop(info, StopReason::Final);
+    returning(info, false);
 }
 
 /// The caller's own request body failed: the error is theirs, returned as is.

@@ -233,7 +233,7 @@ enum Step<R> {
     Once(Result<R, BoxError>),
     /// A success its policy returns without further thought (a 2xx under the default
     /// classification), settled without moving anything out of the state.
-    Success(Result<R, BoxError>),
+    Success(R),
     /// An attempt's outcome, to be decided: the response or the error.
     Outcome(Result<R, BoxError>),
     /// The deadline passed during an attempt: the request ends with its error.
@@ -269,6 +269,20 @@ where
                 this.trace,
                 cx
             ));
+            // The common ends, outside the driver: nothing to decide, and the response
+            // moved as few times as it can be.
+            match step {
+                Step::Success(response) => {
+                    decision::succeeded(this.info);
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(succeed(this.info, this.trace, response)));
+                }
+                Step::Once(result) => {
+                    this.state.set(State::Done);
+                    return Poll::Ready(finish(this.info, this.trace, result));
+                }
+                _ => {}
+            }
             let mut driver = Driver {
                 state: this.state.as_mut(),
                 timer: this.timer.as_mut(),
@@ -305,8 +319,8 @@ where
         },
         StateProj::Attempt { future, retry, .. } => {
             match ready!(poll_booked(future, timer, limits, info, cx)) {
-                Attempted::Outcome(result) if retry.plan.plain_success(&result) => {
-                    Step::Success(result)
+                Attempted::Outcome(Ok(response)) if retry.plan.plain_success_status(&response) => {
+                    Step::Success(response)
                 }
                 Attempted::Outcome(result) | Attempted::TimedOut(result) => Step::Outcome(result),
                 Attempted::Deadline(result) => Step::Deadline(result),
@@ -419,12 +433,10 @@ where
     /// Carries out what `step` calls for; the result to return, when the request is over.
     fn advance(&mut self, step: Step<Response<RB>>) -> Option<Result<Response<RB>, BoxError>> {
         match step {
-            Step::Once(result) => {
-                self.state.set(State::Done);
-                Some(result)
-            }
-            Step::Success(result) => {
-                decision::succeeded(self.info);
+            // Settled by `poll` before a driver is made.
+            Step::Once(_) | Step::Success(_) => unreachable_state(),
+            Step::Hedged(result) => {
+                // Drops every attempt still in flight.
                 self.state.set(State::Done);
                 Some(result)
             }
@@ -435,11 +447,6 @@ where
             Step::Deadline(result) => {
                 self.state.set(State::Done);
                 decision::deadline_passed(self.info);
-                Some(result)
-            }
-            Step::Hedged(result) => {
-                // Drops every attempt still in flight.
-                self.state.set(State::Done);
                 Some(result)
             }
 
@@ -640,14 +647,10 @@ fn finish<RB>(
         Err(error) => error.is::<DeadlineExceeded>() || error.is::<ServiceNotReady>(),
     };
     decision::returning(info, layers_own);
-    let info = std::mem::take(info);
     match result {
-        Ok(mut response) => {
-            trace.finish(&info, None);
-            response.extensions_mut().insert(info);
-            Ok(response)
-        }
+        Ok(response) => Ok(succeed(info, trace, response)),
         Err(error) => {
+            let info = std::mem::take(info);
             if error.is::<DeadlineExceeded>() {
                 trace.deadline(&*error);
             }
@@ -655,6 +658,15 @@ fn finish<RB>(
             Err(Box::new(RetryError::new(info, error)))
         }
     }
+}
+
+/// Hands a response over with its record.
+#[inline]
+fn succeed<RB>(info: &mut RetryInfo, trace: &Trace, mut response: Response<RB>) -> Response<RB> {
+    let info = std::mem::take(info);
+    trace.finish(&info, None);
+    response.extensions_mut().insert(info);
+    response
 }
 
 impl<F, S, B, R> std::fmt::Debug for ResponseFuture<F, S, B, R> {

@@ -249,10 +249,6 @@ where
             return ResponseFuture::once(future, limits, info, trace);
         }
 
-        // Hedged: a request that may be repeated concurrently, under a hedging policy.
-        let hedged = policy.hedging.is_some()
-            && policy.max_attempts > 1
-            && (request.method().is_idempotent() || policy.assume_idempotent);
         let (mut parts, body) = request.into_parts();
         // hyper stops sending a body at the request's own `Content-Length` without a last
         // poll; the header is read only when the body does not know its length itself.
@@ -277,7 +273,14 @@ where
             plan,
             partition,
         };
-        if hedged && !retry.replay.is_never() {
+        // Hedged: a request that may be repeated concurrently, under a hedging policy, with
+        // a body that can be sent again.
+        let policy = &retry.plan.policy;
+        if policy.hedging.is_some()
+            && policy.max_attempts > 1
+            && (retry.head.method().is_idempotent() || policy.assume_idempotent)
+            && !retry.replay.is_never()
+        {
             return ResponseFuture::hedged(future, retry, limits, info, trace);
         }
         ResponseFuture::first(future, retry, limits, info, trace)

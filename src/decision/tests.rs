@@ -118,6 +118,7 @@ fn a_success_or_a_final_outcome_is_returned() {
     let mut info = first();
     succeeded(&mut info);
     assert_eq!(info.stop(), StopReason::Final);
+    assert_eq!(info.returned(), Some(1));
     let mut info = first();
     caller_body_failed(&mut info);
     assert_eq!(info.stop(), StopReason::Final);
