@@ -68,14 +68,18 @@ const MAX_RECORDS: usize = 1024;
 enum Kind {
     Bare,
     Service,
+    /// reqwest-middleware's client with no middleware: what the two middleware rows pay
+    /// for the chain itself, before any retry middleware.
+    Chain,
     Middleware,
     ReqwestRetry,
     Builtin,
 }
 
-const KINDS: [Kind; 5] = [
+const KINDS: [Kind; 6] = [
     Kind::Bare,
     Kind::Service,
+    Kind::Chain,
     Kind::Middleware,
     Kind::ReqwestRetry,
     Kind::Builtin,
@@ -86,6 +90,7 @@ impl Kind {
         match self {
             Kind::Bare => "bare reqwest",
             Kind::Service => "RetryLayer over ReqwestService",
+            Kind::Chain => "reqwest-middleware, no middleware",
             Kind::Middleware => "RetryMiddleware (reqwest-middleware)",
             Kind::ReqwestRetry => "reqwest-middleware + reqwest-retry",
             Kind::Builtin => "reqwest 0.13 built-in retry",
@@ -253,6 +258,7 @@ fn layer() -> RetryLayer {
 struct Clients {
     bare: reqwest::Client,
     service: Retry<ReqwestService>,
+    chain: ClientWithMiddleware,
     middleware: ClientWithMiddleware,
     reqwest_retry: ClientWithMiddleware,
     builtin: reqwest::Client,
@@ -275,6 +281,7 @@ impl Clients {
         Self {
             bare: reqwest_client(),
             service: tower::Layer::layer(&layer(), ReqwestService::new(reqwest_client())),
+            chain: reqwest_middleware::ClientBuilder::new(reqwest_client()).build(),
             middleware: reqwest_middleware::ClientBuilder::new(reqwest_client())
                 .with(RetryMiddleware::new(layer()))
                 .build(),
@@ -324,11 +331,11 @@ impl Clients {
                     Err(error) => Err(error.to_string()),
                 }
             }
-            Kind::Middleware | Kind::ReqwestRetry => {
-                let client = if kind == Kind::Middleware {
-                    &self.middleware
-                } else {
-                    &self.reqwest_retry
+            Kind::Chain | Kind::Middleware | Kind::ReqwestRetry => {
+                let client = match kind {
+                    Kind::Chain => &self.chain,
+                    Kind::Middleware => &self.middleware,
+                    _ => &self.reqwest_retry,
                 };
                 let builder = client.request(method, url);
                 let builder = match body {
@@ -540,8 +547,8 @@ async fn behaviour(addr: SocketAddr, state: &Arc<State>) {
     }
 }
 
-/// `REQWEST_PROFILE=service/get` (a client: bare, service, middleware, reqwest_retry,
-/// builtin; a workload: get, post, flaky) sends `REQWEST_PROFILE_N` batches (default 4)
+/// `REQWEST_PROFILE=service/get` (a client: bare, service, chain, middleware,
+/// reqwest_retry, builtin; a workload: get, post, flaky) sends `REQWEST_PROFILE_N` batches (default 4)
 /// through that client alone, after one batch to warm it up: a run to count instructions
 /// with `valgrind --tool=callgrind`, where the difference from the same run of `bare`,
 /// divided by the requests, is the client's own cost per request (the server's work is the
@@ -553,6 +560,7 @@ async fn profile(addr: SocketAddr, spec: &str) {
     let kind = match kind {
         "bare" => Kind::Bare,
         "service" => Kind::Service,
+        "chain" => Kind::Chain,
         "middleware" => Kind::Middleware,
         "reqwest_retry" => Kind::ReqwestRetry,
         "builtin" => Kind::Builtin,

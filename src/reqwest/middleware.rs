@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
-use tower::{BoxError, ServiceExt};
+use tower::BoxError;
 use tower_service::Service;
 
 use super::SyncBody;
@@ -138,7 +138,7 @@ impl RetryMiddleware {
     ) -> reqwest_middleware::Result<::reqwest::Response> {
         let url = request.url().clone();
         let timeout = request.timeout().copied();
-        let mut request = http::Request::<::reqwest::Body>::try_from(request)?;
+        let mut request = to_http(request)?;
         if let Some(policy) = extensions.get::<RetryPolicy>() {
             request.extensions_mut().insert(policy.clone());
         }
@@ -150,9 +150,13 @@ impl RetryMiddleware {
             url: &url,
             timeout,
         };
-        let result = Retry::from_plans(chain, Arc::clone(&self.plans))
-            .oneshot(request)
-            .await;
+        let mut service = Retry::from_plans(chain, Arc::clone(&self.plans));
+        // The chain is always ready: `poll_ready` only asks it. Called without `oneshot`,
+        // whose state machine would move the request and the response future again.
+        let result = match std::future::poll_fn(|cx| service.poll_ready(cx)).await {
+            Ok(()) => service.call(request).await,
+            Err(error) => Err(error),
+        };
         if let Some(last) = last.into_inner().unwrap_or_else(PoisonError::into_inner) {
             *extensions = last;
         }
@@ -193,6 +197,28 @@ impl Middleware for RetryMiddleware {
     }
 }
 
+/// reqwest's request as an `http::Request`, its parts moved over one by one (reqwest's own
+/// conversion goes through `http::request::Builder`, which moves them more). What reqwest
+/// keeps in a request's extensions, its timeout, is carried by the chain beside it.
+fn to_http(
+    mut request: ::reqwest::Request,
+) -> Result<http::Request<::reqwest::Body>, ::reqwest::Error> {
+    let Ok(uri) = http::Uri::try_from(request.url().as_str()) else {
+        // A URL that is no URI: reqwest's conversion, for its error.
+        return http::Request::try_from(request);
+    };
+    let body = request
+        .body_mut()
+        .take()
+        .unwrap_or_else(|| ::reqwest::Body::from(bytes::Bytes::new()));
+    let mut converted = http::Request::new(body);
+    *converted.method_mut() = std::mem::take(request.method_mut());
+    *converted.uri_mut() = uri;
+    *converted.version_mut() = request.version();
+    *converted.headers_mut() = std::mem::take(request.headers_mut());
+    Ok(converted)
+}
+
 /// The rest of the middleware chain as the service the layer wraps: one `Next::run` per
 /// call.
 #[derive(Clone)]
@@ -203,8 +229,9 @@ struct Chain<'a> {
     /// The last attempt's extensions, for the caller (a local of the middleware's call,
     /// which outlives every attempt).
     last: &'a Mutex<Option<Extensions>>,
-    /// The request's URL as reqwest parsed it, for every attempt whose URI is still its
-    /// own (parsing it again costs more than the rest of an attempt's conversions).
+    /// The request's URL as reqwest parsed it, for every attempt: the layer never changes
+    /// a request's URI (its hooks write headers), and parsing the URI again would cost more
+    /// than the rest of an attempt's conversions.
     url: &'a ::reqwest::Url,
     /// The request's own timeout (`RequestBuilder::timeout`), the one setting reqwest
     /// keeps in a request's extensions.
@@ -212,22 +239,15 @@ struct Chain<'a> {
 }
 
 impl Chain<'_> {
-    /// The attempt as a `reqwest::Request`: built from the URL reqwest parsed when the URI
-    /// is unchanged, else converted (which parses the URI).
-    fn to_reqwest(
-        &self,
-        request: http::Request<::reqwest::Body>,
-    ) -> Result<::reqwest::Request, ::reqwest::Error> {
-        if request.uri() != self.url.as_str() {
-            return ::reqwest::Request::try_from(request);
-        }
+    /// The attempt as a `reqwest::Request`, with the URL reqwest parsed.
+    fn to_reqwest(&self, request: http::Request<::reqwest::Body>) -> ::reqwest::Request {
         let (parts, body) = request.into_parts();
         let mut attempt = ::reqwest::Request::new(parts.method, self.url.clone());
         *attempt.headers_mut() = parts.headers;
         *attempt.body_mut() = Some(body);
         *attempt.version_mut() = parts.version;
         *attempt.timeout_mut() = self.timeout;
-        Ok(attempt)
+        attempt
     }
 }
 
@@ -245,12 +265,11 @@ impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
 
     fn call(&mut self, request: http::Request<ReplayBody<::reqwest::Body>>) -> Self::Future {
         let request = request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body)));
-        let converted = self.to_reqwest(request);
+        let request = self.to_reqwest(request);
         let next = self.next.clone();
         let mut extensions = self.extensions.clone();
         let last = self.last;
         Box::pin(async move {
-            let request = converted.map_err(super::recognized)?;
             let result = next.run(request, &mut extensions).await;
             *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(extensions);
             match result {
