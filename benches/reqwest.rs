@@ -1,7 +1,8 @@
-//! Where reqwest users meet the layer: bare reqwest, the layer over `ReqwestService`, the
-//! layer as a reqwest-middleware `RetryMiddleware`, reqwest-middleware with reqwest-retry,
-//! and reqwest 0.13's built-in retries, side by side in one binary, against a hyper HTTP/1
-//! server on 127.0.0.1.
+//! Where reqwest users meet the layer: bare reqwest, the layer over `ReqwestService` (with
+//! its keys, and without them retrying POSTs as reqwest-retry does), reqwest-middleware
+//! alone, the layer as a reqwest-middleware `RetryMiddleware`, reqwest-middleware with
+//! reqwest-retry, and reqwest 0.13's built-in retries, side by side in one binary, against
+//! a hyper HTTP/1 server on 127.0.0.1.
 //!
 //! Speed: 16 tasks on a two-worker runtime send a batch of 500 requests through one client
 //! (each task takes the next request until the batch is done; every response body is
@@ -68,6 +69,9 @@ const MAX_RECORDS: usize = 1024;
 enum Kind {
     Bare,
     Service,
+    /// The layer over `ReqwestService` sending no key and retrying POSTs anyway, as
+    /// reqwest-retry does: the like-for-like POST beside it.
+    ServiceNoKey,
     /// reqwest-middleware's client with no middleware: what the two middleware rows pay
     /// for the chain itself, before any retry middleware.
     Chain,
@@ -76,9 +80,10 @@ enum Kind {
     Builtin,
 }
 
-const KINDS: [Kind; 6] = [
+const KINDS: [Kind; 7] = [
     Kind::Bare,
     Kind::Service,
+    Kind::ServiceNoKey,
     Kind::Chain,
     Kind::Middleware,
     Kind::ReqwestRetry,
@@ -90,6 +95,7 @@ impl Kind {
         match self {
             Kind::Bare => "bare reqwest",
             Kind::Service => "RetryLayer over ReqwestService",
+            Kind::ServiceNoKey => "the same, no key, assume_idempotent",
             Kind::Chain => "reqwest-middleware, no middleware",
             Kind::Middleware => "RetryMiddleware (reqwest-middleware)",
             Kind::ReqwestRetry => "reqwest-middleware + reqwest-retry",
@@ -258,6 +264,7 @@ fn layer() -> RetryLayer {
 struct Clients {
     bare: reqwest::Client,
     service: Retry<ReqwestService>,
+    service_no_key: Retry<ReqwestService>,
     chain: ClientWithMiddleware,
     middleware: ClientWithMiddleware,
     reqwest_retry: ClientWithMiddleware,
@@ -281,6 +288,15 @@ impl Clients {
         Self {
             bare: reqwest_client(),
             service: tower::Layer::layer(&layer(), ReqwestService::new(reqwest_client())),
+            service_no_key: tower::Layer::layer(
+                &RetryLayer::new().no_idempotency_key().policy(
+                    RetryPolicy::default()
+                        .max_attempts(3)
+                        .backoff(Backoff::exponential(Duration::ZERO, Duration::ZERO))
+                        .assume_idempotent(),
+                ),
+                ReqwestService::new(reqwest_client()),
+            ),
             chain: reqwest_middleware::ClientBuilder::new(reqwest_client()).build(),
             middleware: reqwest_middleware::ClientBuilder::new(reqwest_client())
                 .with(RetryMiddleware::new(layer()))
@@ -320,13 +336,17 @@ impl Clients {
                 .send()
                 .await
                 .map_err(|e| e.to_string()),
-            Kind::Service => {
+            Kind::Service | Kind::ServiceNoKey => {
                 let request = Request::builder()
                     .method(method)
                     .uri(url)
                     .body(body.unwrap_or_else(|| reqwest::Body::from(Bytes::new())))
                     .map_err(|e| e.to_string())?;
-                match self.service.clone().oneshot(request).await {
+                let service = match kind {
+                    Kind::Service => &self.service,
+                    _ => &self.service_no_key,
+                };
+                match service.clone().oneshot(request).await {
                     Ok(response) => Ok(reqwest::Response::from(response)),
                     Err(error) => Err(error.to_string()),
                 }
@@ -547,8 +567,8 @@ async fn behaviour(addr: SocketAddr, state: &Arc<State>) {
     }
 }
 
-/// `REQWEST_PROFILE=service/get` (a client: bare, service, chain, middleware,
-/// reqwest_retry, builtin; a workload: get, post, flaky) sends `REQWEST_PROFILE_N` batches (default 4)
+/// `REQWEST_PROFILE=service/get` (a client: bare, service, service_no_key, chain,
+/// middleware, reqwest_retry, builtin; a workload: get, post, flaky) sends `REQWEST_PROFILE_N` batches (default 4)
 /// through that client alone, after one batch to warm it up: a run to count instructions
 /// with `valgrind --tool=callgrind`, where the difference from the same run of `bare`,
 /// divided by the requests, is the client's own cost per request (the server's work is the
@@ -560,6 +580,7 @@ async fn profile(addr: SocketAddr, spec: &str) {
     let kind = match kind {
         "bare" => Kind::Bare,
         "service" => Kind::Service,
+        "service_no_key" => Kind::ServiceNoKey,
         "chain" => Kind::Chain,
         "middleware" => Kind::Middleware,
         "reqwest_retry" => Kind::ReqwestRetry,
