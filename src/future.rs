@@ -41,6 +41,7 @@ use crate::error::{DeadlineExceeded, RetryError, ServiceNotReady};
 use crate::gate::Gates;
 use crate::head::Head;
 use crate::hints::Hint;
+use crate::hook::AttemptContext;
 use crate::info::{Attempt, AttemptOutcome, RetryInfo};
 use crate::replay::{NotReplayable, Replay, ReplayBody};
 use crate::trace::Trace;
@@ -121,6 +122,30 @@ pub(crate) struct Retrying<S, B> {
     pub(crate) plan: Arc<Plan>,
     /// The gates of the request's authority, when the plan keeps gates per authority.
     pub(crate) partition: Option<Box<Gates>>,
+}
+
+impl<S, B> Retrying<S, B> {
+    /// How the classifier sees an attempt's outcome; `None` when the caller's own request
+    /// body failed, whose error is returned as it is, unclassified.
+    fn seen<'a, RB>(&self, result: &'a Result<Response<RB>, BoxError>) -> Option<Seen<'a>> {
+        match result {
+            Ok(response) => Some(Seen::Response {
+                status: response.status(),
+                headers: response.headers(),
+            }),
+            Err(_) if self.replay.body_failed() => None,
+            Err(error) => Some(Seen::Error(&**error)),
+        }
+    }
+
+    /// The request of a later attempt (a retry or a hedge): the head's copy numbered and
+    /// run through the hooks, with the body replayed for it.
+    fn attempt_request(&self, attempt: &AttemptContext) -> Request<ReplayBody<B>> {
+        let mut head = self.head.to_parts();
+        head.extensions.insert(Attempt::new(attempt.number));
+        self.plan.hooks.before_attempt(attempt, &mut head.headers);
+        Request::from_parts(head, self.replay.body(attempt.number - 1))
+    }
 }
 
 /// What only retries use, boxed when the first retry goes ahead: most requests succeed at
@@ -484,16 +509,9 @@ where
         released: bool,
     ) -> Option<Result<Response<RB>, BoxError>> {
         let plan = &*retry.plan;
-        let seen = match &result {
-            Ok(response) => Seen::Response {
-                status: response.status(),
-                headers: response.headers(),
-            },
-            Err(_) if retry.replay.body_failed() => {
-                decision::caller_body_failed(self.info);
-                return Some(result);
-            }
-            Err(error) => Seen::Error(&**error),
+        let Some(seen) = retry.seen(&result) else {
+            decision::caller_body_failed(self.info);
+            return Some(result);
         };
         let outcome = Outcome {
             verdict: plan.policy.classify(&retry.head, seen),
@@ -591,11 +609,7 @@ where
             }
             None => return Some(Err(decision::not_ready(self.limits, now, self.info))),
         };
-        let mut head = retry.head.to_parts();
-        head.extensions.insert(Attempt::new(attempt.number));
-        retry.plan.hooks.before_attempt(&attempt, &mut head.headers);
-        let body = retry.replay.body(attempt.number - 1);
-        let future = later.service.call(Request::from_parts(head, body));
+        let future = later.service.call(retry.attempt_request(&attempt));
         arm(self.timer.as_mut(), self.limits.attempt_end(now));
         self.state.set(State::Attempt {
             future,

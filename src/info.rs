@@ -130,12 +130,16 @@ impl RetryInfo {
     /// A hedge is no wait (its `wait` is the time since the attempt before it was sent,
     /// which was still in flight), so hedges count nothing here.
     pub fn total_wait(&self) -> Duration {
+        self.waits().fold(Duration::ZERO, |total, retry| {
+            total.saturating_add(retry.wait)
+        })
+    }
+
+    /// The attempts that were waited for: every retry but the hedges.
+    fn waits(&self) -> impl Iterator<Item = &RetryRecord> + '_ {
         self.retries
             .iter()
             .filter(|retry| retry.kind != AttemptKind::Hedge)
-            .fold(Duration::ZERO, |total, retry| {
-                total.saturating_add(retry.wait)
-            })
     }
 
     /// Why the layer stopped and returned what it returned.
@@ -245,11 +249,10 @@ impl fmt::Display for RetryInfo {
                 write!(f, ", attempt {returned} returned")?;
             }
         }
-        let waits = || self.retries.iter().filter(|r| r.kind != AttemptKind::Hedge);
-        if waits().next().is_some() {
+        if self.waits().next().is_some() {
             write!(f, "; waited {} (", Millis(self.total_wait()))?;
             let mut seen: Vec<WaitSource> = Vec::new();
-            for retry in waits() {
+            for retry in self.waits() {
                 let source = WaitSource::of(retry);
                 if !seen.contains(&source) {
                     if !seen.is_empty() {

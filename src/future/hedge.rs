@@ -16,13 +16,13 @@ use tower::BoxError;
 use tower_service::Service;
 
 use super::{Lookup, Retrying, arm, fired};
-use crate::classify::{Outcome as Seen, RetryReason};
+use crate::classify::RetryReason;
 use crate::decision::hedge::{self, HedgeOutcome, Judged, Next};
 use crate::decision::{self, Expired, Limits, RELEASE_GRACE};
 use crate::gate::Ticket;
 use crate::hedge::LatencyRecord;
 use crate::hints::HintSource;
-use crate::info::{Attempt, AttemptOutcome, RetryInfo, StopReason};
+use crate::info::{AttemptOutcome, RetryInfo, StopReason};
 use crate::replay::ReplayBody;
 use crate::trace::Trace;
 
@@ -279,14 +279,9 @@ fn judge<F, S, B, RB>(
     if plan.plain_success(result) {
         return Some(StopReason::Final);
     }
-    let seen = match result {
-        Ok(response) => Seen::Response {
-            status: response.status(),
-            headers: response.headers(),
-        },
+    let Some(seen) = retry.seen(result) else {
         // The caller's own body failed: its error is returned as is.
-        Err(_) if retry.replay.body_failed() => return Some(StopReason::Final),
-        Err(error) => Seen::Error(&**error),
+        return Some(StopReason::Final);
     };
     let outcome = HedgeOutcome {
         verdict: plan.policy.classify(&retry.head, seen),
@@ -384,14 +379,11 @@ where
     if let Some(record) = info.retries().last() {
         trace.retry(attempt.number - 1, record, None);
     }
-    let mut head = retry.head.to_parts();
-    head.extensions.insert(Attempt::new(attempt.number));
-    retry.plan.hooks.before_attempt(&attempt, &mut head.headers);
-    let body = retry.replay.body(attempt.number - 1);
+    let request = retry.attempt_request(&attempt);
     let Some(service) = flight.service.as_mut() else {
         unreachable!("a hedge is sent only through a ready service");
     };
-    let future = service.call(Request::from_parts(head, body));
+    let future = service.call(request);
     flight.ready = false;
     flight.flying.push(Flying {
         future: Box::pin(future),
