@@ -18,9 +18,10 @@
 // in flight, will need more): during an attempt it fires at the attempt timeout or the
 // deadline, whichever is first; while the transport still holds the last attempt's body
 // and while the retry's service gets ready, at the deadline, else the attempt timeout;
-// while waiting, at the end of the wait. Every outcome leaves through `finish`. Nothing is
-// boxed on the way to a first-attempt success, and no task is spawned: dropping the future
-// drops the attempt in flight and sends nothing more.
+// while waiting, at the end of the wait; it is boxed when a state first needs one. Every
+// outcome leaves through `finish`. Nothing but that timer is boxed on the way to a
+// first-attempt success, and no task is spawned: dropping the future drops the attempt in
+// flight and sends nothing more.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -57,9 +58,9 @@ pin_project! {
     pub struct ResponseFuture<F, S, B, R> {
         #[pin]
         state: State<F, S, B, R>,
-        // The end of the current state, if it has one.
-        #[pin]
-        timer: Option<Sleep>,
+        // The end of the current state, if it has one; boxed, so that the many requests
+        // that never need one carry no timer inline.
+        timer: Timer,
         limits: Limits,
         info: RetryInfo,
         trace: Trace,
@@ -226,30 +227,35 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     }
 }
 
+/// The one timer of a response future, made when a state first needs one and reset after.
+pub(crate) type Timer = Option<Pin<Box<Sleep>>>;
+
 /// The first attempt's timer: the clock is read only for a request with a time limit.
 #[inline]
-fn first_timer(limits: &Limits) -> Option<Sleep> {
+fn first_timer(limits: &Limits) -> Timer {
     match limits.bounds_attempts() {
-        true => limits.attempt_end(Instant::now()).map(sleep_until),
+        true => limits
+            .attempt_end(Instant::now())
+            .map(|at| Box::pin(sleep_until(at))),
         false => None,
     }
 }
 
 /// Sets `timer` to fire at `end`, or not at all.
-fn arm(mut timer: Pin<&mut Option<Sleep>>, end: Option<Instant>) {
-    match (timer.as_mut().as_pin_mut(), end) {
-        (Some(sleep), Some(at)) => sleep.reset(at),
-        (None, Some(at)) => timer.set(Some(sleep_until(at))),
-        (Some(_), None) => timer.set(None),
+fn arm(timer: &mut Timer, end: Option<Instant>) {
+    match (timer.as_mut(), end) {
+        (Some(sleep), Some(at)) => sleep.as_mut().reset(at),
+        (None, Some(at)) => *timer = Some(Box::pin(sleep_until(at))),
+        (Some(_), None) => *timer = None,
         (None, None) => {}
     }
 }
 
 /// Whether `timer` is set and has fired.
-fn fired(timer: Pin<&mut Option<Sleep>>, cx: &mut Context<'_>) -> bool {
+fn fired(timer: &mut Timer, cx: &mut Context<'_>) -> bool {
     timer
-        .as_pin_mut()
-        .is_some_and(|sleep| sleep.poll(cx).is_ready())
+        .as_mut()
+        .is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready())
 }
 
 /// What the current state came to.
@@ -288,7 +294,7 @@ where
         loop {
             let step = ready!(poll_state(
                 this.state.as_mut(),
-                this.timer.as_mut(),
+                this.timer,
                 this.limits,
                 this.info,
                 this.trace,
@@ -310,7 +316,7 @@ where
             }
             let mut driver = Driver {
                 state: this.state.as_mut(),
-                timer: this.timer.as_mut(),
+                timer: this.timer,
                 limits: this.limits,
                 info: this.info,
                 trace: this.trace,
@@ -325,7 +331,7 @@ where
 /// Polls what the current state waits for; what it came to.
 fn poll_state<F, S, B, RB, E>(
     state: Pin<&mut State<F, S, B, Response<RB>>>,
-    mut timer: Pin<&mut Option<Sleep>>,
+    timer: &mut Timer,
     limits: &Limits,
     info: &mut RetryInfo,
     trace: &Trace,
@@ -360,8 +366,8 @@ where
             }
         }
         StateProj::Waiting { .. } => {
-            if let Some(sleep) = timer.as_mut().as_pin_mut() {
-                ready!(sleep.poll(cx));
+            if let Some(sleep) = timer.as_mut() {
+                ready!(sleep.as_mut().poll(cx));
             }
             Step::Waited
         }
@@ -403,7 +409,7 @@ impl<RB> Attempted<Response<RB>> {
 /// Polls an attempt, and books what it got.
 fn poll_booked<F, RB, E>(
     future: Pin<&mut F>,
-    timer: Pin<&mut Option<Sleep>>,
+    timer: &mut Timer,
     limits: &Limits,
     info: &mut RetryInfo,
     cx: &mut Context<'_>,
@@ -420,7 +426,7 @@ where
 /// Polls an attempt, bounded by `timer`.
 fn poll_attempt<F, R, E>(
     future: Pin<&mut F>,
-    timer: Pin<&mut Option<Sleep>>,
+    timer: &mut Timer,
     limits: &Limits,
     info: &RetryInfo,
     cx: &mut Context<'_>,
@@ -444,7 +450,7 @@ where
 /// The driver's view of a future between two polls of its state.
 struct Driver<'a, F, S, B, R> {
     state: Pin<&'a mut State<F, S, B, R>>,
-    timer: Pin<&'a mut Option<Sleep>>,
+    timer: &'a mut Timer,
     limits: &'a Limits,
     info: &'a mut RetryInfo,
     trace: &'a Trace,
@@ -545,7 +551,7 @@ where
             Answer::Return => Some(result),
             Answer::AwaitRelease => {
                 let end = self.limits.wait_end(Instant::now(), Some(RELEASE_GRACE));
-                arm(self.timer.as_mut(), end);
+                arm(self.timer, end);
                 self.state.set(State::Releasing {
                     held: result,
                     retry,
@@ -571,10 +577,7 @@ where
                     // No wait: straight to readiness, without a timer tick in between.
                     self.ready_in(retry, later);
                 } else {
-                    arm(
-                        self.timer.as_mut(),
-                        Some(decision::after(Instant::now(), wait)),
-                    );
+                    arm(self.timer, Some(decision::after(Instant::now(), wait)));
                     self.state.set(State::Waiting { retry, later });
                 }
                 None
@@ -586,7 +589,7 @@ where
     /// timeout.
     fn ready_in(&mut self, retry: Retrying<S, B>, later: Box<Later<S>>) {
         let end = self.limits.wait_end(Instant::now(), None);
-        arm(self.timer.as_mut(), end);
+        arm(self.timer, end);
         self.state.set(State::Readying { retry, later });
     }
 
@@ -610,7 +613,7 @@ where
             None => return Some(Err(decision::not_ready(self.limits, now, self.info))),
         };
         let future = later.service.call(retry.attempt_request(&attempt));
-        arm(self.timer.as_mut(), self.limits.attempt_end(now));
+        arm(self.timer, self.limits.attempt_end(now));
         self.state.set(State::Attempt {
             future,
             retry,

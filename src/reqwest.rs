@@ -3,7 +3,9 @@
 //! `reqwest::Client` is a `Service<reqwest::Request>`, not a
 //! `Service<http::Request<B>>`, so [`RetryLayer`](crate::RetryLayer) cannot wrap it directly.
 //! [`ReqwestService`] is the adapter: it takes the `http::Request<ReplayBody<B>>` the layer
-//! hands down, converts it with `reqwest::Request::try_from`, sends it with the client, and
+//! hands down, converts it into a `reqwest::Request` (what `reqwest::Request::try_from`
+//! makes of it, with the URL built from its origin's, parsed once per service, instead of
+//! the whole URI printed and parsed again for every attempt), sends it with the client, and
 //! gives back reqwest's response as an `http::Response<reqwest::Body>`.
 //!
 //! ```text
@@ -46,18 +48,18 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll, ready};
 
-use ::reqwest::{Client, ResponseBuilderExt};
+use ::reqwest::{Client, ResponseBuilderExt, Url};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tower::BoxError;
 use tower_service::Service;
 
-use crate::ReplayBody;
 use crate::classify::{Recognized, RetryReason};
+use crate::{Attempt, ReplayBody};
 
 #[cfg(feature = "reqwest-middleware")]
 mod middleware;
@@ -82,7 +84,7 @@ pub use self::middleware::RetryMiddleware;
 /// # Clone
 ///
 /// Cloning is cheap: a `reqwest::Client` is a handle on one shared connection pool, and
-/// every clone of this service uses it.
+/// every clone of this service uses it, and the parsed URLs of the origins it sent to.
 ///
 /// # Example
 ///
@@ -139,6 +141,8 @@ pub use self::middleware::RetryMiddleware;
 /// ```
 pub struct ReqwestService<B = ::reqwest::Body> {
     client: Client,
+    /// The URLs of the origins this service and its clones sent to, shared.
+    origins: Arc<Origins>,
     /// The request body type, fixed per service so that `svc.ready().await?.call(req)`
     /// needs no annotation. `fn(B)`: the service holds no `B`, and is `Send` and `Sync`
     /// whatever `B` is.
@@ -150,6 +154,7 @@ impl<B> ReqwestService<B> {
     pub fn new(client: Client) -> Self {
         Self {
             client,
+            origins: Arc::default(),
             _body: PhantomData,
         }
     }
@@ -172,7 +177,11 @@ impl<B> ReqwestService<B> {
 
 impl<B> Clone for ReqwestService<B> {
     fn clone(&self) -> Self {
-        Self::new(self.client.clone())
+        Self {
+            client: self.client.clone(),
+            origins: Arc::clone(&self.origins),
+            _body: PhantomData,
+        }
     }
 }
 
@@ -205,7 +214,7 @@ where
 
     fn call(&mut self, request: http::Request<ReplayBody<B>>) -> Self::Future {
         let request = request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body)));
-        let state = match ::reqwest::Request::try_from(request) {
+        let state = match to_reqwest(&self.origins, request) {
             Ok(request) => State::Sending {
                 future: self.client.call(request),
             },
@@ -213,6 +222,84 @@ where
         };
         ResponseFuture { state }
     }
+}
+
+/// The URLs of the first few origins (scheme and authority) a service sent to, each parsed
+/// once. reqwest takes a request's URL as a `Url`, and its own conversion from an
+/// `http::Request` prints the URI and parses the text again on every call (about 7 000
+/// instructions, more than the rest of the layer's work on a request); the URL of a known
+/// origin is its parsed origin with the path and query set, which skips the host's parsing
+/// and gives the same `Url` (a property test holds the two equal). Slots are filled once
+/// and never change, so reading them takes no lock; an origin beyond them is parsed whole,
+/// as reqwest would.
+#[derive(Default)]
+struct Origins([OnceLock<Origin>; 4]);
+
+struct Origin {
+    scheme: http::uri::Scheme,
+    authority: http::uri::Authority,
+    /// `scheme://authority/`, parsed.
+    url: Url,
+}
+
+impl Origins {
+    /// The URL of `uri`, when its origin is known or a slot is free for it.
+    fn url(&self, uri: &http::Uri) -> Option<Url> {
+        let (scheme, authority) = (uri.scheme()?, uri.authority()?);
+        // reqwest sends nothing else: other schemes take its own path, for its error.
+        if *scheme != http::uri::Scheme::HTTP && *scheme != http::uri::Scheme::HTTPS {
+            return None;
+        }
+        for slot in &self.0 {
+            let origin = match slot.get() {
+                Some(origin) => origin,
+                None => {
+                    let url = Url::parse(&format!("{scheme}://{authority}/")).ok()?;
+                    slot.get_or_init(|| Origin {
+                        scheme: scheme.clone(),
+                        authority: authority.clone(),
+                        url,
+                    })
+                }
+            };
+            // Compared as written: `Authority`'s own `==` ignores case, which the user
+            // information does not.
+            if origin.scheme == *scheme && origin.authority.as_str() == authority.as_str() {
+                let mut url = origin.url.clone();
+                url.set_path(uri.path());
+                url.set_query(uri.query());
+                return Some(url);
+            }
+        }
+        None
+    }
+}
+
+/// The attempt as reqwest's request: reqwest's own conversion when the request carries
+/// extensions reqwest may read (its timeout, set on a `reqwest::Request` converted to an
+/// `http::Request`), or when its origin is not known; otherwise the same request made from
+/// its parts, with the origin's URL. reqwest reads nothing else of a request's extensions
+/// and sends none of them, so the layer's own `Attempt` is no reason for the long way.
+fn to_reqwest(
+    origins: &Origins,
+    request: http::Request<::reqwest::Body>,
+) -> Result<::reqwest::Request, ::reqwest::Error> {
+    let extensions = request.extensions();
+    let plain =
+        extensions.is_empty() || (extensions.len() == 1 && extensions.get::<Attempt>().is_some());
+    let url = match plain {
+        true => origins.url(request.uri()),
+        false => None,
+    };
+    let Some(url) = url else {
+        return ::reqwest::Request::try_from(request);
+    };
+    let (parts, body) = request.into_parts();
+    let mut converted = ::reqwest::Request::new(parts.method, url);
+    *converted.headers_mut() = parts.headers;
+    *converted.body_mut() = Some(body);
+    *converted.version_mut() = parts.version;
+    Ok(converted)
 }
 
 type Pending = <Client as Service<::reqwest::Request>>::Future;
@@ -364,8 +451,127 @@ where
 mod tests {
     use super::*;
     use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
+    use proptest::prelude::*;
 
     fn sync<T: Sync>(_: &T) {}
+
+    /// What reqwest's own conversion makes of `uri`.
+    fn parsed(uri: &http::Uri) -> Option<Url> {
+        Url::parse(&uri.to_string()).ok()
+    }
+
+    #[test]
+    fn a_known_origin_gives_the_url_reqwest_would_parse() {
+        let origins = Origins::default();
+        for text in [
+            "http://127.0.0.1:3000/items/7?full=1",
+            "http://127.0.0.1:3000/",
+            "http://127.0.0.1:3000",
+            "http://127.0.0.1:3000/a/../b/./c?",
+            "http://127.0.0.1:3000/%7e%41/x%2Fy?q=%20'{}|",
+            "https://Example.COM/p",
+            "https://example.com:443/p",
+            "http://user:Secret@[::1]:8080/p?x",
+            "http://User:Secret@[::1]:8080/p?x",
+            "http://example.com./dots",
+        ] {
+            let uri: http::Uri = text.parse().unwrap();
+            assert_eq!(Origins::default().url(&uri), parsed(&uri), "{text}");
+        }
+        // User information is told apart by case, as the URL keeps it.
+        for user in ["user", "User"] {
+            let uri: http::Uri = format!("http://{user}:pw@[::1]:8080/p").parse().unwrap();
+            let url = origins.url(&uri).unwrap();
+            assert_eq!(url.username(), user);
+        }
+        // Four origins are kept; a fifth is parsed whole, by reqwest.
+        for host in ["a.example", "b.example"] {
+            let uri: http::Uri = format!("http://{host}/x").parse().unwrap();
+            assert_eq!(origins.url(&uri), parsed(&uri));
+        }
+        assert!(origins.0.iter().all(|slot| slot.get().is_some()));
+        let fifth: http::Uri = "http://b.example/y".parse().unwrap();
+        assert_eq!(
+            origins.url(&fifth),
+            parsed(&fifth),
+            "a kept origin is still found"
+        );
+        let fifth: http::Uri = "http://fifth.example/".parse().unwrap();
+        assert_eq!(origins.url(&fifth), None);
+    }
+
+    #[test]
+    fn other_schemes_and_relative_uris_take_reqwests_way() {
+        let origins = Origins::default();
+        for text in ["ftp://example.com/f", "/relative", "ws://example.com/"] {
+            let uri: http::Uri = text.parse().unwrap();
+            assert_eq!(origins.url(&uri), None, "{text}");
+        }
+        assert!(origins.0.iter().all(|slot| slot.get().is_none()));
+    }
+
+    #[test]
+    fn a_request_with_extensions_reqwest_may_read_keeps_them() {
+        let origins = Origins::default();
+        let mut request = http::Request::new(::reqwest::Body::from("x"));
+        *request.uri_mut() = "http://127.0.0.1:3000/a".parse().unwrap();
+        request.extensions_mut().insert(7u8);
+        let converted = to_reqwest(&origins, request).unwrap();
+        // The long way: reqwest's conversion, which leaves the origins alone.
+        assert!(origins.0[0].get().is_none());
+        assert_eq!(converted.url().as_str(), "http://127.0.0.1:3000/a");
+
+        let mut request = http::Request::new(::reqwest::Body::from("x"));
+        *request.method_mut() = http::Method::PUT;
+        *request.uri_mut() = "http://127.0.0.1:3000/b?c".parse().unwrap();
+        *request.version_mut() = http::Version::HTTP_11;
+        request.headers_mut().insert("x-a", "1".parse().unwrap());
+        request.extensions_mut().insert(Attempt::new(2));
+        let converted = to_reqwest(&origins, request).unwrap();
+        assert!(origins.0[0].get().is_some());
+        assert_eq!(converted.method(), http::Method::PUT);
+        assert_eq!(converted.url().as_str(), "http://127.0.0.1:3000/b?c");
+        assert_eq!(converted.version(), http::Version::HTTP_11);
+        assert_eq!(converted.headers()["x-a"], "1");
+        assert_eq!(converted.body().and_then(|b| b.as_bytes()), Some(&b"x"[..]));
+    }
+
+    fn piece() -> impl Strategy<Value = String> {
+        let atoms = prop::sample::select(vec![
+            "a", "Z", "0", "-", "_", "~", ".", "..", "/", "//", "%", "%2e", "%2E", "%41", "%zz",
+            "!", "$", "&", "'", "(", ")", "*", "+", ",", ";", "=", ":", "@", "?", "[", "]", "{",
+            "}", "|", "^", "`", "%00", "%2F",
+        ]);
+        prop::collection::vec(atoms, 0..8).prop_map(|atoms| atoms.concat())
+    }
+
+    proptest! {
+        /// Any URI `http::Uri` accepts gets, through a known origin, the URL reqwest's own
+        /// conversion would parse, or is left to that conversion.
+        #[test]
+        fn the_origin_url_equals_the_parsed_one(
+            https in any::<bool>(),
+            authority in prop::sample::select(vec![
+                "127.0.0.1:3000", "localhost", "Example.COM:80", "u:p@h", "[::1]:1", "a.b.",
+            ]),
+            path in piece(),
+            query in prop::option::of(piece()),
+        ) {
+            let scheme = if https { "https" } else { "http" };
+            let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+            let text = format!("{scheme}://{authority}/{path}{query}");
+            // A URI `http` refuses never reaches the service (proptest fails the test if
+            // too many are refused to leave enough cases).
+            let uri = text.parse::<http::Uri>();
+            prop_assume!(uri.is_ok());
+            let uri = uri.unwrap();
+            match Origins::default().url(&uri) {
+                Some(url) => prop_assert_eq!(Some(url), parsed(&uri), "{}", text),
+                // Left to reqwest only where the origin itself does not parse.
+                None => prop_assert!(parsed(&uri).is_none(), "{}", text),
+            }
+        }
+    }
 
     #[tokio::test]
     async fn a_send_only_body_is_made_sync_and_keeps_its_hint_and_end() {

@@ -11,11 +11,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 use tower::BoxError;
 use tower_service::Service;
 
-use super::{Lookup, Retrying, arm, fired};
+use super::{Lookup, Retrying, Timer, arm, fired};
 use crate::classify::RetryReason;
 use crate::decision::hedge::{self, HedgeOutcome, Judged, Next};
 use crate::decision::{self, Expired, Limits, RELEASE_GRACE};
@@ -164,7 +164,7 @@ impl<F, S, B, R> Drop for Flight<F, S, B, R> {
 #[inline(never)]
 pub(super) fn poll<F, S, B, RB, E>(
     flight: &mut Flight<F, S, B, Response<RB>>,
-    mut timer: Pin<&mut Option<Sleep>>,
+    timer: &mut Timer,
     limits: &Limits,
     info: &mut RetryInfo,
     trace: &Trace,
@@ -259,8 +259,8 @@ where
             .stall_end
             .filter(|_| waiting && flight.flying.is_empty());
         let end = ends.chain(next).chain(stall).chain(limits.deadline()).min();
-        arm(timer.as_mut(), end);
-        if fired(timer.as_mut(), cx) {
+        arm(timer, end);
+        if fired(timer, cx) {
             continue;
         }
         return Poll::Pending;

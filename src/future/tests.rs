@@ -150,18 +150,20 @@ async fn polling_after_the_end_panics() {
 
 #[tokio::test(start_paused = true)]
 async fn the_timer_is_set_reset_and_cleared() {
-    let mut timer = Box::pin(None::<Sleep>);
+    let mut timer: Timer = None;
     let now = Instant::now();
     let mut cx = Context::from_waker(Waker::noop());
-    assert!(!fired(timer.as_mut(), &mut cx), "no timer, nothing fires");
-    arm(timer.as_mut(), Some(now + Duration::from_secs(1)));
-    assert!(!fired(timer.as_mut(), &mut cx));
-    // Moved earlier, in place.
-    arm(timer.as_mut(), Some(now));
-    assert!(fired(timer.as_mut(), &mut cx));
-    arm(timer.as_mut(), None);
+    assert!(!fired(&mut timer, &mut cx), "no timer, nothing fires");
+    arm(&mut timer, Some(now + Duration::from_secs(1)));
+    assert!(!fired(&mut timer, &mut cx));
+    // Moved earlier, in place: the same allocation.
+    let at = timer.as_ref().map(|sleep| &**sleep as *const Sleep);
+    arm(&mut timer, Some(now));
+    assert_eq!(timer.as_ref().map(|sleep| &**sleep as *const Sleep), at);
+    assert!(fired(&mut timer, &mut cx));
+    arm(&mut timer, None);
     assert!(timer.is_none());
-    assert!(!fired(timer.as_mut(), &mut cx));
-    arm(timer.as_mut(), None);
+    assert!(!fired(&mut timer, &mut cx));
+    arm(&mut timer, None);
     assert!(timer.is_none());
 }
