@@ -246,8 +246,12 @@ impl Origins {
     /// The URL of `uri`, when its origin is known or a slot is free for it.
     fn url(&self, uri: &http::Uri) -> Option<Url> {
         let (scheme, authority) = (uri.scheme()?, uri.authority()?);
-        // reqwest sends nothing else: other schemes take its own path, for its error.
-        if *scheme != http::uri::Scheme::HTTP && *scheme != http::uri::Scheme::HTTPS {
+        // reqwest sends nothing else: other schemes take its own path, for its error. A
+        // path that is not absolute (`*`, which `http` allows as the whole path) is printed
+        // against the authority (`http://host*`), so it too is left to reqwest's parse.
+        if *scheme != http::uri::Scheme::HTTP && *scheme != http::uri::Scheme::HTTPS
+            || !uri.path().starts_with('/')
+        {
             return None;
         }
         for slot in &self.0 {
@@ -501,13 +505,26 @@ mod tests {
     }
 
     #[test]
-    fn other_schemes_and_relative_uris_take_reqwests_way() {
+    fn other_schemes_relative_uris_and_the_star_take_reqwests_way() {
         let origins = Origins::default();
         for text in ["ftp://example.com/f", "/relative", "ws://example.com/"] {
             let uri: http::Uri = text.parse().unwrap();
             assert_eq!(origins.url(&uri), None, "{text}");
         }
+        // `OPTIONS *` to an origin: printed as `http://127.0.0.1:3000*`, which reqwest
+        // refuses (a port that is no number); so does the service.
+        let star = http::Uri::builder()
+            .scheme("http")
+            .authority("127.0.0.1:3000")
+            .path_and_query("*")
+            .build()
+            .unwrap();
+        assert_eq!(origins.url(&star), None);
         assert!(origins.0.iter().all(|slot| slot.get().is_none()));
+        let mut request = http::Request::new(::reqwest::Body::from(""));
+        *request.method_mut() = http::Method::OPTIONS;
+        *request.uri_mut() = star;
+        assert!(to_reqwest(&origins, request).unwrap_err().is_builder());
     }
 
     #[test]
