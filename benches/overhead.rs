@@ -6,12 +6,12 @@
 //! | --- | --- |
 //! | `get/bare` | the no-op service alone |
 //! | `get/bare_info` | the no-op service inserting a `RetryInfo` itself: the price of that insert |
-//! | `get/ours` | `RetryLayer::new()` (3 attempts, shared budget, keys on POST) over it |
+//! | `get/ours` | `RetryLayer::new()` (3 attempts, shared budget, no keys) over it |
 //! | `get/ours_no_budget` | the same with `.no_budget()` |
 //! | `get/tower` | `tower::retry::Retry` with an equivalent policy (see [`TowerPolicy`]) |
 //! | `get/ours_never` | ours with `RetryPolicy::never()` |
 //! | `get_read/*` | bare, ours, tower, never, but the inner service reads the request body |
-//! | `post/*` | bare, `ours_key` (ours stamps an `Idempotency-Key`), tower (adds nothing) |
+//! | `post/*` | bare, `ours` (as it comes: no key, so the POST may not be repeated), `ours_key` (keys turned on: ours stamps an `Idempotency-Key`), tower (adds nothing) |
 //! | `get_conn/*` | as `get_read`, but every response already carries one extension, as every response of a hyper-util client over its `HttpConnector` does (`HttpInfo`): the `RetryInfo` insert then finds the extension map made |
 //!
 //! The request is a GET (or POST) with a parsed URI, four headers and a fresh 1 KiB
@@ -40,7 +40,7 @@ use http::header::{ACCEPT, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderName, HeaderValue, Method, Request, Response};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::{RetryLayer, RetryPolicy};
+use tower_http_retry::{IdempotencyKey, RetryLayer, RetryPolicy};
 
 #[path = "support/mod.rs"]
 mod support;
@@ -168,10 +168,14 @@ fn cases(kind: &Kind, all: bool) -> Vec<Case<'static>> {
             },
         ));
     }
+    cases.push(case("ours", RetryLayer::new().layer(noop)));
     if method == Method::POST {
-        cases.push(case("ours_key", RetryLayer::new().layer(noop)));
-    } else {
-        cases.push(case("ours", RetryLayer::new().layer(noop)));
+        cases.push(case(
+            "ours_key",
+            RetryLayer::new()
+                .idempotency_key(IdempotencyKey::default())
+                .layer(noop),
+        ));
     }
     if all && method == Method::GET && !drain && !kind.conn_info {
         cases.push(case(

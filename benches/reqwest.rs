@@ -15,7 +15,8 @@
 //! quartiles of the per-round ratios. A warm-up round (not counted) opens the connections.
 //!
 //! Every retrying client is configured alike: 3 attempts at most, zero backoff. Ours:
-//! `RetryLayer::new()` with that policy (its default budget and keys on POSTs);
+//! `RetryLayer::new()` with that policy, its default budget, and keys turned on (so that its
+//! POSTs are retried, as the others' are);
 //! reqwest-retry: `ExponentialBackoff` with zero bounds and 2 retries; reqwest's built-in:
 //! `retry::for_host("127.0.0.1")` with a classifier that retries 503s (without one it
 //! retries nothing) and its default 2 retries and budget. The built-in has no backoff at
@@ -49,7 +50,7 @@ use reqwest_retry::policies::ExponentialBackoff;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 use tower_http_retry::reqwest::{ReqwestService, RetryMiddleware};
-use tower_http_retry::{Backoff, Retry, RetryLayer, RetryPolicy};
+use tower_http_retry::{Backoff, IdempotencyKey, Retry, RetryLayer, RetryPolicy};
 
 /// Requests per batch.
 const BATCH: usize = 500;
@@ -253,11 +254,13 @@ fn reqwest_client() -> reqwest::Client {
 }
 
 fn layer() -> RetryLayer {
-    RetryLayer::new().policy(
-        RetryPolicy::default()
-            .max_attempts(3)
-            .backoff(Backoff::exponential(Duration::ZERO, Duration::ZERO)),
-    )
+    RetryLayer::new()
+        .idempotency_key(IdempotencyKey::default())
+        .policy(
+            RetryPolicy::default()
+                .max_attempts(3)
+                .backoff(Backoff::exponential(Duration::ZERO, Duration::ZERO)),
+        )
 }
 
 /// One client of each kind, each with its own connection pool and budget.
@@ -289,7 +292,7 @@ impl Clients {
             bare: reqwest_client(),
             service: tower::Layer::layer(&layer(), ReqwestService::new(reqwest_client())),
             service_no_key: tower::Layer::layer(
-                &RetryLayer::new().no_idempotency_key().policy(
+                &RetryLayer::new().policy(
                     RetryPolicy::default()
                         .max_attempts(3)
                         .backoff(Backoff::exponential(Duration::ZERO, Duration::ZERO))

@@ -23,7 +23,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_http_retry::{RetryInfo, RetryLayer, RetryPolicy, RouteMatch};
+use tower_http_retry::{IdempotencyKey, RetryInfo, RetryLayer, RetryPolicy, RouteMatch};
 
 /// What the flaky server remembers: attempts per path, and the work done per key.
 #[derive(Default)]
@@ -147,11 +147,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .layer(
             RetryLayer::new()
                 .policy(policy.clone())
-                // A server that ignores idempotency keys: its POSTs get none, so they are
-                // not repeated after a failure the server may have acted on.
+                // The orders API de-duplicates on `Idempotency-Key`: keys on for it alone.
+                // Every other POST goes without one and is not repeated after a failure
+                // the server may have acted on.
                 .route(
-                    RouteMatch::post().path_prefix("/legacy"),
-                    policy.no_idempotency_key(),
+                    RouteMatch::post().path_prefix("/orders"),
+                    policy.idempotency_key(IdempotencyKey::default()),
                 ),
         )
         .service(hyper_client);
@@ -176,7 +177,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         (
             Method::POST,
             "/legacy",
-            "503; its route sends no idempotency key",
+            "503; a POST without a key may have been applied",
         ),
     ];
 

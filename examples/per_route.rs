@@ -1,7 +1,8 @@
 //! Per-route retry policies.
 //!
-//! - Payments POSTs: 5 attempts and a budget of their own, so a payments outage cannot
-//!   drain the retries the rest of the traffic relies on.
+//! - Payments POSTs: the payments API de-duplicates on `Idempotency-Key`, so keys are on
+//!   for this route alone; 5 attempts and a budget of their own, so a payments outage
+//!   cannot drain the retries the rest of the traffic relies on.
 //! - Search POSTs: `assume_idempotent()`: a POST-based query API, retried like a GET and
 //!   sent without an idempotency key.
 //! - GETs: the layer's default policy (3 attempts) and its shared budget.
@@ -24,7 +25,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_http_retry::{Backoff, RetryBudget, RetryInfo, RetryLayer, RetryPolicy, RouteMatch};
+use tower_http_retry::{
+    Backoff, IdempotencyKey, RetryBudget, RetryInfo, RetryLayer, RetryPolicy, RouteMatch,
+};
 
 /// Payments fail three times per key before they go through; every item fails once; the
 /// health check always fails.
@@ -105,7 +108,10 @@ async fn main() -> Result<(), BoxError> {
         .policy(base.clone())
         .route(
             RouteMatch::post().path_prefix("/v1/payments"),
-            base.clone().max_attempts(5).budget(payments.clone()),
+            base.clone()
+                .max_attempts(5)
+                .budget(payments.clone())
+                .idempotency_key(IdempotencyKey::default()),
         )
         .route(
             RouteMatch::post().path_prefix("/v1/search"),
@@ -121,12 +127,12 @@ async fn main() -> Result<(), BoxError> {
     let mut plan: Vec<(&str, Request<Full<Bytes>>)> = Vec::new();
     for (route, method, path) in [
         (
-            "payments route (5 attempts, own budget)",
+            "payments route (keys, 5 attempts, own budget)",
             Method::POST,
             "/v1/payments",
         ),
         (
-            "payments route (5 attempts, own budget)",
+            "payments route (keys, 5 attempts, own budget)",
             Method::POST,
             "/v1/payments/refunds",
         ),

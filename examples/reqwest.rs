@@ -25,7 +25,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 use tower_http_retry::reqwest::ReqwestService;
-use tower_http_retry::{Backoff, RetryInfo, RetryLayer, RetryPolicy};
+use tower_http_retry::{Backoff, IdempotencyKey, RetryInfo, RetryLayer, RetryPolicy};
 
 /// Attempts per method and path; keys the POST handler has applied.
 #[derive(Default)]
@@ -120,15 +120,18 @@ async fn main() -> Result<(), BoxError> {
         .build()?;
     let service = ServiceBuilder::new()
         .layer(
-            RetryLayer::new().policy(
-                RetryPolicy::default()
-                    .max_attempts(3)
-                    .backoff(Backoff::exponential(
-                        Duration::from_millis(50),
-                        Duration::from_secs(1),
-                    ))
-                    .deadline(Duration::from_secs(5)),
-            ),
+            RetryLayer::new()
+                .policy(
+                    RetryPolicy::default()
+                        .max_attempts(3)
+                        .backoff(Backoff::exponential(
+                            Duration::from_millis(50),
+                            Duration::from_secs(1),
+                        ))
+                        .deadline(Duration::from_secs(5)),
+                )
+                // This server de-duplicates its POSTs on the key.
+                .idempotency_key(IdempotencyKey::default()),
         )
         .service(ReqwestService::new(client));
 

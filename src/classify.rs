@@ -9,6 +9,7 @@
 //! | hyper's canceled error: the connection closed, or was not ready, before the request was started | [`Classification::Retry`], [`RetryReason::NotSent`]: the server never saw it |
 //! | HTTP/2 `GOAWAY` (any code) | [`Classification::Retry`], [`RetryReason::GoAway`]: the connection is going away, and the stream may have been processed |
 //! | connection reset / aborted, broken pipe, unexpected EOF, incomplete message, hyper's "dispatch task is gone" error, an HTTP/2 `RST_STREAM` with any other code received before the answer | [`Classification::Retry`], [`RetryReason::ConnectionClosed`] |
+//! | any other I/O error that broke the connection, as hyper or h2 reports it (an HTTP/2 connection that ends in the middle of a frame) | [`Classification::Retry`], [`RetryReason::ConnectionClosed`] |
 //! | a timeout: tower's `Elapsed`, `io::ErrorKind::TimedOut`, [`AttemptTimedOut`] | [`Classification::Retry`], [`RetryReason::Timeout`] |
 //! | 408, 429, 502, 503, 504 | [`Classification::Retry`], [`RetryReason::Status`] |
 //! | 500 | [`Classification::RetryOnce`]: at most one retry per logical request |
@@ -30,8 +31,12 @@
 //! failure).
 //!
 //! Errors are recognised by walking the whole [`std::error::Error::source`] chain (and the
-//! payload of every custom [`std::io::Error`]) and downcasting at each step, never by the
-//! depth at which they sit and never by their text.
+//! payload of every custom [`std::io::Error`], and the I/O error inside an `h2::Error`,
+//! which has no source) and downcasting at each step, never by the depth at which they sit
+//! and never by their text. The first link recognised decides. A connection's own I/O
+//! failure (hyper's error with an I/O error as its cause, h2's error of the I/O kind) is
+//! judged by that I/O error's kind like any other; when nothing in the chain says more,
+//! it is still a connection that broke under the request.
 //!
 //! Clients and protocols above the core hand their own error types to it already
 //! recognised, as a [`Recognized`] error with its reason: the reqwest client's service
@@ -148,9 +153,9 @@ pub enum RetryReason {
     /// (hyper reports the connection's `GOAWAY` to the last stream the server processed
     /// too), so this is not proof that the server never saw the request.
     GoAway,
-    /// The connection was reset, aborted or closed before the response was complete, or
-    /// hyper's connection task went away (its canceled and "dispatch task is gone"
-    /// errors).
+    /// The connection was reset, aborted, closed or broken by another I/O error before the
+    /// response was complete, or hyper's connection task went away (its canceled and
+    /// "dispatch task is gone" errors).
     ConnectionClosed,
     /// A timeout: tower's `Elapsed`, an I/O timeout, or this layer's
     /// [`AttemptTimedOut`].
@@ -496,21 +501,49 @@ pub fn classify_status(status: StatusCode) -> Classification {
 
 /// The error part of the default table: walks the whole chain, first recognised link wins.
 pub fn classify_error(error: &(dyn StdError + 'static)) -> Classification {
+    let mut broken_connection = false;
     let mut next = Some(error);
     while let Some(error) = next {
         if let Some(verdict) = classify_link(error) {
             return verdict;
         }
-        next = match error.downcast_ref::<io::Error>() {
-            // `io::Error::source` skips the custom payload itself; look at it first.
-            Some(io) => match io.get_ref() {
-                Some(inner) => Some(inner as &(dyn StdError + 'static)),
-                None => io.source(),
-            },
-            None => error.source(),
-        };
+        broken_connection |= connection_io(error);
+        next = next_link(error);
+    }
+    if broken_connection {
+        // An I/O error whose kind says nothing more (an HTTP/2 connection that ends in the
+        // middle of a frame gives `ErrorKind::Other`): the connection broke all the same.
+        return Classification::Retry(RetryReason::ConnectionClosed);
     }
     Classification::Done
+}
+
+/// True when `error` is a connection's own I/O failure, as hyper and h2 report it.
+#[cfg(feature = "hyper")]
+fn connection_io(error: &(dyn StdError + 'static)) -> bool {
+    hyper_errors::is_connection_io(error)
+}
+
+/// Without the `hyper` feature hyper's and h2's errors are not recognised.
+#[cfg(not(feature = "hyper"))]
+fn connection_io(_: &(dyn StdError + 'static)) -> bool {
+    false
+}
+
+/// The link the walk looks at after `error`.
+fn next_link<'a>(error: &'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 'static)> {
+    if let Some(io) = error.downcast_ref::<io::Error>() {
+        // `io::Error::source` skips the custom payload itself; look at it first.
+        return match io.get_ref() {
+            Some(inner) => Some(inner as &(dyn StdError + 'static)),
+            None => io.source(),
+        };
+    }
+    #[cfg(feature = "hyper")]
+    if let Some(io) = hyper_errors::h2_io(error) {
+        return Some(io);
+    }
+    error.source()
 }
 
 /// The reason, when `error` is the transport's proof that the request never left the
@@ -569,7 +602,29 @@ fn classify_io(kind: io::ErrorKind) -> Option<Classification> {
 
 #[cfg(feature = "hyper")]
 mod hyper_errors {
-    use super::{Classification, RetryReason, StdError, retry};
+    use super::{Classification, RetryReason, StdError, io, retry};
+
+    /// The I/O error inside an `h2::Error` of the I/O kind: h2's errors have no source.
+    pub(super) fn h2_io<'a>(
+        error: &'a (dyn StdError + 'static),
+    ) -> Option<&'a (dyn StdError + 'static)> {
+        let io = error.downcast_ref::<h2::Error>()?.get_io()?;
+        Some(io)
+    }
+
+    /// True for a connection's own I/O failure: an `h2::Error` of the I/O kind, or a
+    /// `hyper::Error` whose cause is an I/O error (reading, writing or shutting down the
+    /// connection; hyper hands an HTTP/2 connection's I/O error over this way, without
+    /// the `h2::Error` around it).
+    pub(super) fn is_connection_io(error: &(dyn StdError + 'static)) -> bool {
+        if let Some(e) = error.downcast_ref::<h2::Error>() {
+            return e.is_io();
+        }
+        error
+            .downcast_ref::<hyper::Error>()
+            .and_then(StdError::source)
+            .is_some_and(|cause| cause.is::<io::Error>())
+    }
 
     pub(super) fn classify(error: &(dyn StdError + 'static)) -> Option<Classification> {
         if let Some(e) = error.downcast_ref::<hyper_util::client::legacy::Error>() {
@@ -621,6 +676,113 @@ mod hyper_errors {
             return None;
         }
         None
+    }
+}
+
+/// Real h2 and hyper errors of an HTTP/2 connection that failed with an I/O error, for the
+/// tests here and in the protocol modules.
+#[cfg(all(test, feature = "hyper"))]
+pub(crate) mod broken_h2 {
+    use std::io;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    /// A client connection whose reads fail with `error` once the client has written a
+    /// request's `HEADERS` frame (before that they wait); every write is taken.
+    struct CutAfterHeaders {
+        error: Option<io::Error>,
+        written: Vec<u8>,
+        reader: Option<Waker>,
+    }
+
+    impl CutAfterHeaders {
+        fn new(error: io::Error) -> Self {
+            Self {
+                error: Some(error),
+                written: Vec::new(),
+                reader: None,
+            }
+        }
+
+        /// Whether a `HEADERS` frame follows the client's 24-byte preface.
+        fn headers_sent(&self) -> bool {
+            let mut at = 24;
+            while let Some(header) = self.written.get(at..at + 9) {
+                if header[3] == 0x1 {
+                    return true;
+                }
+                let len = (usize::from(header[0]) << 16)
+                    | (usize::from(header[1]) << 8)
+                    | usize::from(header[2]);
+                at += 9 + len;
+            }
+            false
+        }
+    }
+
+    impl tokio::io::AsyncRead for CutAfterHeaders {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            _: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            if !self.headers_sent() {
+                self.reader = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            // The error once, then the end of the stream.
+            Poll::Ready(self.error.take().map_or(Ok(()), Err))
+        }
+    }
+
+    impl tokio::io::AsyncWrite for CutAfterHeaders {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.written.extend_from_slice(buf);
+            if self.headers_sent() {
+                if let Some(reader) = self.reader.take() {
+                    reader.wake();
+                }
+            }
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// The error h2's client gives a GET whose connection fails with `error` once the
+    /// request is out (h2 makes its I/O errors only itself).
+    pub(crate) async fn h2_error(error: io::Error) -> h2::Error {
+        let (client, connection) = h2::client::handshake(CutAfterHeaders::new(error))
+            .await
+            .unwrap();
+        let mut client = client.ready().await.unwrap();
+        let request = http::Request::get("http://h/").body(()).unwrap();
+        let (response, _) = client.send_request(request, true).unwrap();
+        let (_, response) = tokio::join!(connection, response);
+        response.unwrap_err()
+    }
+
+    /// The error hyper's HTTP/2 client gives for the same.
+    pub(crate) async fn hyper_h2_error(error: io::Error) -> hyper::Error {
+        let io = hyper_util::rt::TokioIo::new(CutAfterHeaders::new(error));
+        let executor = hyper_util::rt::TokioExecutor::new();
+        let (mut sender, connection) = hyper::client::conn::http2::handshake(executor, io)
+            .await
+            .unwrap();
+        let body = http_body_util::Empty::<bytes::Bytes>::new();
+        let request = http::Request::get("http://h/").body(body).unwrap();
+        let (_, response) = tokio::join!(connection, sender.send_request(request));
+        response.unwrap_err()
     }
 }
 
@@ -773,5 +935,57 @@ mod tests {
         assert!(!RetryReason::Timeout.request_not_processed());
         let other = h2::Error::from(h2::Reason::INTERNAL_ERROR);
         assert_eq!(classify_error(&other), Classification::Done);
+    }
+
+    /// What the walk must make of a connection that failed with an I/O error of `kind`.
+    #[cfg(feature = "hyper")]
+    const IO_FAILURES: [(io::ErrorKind, RetryReason); 4] = [
+        (io::ErrorKind::UnexpectedEof, RetryReason::ConnectionClosed),
+        (
+            io::ErrorKind::ConnectionReset,
+            RetryReason::ConnectionClosed,
+        ),
+        (io::ErrorKind::TimedOut, RetryReason::Timeout),
+        // An end in the middle of a frame: the codec under h2 says `Other`.
+        (io::ErrorKind::Other, RetryReason::ConnectionClosed),
+    ];
+
+    #[cfg(feature = "hyper")]
+    #[tokio::test]
+    async fn an_h2_io_error_is_judged_by_the_io_error_inside() {
+        for (kind, reason) in IO_FAILURES {
+            let error = broken_h2::h2_error(io::Error::new(kind, "cut")).await;
+            assert_eq!(error.get_io().map(io::Error::kind), Some(kind), "{error:?}");
+            assert!(error.source().is_none(), "h2 gives no source: {error:?}");
+            let expected = Classification::Retry(reason);
+            assert_eq!(classify_error(&error), expected, "{kind:?}");
+            assert_eq!(never_left(&error), None, "{kind:?}");
+            let wrapped = nest(Box::new(error), 2);
+            assert_eq!(classify_error(&*wrapped), expected, "{kind:?}");
+            assert_eq!(never_left(&*wrapped), None, "{kind:?}");
+        }
+    }
+
+    #[cfg(feature = "hyper")]
+    #[tokio::test]
+    async fn hyper_hands_an_h2_io_error_over_as_its_own_and_it_is_judged_the_same() {
+        for (kind, reason) in IO_FAILURES {
+            let error = broken_h2::hyper_h2_error(io::Error::new(kind, "cut")).await;
+            let cause = error.source().and_then(|e| e.downcast_ref::<io::Error>());
+            assert_eq!(cause.map(io::Error::kind), Some(kind), "{error:?}");
+            let expected = Classification::Retry(reason);
+            assert_eq!(classify_error(&error), expected, "{kind:?}");
+            assert_eq!(never_left(&error), None, "{kind:?}");
+            let wrapped = nest(Box::new(error), 2);
+            assert_eq!(classify_error(&*wrapped), expected, "{kind:?}");
+            assert_eq!(never_left(&*wrapped), None, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn an_io_error_of_another_kind_alone_is_not_a_broken_connection() {
+        // The connection's own error is what makes an `Other` a connection failure.
+        let error = nest(Box::new(io::Error::other("cut")), 2);
+        assert_eq!(classify_error(&*error), Classification::Done);
     }
 }

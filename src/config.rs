@@ -40,7 +40,8 @@ impl Default for Config {
             budget: Some(RetryBudget::default()),
             throttle: None,
             quota: None,
-            key: Some(IdempotencyKey::default()),
+            // Keys are stamped only where the server is said to de-duplicate on them.
+            key: None,
             key_header: IDEMPOTENCY_KEY,
             max_replay_bytes: DEFAULT_MAX_REPLAY_BYTES,
             attempt_header: None,
@@ -84,6 +85,9 @@ pub(crate) struct Plan {
     plain_successes: bool,
     /// Whether a gate keeps its state per authority: each request finds its own first.
     pub(crate) partitioned: bool,
+    /// Whether a request sent once (one attempt, not `never()`) has its outcome reported
+    /// to a gate that hears outcomes (a throttle, a quota).
+    pub(crate) reports_once: bool,
     /// The latencies of the route's attempts, for hedging by percentile: made with the plan
     /// when its policy hedges so, else when a request's own policy first needs it.
     latency: OnceLock<Arc<LatencyRecord>>,
@@ -134,8 +138,9 @@ impl Plan {
         }
         Self {
             latency,
-            plain_successes: !policy.has_custom_classifier() && !gates.hears_successes(),
+            plain_successes: !policy.has_custom_classifier() && !gates.hears_outcomes(),
             partitioned: gates.partitioned(),
+            reports_once: !policy.never && gates.hears_outcomes(),
             policy,
             gates,
             key,

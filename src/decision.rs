@@ -325,6 +325,14 @@ pub(crate) fn succeeded(info: &mut RetryInfo) {
     returning(info, false);
 }
 
+/// The outcome of a request sent once (one attempt, not `never()`): its gates hear it as
+/// they would under retries (a quota's reward for a success, a throttle's failure for what
+/// the classifier would have retried), with no ticket, since nothing was withdrawn.
+pub(crate) fn sent_once(gates: &Gates, verdict: Classification) {
+    // No retry follows, whatever a throttle would say of one.
+    let _ = gates.on_outcome(Heard::of(verdict), None);
+}
+
 /// The caller's own request body failed: the error is theirs, returned as is.
 pub(crate) fn caller_body_failed(info: &mut RetryInfo) {
     record_stop(info, StopReason::Final);

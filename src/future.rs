@@ -71,8 +71,9 @@ pin_project! {
     #[project = StateProj]
     #[project_replace = StateOwn]
     enum State<F, S, B, R> {
-        // The one attempt of a request that is never retried.
-        Once { #[pin] future: F },
+        // The one attempt of a request that is never retried; `report` tells its gates of
+        // the outcome, when a gate hears outcomes and the policy is not `never()`.
+        Once { #[pin] future: F, report: Option<Report> },
         // An attempt of a request that may be retried.
         Attempt { #[pin] future: F, retry: Retrying<S, B>, later: Option<Box<Later<S>>> },
         // The outcome is kept while waiting for the transport to let go of the body.
@@ -149,6 +150,55 @@ impl<S, B> Retrying<S, B> {
     }
 }
 
+/// What a request sent once keeps to report its outcome to the gates that hear outcomes
+/// (a throttle, a quota), under a policy of one attempt that is not `never()`: no head copy
+/// but for a classifier that reads the request, no replay state.
+pub(crate) struct Report {
+    plan: Arc<Plan>,
+    partition: Option<Box<Gates>>,
+    /// The request's head, for a classifier that reads it.
+    parts: Option<Box<http::request::Parts>>,
+}
+
+impl Report {
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn new<B>(
+        plan: Arc<Plan>,
+        partition: Option<Box<Gates>>,
+        request: &Request<B>,
+    ) -> Self {
+        let parts = plan.policy.classifier_needs_request().then(|| {
+            let mut parts = Request::new(()).into_parts().0;
+            parts.method = request.method().clone();
+            parts.uri = request.uri().clone();
+            parts.version = request.version();
+            parts.headers = request.headers().clone();
+            parts.extensions = request.extensions().clone();
+            Box::new(parts)
+        });
+        Self {
+            plan,
+            partition,
+            parts,
+        }
+    }
+
+    /// Tells the gates of the one attempt's outcome.
+    fn hear<RB>(&self, result: &Result<Response<RB>, BoxError>) {
+        let seen = match result {
+            Ok(response) => Seen::Response {
+                status: response.status(),
+                headers: response.headers(),
+            },
+            Err(error) => Seen::Error(&**error),
+        };
+        let verdict = self.plan.policy.classify_parts(self.parts.as_deref(), seen);
+        let gates = self.partition.as_deref().unwrap_or(&self.plan.gates);
+        decision::sent_once(gates, verdict);
+    }
+}
+
 /// What only retries use, boxed when the first retry goes ahead: most requests succeed at
 /// once, and a clone of a client (hundreds of bytes for hyper-util's) would make every
 /// response future that much larger.
@@ -164,7 +214,31 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     pub(crate) fn once(future: F, limits: Limits, info: RetryInfo, trace: Trace) -> Self {
         Self {
             timer: first_timer(&limits),
-            state: State::Once { future },
+            state: State::Once {
+                future,
+                report: None,
+            },
+            limits,
+            info,
+            trace,
+        }
+    }
+
+    /// A request sent once whose outcome its gates hear.
+    #[inline(never)]
+    pub(crate) fn reported(
+        future: F,
+        limits: Limits,
+        info: RetryInfo,
+        trace: Trace,
+        report: Report,
+    ) -> Self {
+        Self {
+            timer: first_timer(&limits),
+            state: State::Once {
+                future,
+                report: Some(report),
+            },
             limits,
             info,
             trace,
@@ -343,11 +417,18 @@ where
     S: Service<Request<ReplayBody<B>>, Future = F, Response = Response<RB>, Error = E> + Clone,
 {
     let step = match state.project() {
-        StateProj::Once { future } => match ready!(poll_booked(future, timer, limits, info, cx)) {
-            Attempted::Outcome(result)
-            | Attempted::TimedOut(result)
-            | Attempted::Deadline(result) => Step::Once(result),
-        },
+        StateProj::Once { future, report } => {
+            match ready!(poll_booked(future, timer, limits, info, cx)) {
+                Attempted::Outcome(result)
+                | Attempted::TimedOut(result)
+                | Attempted::Deadline(result) => {
+                    if let Some(report) = report {
+                        report.hear(&result);
+                    }
+                    Step::Once(result)
+                }
+            }
+        }
         StateProj::Attempt { future, retry, .. } => {
             match ready!(poll_booked(future, timer, limits, info, cx)) {
                 Attempted::Outcome(Ok(response)) if retry.plan.plain_success_status(&response) => {
@@ -357,14 +438,11 @@ where
                 Attempted::Deadline(result) => Step::Deadline(result),
             }
         }
-        StateProj::Releasing { held, retry, .. } => {
-            let attempt = info.attempts() as usize - 1;
-            match retry.replay.poll_released(cx, attempt, held.is_ok()) {
-                Poll::Ready(_) => Step::Released(true),
-                Poll::Pending if fired(timer, cx) => Step::Released(false),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
+        StateProj::Releasing { retry, .. } => match retry.replay.poll_released(cx) {
+            Poll::Ready(_) => Step::Released(true),
+            Poll::Pending if fired(timer, cx) => Step::Released(false),
+            Poll::Pending => return Poll::Pending,
+        },
         StateProj::Waiting { .. } => {
             if let Some(sleep) = timer.as_mut() {
                 ready!(sleep.as_mut().poll(cx));
@@ -534,7 +612,6 @@ where
         let mut facts = Lookup {
             result: &result,
             replay: &retry.replay,
-            attempt: self.info.attempts() as usize - 1,
             now: None,
         };
         let course = later.as_deref_mut().map(|later| &mut later.course);
@@ -633,8 +710,6 @@ fn unreachable_state<T>() -> T {
 struct Lookup<'a, R, B> {
     result: &'a Result<R, BoxError>,
     replay: &'a Replay<B>,
-    /// The attempt that produced the outcome (0 for the first).
-    attempt: usize,
     now: Option<Instant>,
 }
 
@@ -644,7 +719,7 @@ impl<RB, B> Facts for Lookup<'_, Response<RB>, B> {
     }
 
     fn replay(&mut self) -> Result<(), NotReplayable> {
-        self.replay.check(self.attempt, self.result.is_ok())
+        self.replay.check()
     }
 
     fn server_hint(&mut self) -> Option<Hint> {

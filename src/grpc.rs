@@ -346,8 +346,8 @@ impl RetryPolicy {
     /// ([`RetryPolicy::transparent_retry`]): a stream refused before it left is sent again
     /// at once, once per RPC, whatever the codes, without counting against [`max_attempts`], in
     /// `grpc-previous-rpc-attempts`, or for the throttle. So even with `max_attempts(1)`
-    /// the body is kept for that one replay ([`RetryPolicy::is_never`] is false);
-    /// [`RetryPolicy::never`], which is not a gRPC policy, sends once and keeps nothing.
+    /// the body is kept for that one replay; [`RetryPolicy::never`], which is not a gRPC
+    /// policy, sends once, keeps nothing and tells the throttle nothing.
     ///
     /// [`max_attempts`]: RetryPolicy::max_attempts
     ///
@@ -654,6 +654,29 @@ mod tests {
             classify_error_with(&[Code::Unavailable, Code::Unknown], &other),
             Classification::Done
         );
+    }
+
+    #[cfg(feature = "hyper")]
+    #[tokio::test]
+    async fn an_h2_connection_broken_by_an_io_error_is_unavailable() {
+        use crate::classify::broken_h2;
+        // An end in the middle of a frame: an I/O error of kind `Other`, as h2 reports it
+        // and as hyper hands it over.
+        let cut = || std::io::Error::other("cut");
+        let h2 = broken_h2::h2_error(cut()).await;
+        let hyper = broken_h2::hyper_h2_error(cut()).await;
+        for error in [&h2 as &(dyn std::error::Error + 'static), &hyper] {
+            assert_eq!(
+                classify_error_with(&[Code::Unavailable], error),
+                Classification::Retry(RetryReason::ConnectionClosed),
+                "{error:?}"
+            );
+            assert_eq!(
+                classify_error_with(&[Code::Internal, Code::Unknown], error),
+                Classification::Done,
+                "{error:?}"
+            );
+        }
     }
 
     #[test]

@@ -2,11 +2,13 @@
 // once.
 //
 // A POST that timed out may or may not have been applied. Sending it again is only safe
-// when the server can tell the retry from a new request: the layer stamps a fresh random
-// key on the request before the first attempt and sends the very same key on every retry,
-// so a server that stores the outcome per key (Stripe's API, and the IETF
-// `Idempotency-Key` header draft) applies the work once and answers repeats with the
-// stored result.
+// when the server can tell the retry from a new request: where keys are turned on (a
+// server that de-duplicates on them), the layer stamps a fresh random key on the request
+// before the first attempt and sends the very same key on every retry, so a server that
+// stores the outcome per key (Stripe's API, and the IETF `Idempotency-Key` header draft)
+// applies the work once and answers repeats with the stored result. Keys are off unless
+// turned on: most servers ignore the header, and a key they ignore makes a POST retryable
+// without making the retry safe.
 //
 // By default the value is a random UUID v4 written as a structured-field string, quotes
 // included (`"8e03978e-40d5-43e8-bc93-6894a57f9324"`), as the IETF draft specifies; some
@@ -74,7 +76,10 @@ enum Generator {
     Custom(Arc<dyn MakeIdempotencyKey>),
 }
 
-/// How the layer stamps idempotency keys on requests. On by default.
+/// How the layer stamps idempotency keys on requests, where they are turned on
+/// ([`RetryLayer::idempotency_key`](crate::RetryLayer::idempotency_key) for the layer,
+/// [`RetryPolicy::idempotency_key`](crate::RetryPolicy::idempotency_key) for a route). Off
+/// unless turned on.
 ///
 /// ```
 /// use tower_http_retry::{IdempotencyKey, RetryLayer};

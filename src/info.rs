@@ -466,14 +466,15 @@ pub enum StopReason {
     #[default]
     Final,
     /// Retries are off for this request (`max_attempts(1)`, `never()`, or `CONNECT`).
+    /// Under `max_attempts(1)` the policy's gates still heard the outcome.
     Disabled,
     /// The attempt limit was reached.
     MaxAttempts,
     /// The outcome was retryable, but the method is not idempotent and the request carries
     /// no idempotency key, and the failure does not prove the server never saw it.
     NotIdempotent,
-    /// The body could not be sent again (over the replay cap, or not fully sent before the
-    /// response).
+    /// The body could not be sent again: over the replay cap, or still held by the
+    /// transport of the last attempt when the wait for it ran out.
     BodyNotReplayable,
     /// The retry budget refused the retry.
     BudgetExhausted,

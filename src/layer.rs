@@ -19,15 +19,15 @@ use crate::service::Retry;
 /// Every service made by one layer (and every clone of them) shares the layer's
 /// configuration and its [`RetryBudget`].
 ///
-/// By default every non-idempotent request (POST, PATCH, ...) gets a generated
-/// `Idempotency-Key`, and that key makes it retryable: safe only against servers that
-/// de-duplicate on the key. Turn keys off layer-wide with
-/// [`RetryLayer::no_idempotency_key`], or for one route with
-/// [`RetryPolicy::no_idempotency_key`].
+/// As it comes, the layer stamps no idempotency key, and a non-idempotent request (POST,
+/// PATCH, ...) is repeated only when the failure proves the server never saw it, or when the
+/// caller set an `Idempotency-Key` on it. Turn keys on for a server that de-duplicates on
+/// them: for one route with [`RetryPolicy::idempotency_key`], or layer-wide with
+/// [`RetryLayer::idempotency_key`].
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_http_retry::{RetryBudget, RetryLayer, RetryPolicy, RouteMatch};
+/// use tower_http_retry::{IdempotencyKey, RetryBudget, RetryLayer, RetryPolicy, RouteMatch};
 ///
 /// let budget = RetryBudget::builder().ratio(0.1).min_per_sec(10).max_tokens(100).build();
 /// let base = RetryPolicy::default().max_attempts(3).deadline(Duration::from_secs(10));
@@ -35,8 +35,11 @@ use crate::service::Retry;
 ///     .policy(base.clone())
 ///     .budget(budget.clone())
 ///     .max_replay_bytes(64 * 1024)
-///     .route(RouteMatch::post().path_prefix("/v1/payments"), base.clone().max_attempts(5))
-///     .route(RouteMatch::post().path_prefix("/v1/legacy"), base.clone().no_idempotency_key())
+///     // The payments API de-duplicates on the key: keys on, there alone.
+///     .route(
+///         RouteMatch::post().path_prefix("/v1/payments"),
+///         base.clone().max_attempts(5).idempotency_key(IdempotencyKey::default()),
+///     )
 ///     .route(RouteMatch::get().path_prefix("/health"), RetryPolicy::never());
 /// # let _ = layer;
 /// ```
@@ -60,14 +63,15 @@ impl Default for RetryLayer {
 
 impl RetryLayer {
     /// A layer with every default: [`RetryPolicy::default`], its own
-    /// [`RetryBudget::default`], [`IdempotencyKey::default`], a 64 KiB replay cap, no
-    /// throttle, no attempt header, no routes.
+    /// [`RetryBudget::default`], no idempotency keys, a 64 KiB replay cap, no throttle, no
+    /// attempt header, no routes.
     ///
     /// ```
     /// use tower_http_retry::RetryLayer;
     ///
     /// // 3 attempts, 100 ms to 10 s of full-jitter backoff, `Retry-After` honoured up to 30 s,
-    /// // a shared budget, keys on POSTs: ready for `ServiceBuilder::layer`.
+    /// // a shared budget, no POST repeated unless it was never seen: ready for
+    /// // `ServiceBuilder::layer`.
     /// let layer = RetryLayer::new();
     /// # let _ = layer;
     /// ```
@@ -203,14 +207,21 @@ impl RetryLayer {
         self.edit(|c| c.budget = None)
     }
 
-    /// How idempotency keys are stamped on non-idempotent requests, for every policy that
-    /// does not configure its own ([`RetryPolicy::idempotency_key`],
-    /// [`RetryPolicy::no_idempotency_key`]). On by default: [`IdempotencyKey::default`].
+    /// Turns idempotency keys on, for every policy that does not configure its own
+    /// ([`RetryPolicy::idempotency_key`], [`RetryPolicy::no_idempotency_key`]): "this
+    /// client's servers de-duplicate on the key". Every non-idempotent request without the
+    /// header then gets one stable key before its first attempt, the same on every retry,
+    /// and may be retried. Off by default; to turn keys on for one route only, give its
+    /// policy [`RetryPolicy::idempotency_key`] instead.
+    ///
+    /// Against a server that ignores the key, a retried POST may be applied twice: turn
+    /// keys on only where the server stores each key's outcome and answers a repeat with it.
     ///
     /// ```
     /// use tower_http_retry::{IdempotencyKey, RetryLayer};
     ///
-    /// // Stripe's style: the bare token, in `Idempotency-Key`.
+    /// // Every server behind this client de-duplicates on `Idempotency-Key`; Stripe's
+    /// // style: the bare token.
     /// let layer = RetryLayer::new().idempotency_key(IdempotencyKey::default().raw());
     /// # let _ = layer;
     /// ```
@@ -221,17 +232,19 @@ impl RetryLayer {
         })
     }
 
-    /// No keys are added, except under policies that configure their own
-    /// ([`RetryPolicy::idempotency_key`]). A non-idempotent request is then retried only when
-    /// the caller set an `Idempotency-Key` header itself, or when the failure proves the
-    /// server never saw it, or when its policy declares it repeatable
+    /// Turns idempotency keys off again (the default), except under policies that configure
+    /// their own ([`RetryPolicy::idempotency_key`]). A non-idempotent request is then retried
+    /// only when the caller set an `Idempotency-Key` header itself, or when the failure
+    /// proves the server never saw it, or when its policy declares it repeatable
     /// ([`RetryPolicy::assume_idempotent`]).
     ///
     /// ```
     /// use tower_http_retry::{IdempotencyKey, RetryLayer, RetryPolicy, RouteMatch};
     ///
-    /// // The server ignores keys, except its payments API, which de-duplicates on them.
-    /// let layer = RetryLayer::new().no_idempotency_key().route(
+    /// // A layer built from shared settings that turned keys on; this client's servers
+    /// // ignore them, but its payments API, which de-duplicates on them.
+    /// let shared = RetryLayer::new().idempotency_key(IdempotencyKey::default());
+    /// let layer = shared.no_idempotency_key().route(
     ///     RouteMatch::post().path_prefix("/v1/payments"),
     ///     RetryPolicy::default().idempotency_key(IdempotencyKey::default()),
     /// );

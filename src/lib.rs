@@ -3,14 +3,20 @@
 //! A retry that is not safe turns one payment into two, and a retry loop without limits
 //! turns a short outage into a retry storm. [`RetryLayer`] wraps any
 //! `tower::Service<http::Request<B>>` (a hyper-util client, a tower stack, a test service)
-//! and retries only what is safe to repeat, only as often as the server can bear:
+//! and retries only what is safe to repeat, only as often as the server can bear.
 //!
-//! - **Only safe requests.** Idempotent methods (GET, HEAD, OPTIONS, TRACE, PUT, DELETE),
-//!   requests that carry an `Idempotency-Key`, requests whose policy declares them
+//! **A POST is never sent twice unless its server de-duplicates it**: as it comes, the
+//! layer repeats a POST only when the failure proves the server never saw it, or when the
+//! request carries an `Idempotency-Key` (set by the caller, or stamped by the layer where
+//! [keys are turned on](RetryLayer::idempotency_key) for a server that honours them).
+//!
+//! - **Only safe requests.** Idempotent methods (GET, HEAD, OPTIONS, TRACE, QUERY, PUT,
+//!   DELETE), requests that carry an `Idempotency-Key`, requests whose policy declares them
 //!   repeatable ([`RetryPolicy::assume_idempotent`]), and failures that prove the server
 //!   never saw the request (connect errors, HTTP/2 `REFUSED_STREAM`). `CONNECT` never.
-//! - **One stable idempotency key.** Non-idempotent requests get an `Idempotency-Key`
-//!   before the first attempt; every retry carries the same one ([`IdempotencyKey`]).
+//! - **One stable idempotency key, where the server honours it.** With keys turned on (for
+//!   the layer, or for one route), non-idempotent requests get an `Idempotency-Key` before
+//!   the first attempt; every retry carries the same one ([`IdempotencyKey`]).
 //! - **Only retryable outcomes.** Connection failures, timeouts, 408, 429, 502, 503, 504,
 //!   and a 500 once ([`classify`]); everything else is returned as is.
 //! - **Bodies replayed, not copied.** [`ReplayBody`] keeps `Bytes` handles of what was sent
@@ -22,16 +28,14 @@
 //!   of traffic during an outage.
 //! - **Per-route policies** ([`RouteMatch`]) and a per-request override
 //!   ([`RetryPolicy`] in the request's extensions).
-//! - **Hedging** ([`Hedging`], [`RetryPolicy::hedge`]): a slow request that may be repeated
-//!   concurrently gets another copy after a fixed delay or the route's latency percentile,
-//!   and the first good answer wins.
+//! - **Hedging** ([`Hedging`], [`RetryPolicy::hedge`]): a slow request that is safe to
+//!   send twice at once (a safe method, or a route that declares it repeatable) gets
+//!   another copy after a fixed delay or the route's latency percentile, and the first good
+//!   answer wins. Writes are not hedged unless their route says so.
 //! - **A record of what happened**: [`RetryInfo`] in the response's extensions.
 //!
-//! **POSTs are retried by default.** The generated key makes a POST retryable, which is
-//! safe only against servers that de-duplicate on it. For a server that does not, turn
-//! keys off for the whole layer ([`RetryLayer::no_idempotency_key`]) or for its routes
-//! ([`RetryPolicy::no_idempotency_key`]); its POSTs are then retried only when the failure
-//! proves the server never saw them.
+//! An attempt ends when its response head arrives: a response body that fails while the
+//! caller reads it is the caller's, neither retried nor bounded by the deadline.
 //!
 //! The layer's waits and time limits are tokio timers: it needs a tokio runtime with time
 //! enabled (see [`RetryLayer`]).

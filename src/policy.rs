@@ -20,7 +20,7 @@ use crate::idempotency::IdempotencyKey;
 /// Defaults: 3 attempts (the first included), [`Backoff::default`] (100 ms base, 10 s cap,
 /// full jitter), no deadline, no per-attempt timeout, `Retry-After` honoured up to 30 s, the
 /// [`DefaultClassifier`](crate::classify::DefaultClassifier), the layer's shared budget and
-/// the layer's idempotency keys.
+/// the layer's idempotency-key setting (no keys, unless the layer turned them on).
 ///
 /// A policy is set on the layer ([`RetryLayer::policy`](crate::RetryLayer::policy)), per
 /// route ([`RetryLayer::route`](crate::RetryLayer::route)), or per request by inserting it
@@ -66,6 +66,9 @@ pub struct RetryPolicy {
     pub(crate) hooks: Hooks,
     pub(crate) transparent: bool,
     pub(crate) hedging: Option<Hedging>,
+    /// Retries off altogether ([`RetryPolicy::never`]): the request is sent once and the
+    /// gates hear nothing of it but the budget's deposit.
+    pub(crate) never: bool,
 }
 
 /// A setting a policy takes from the layer unless it has its own, or none at all.
@@ -116,6 +119,7 @@ impl Default for RetryPolicy {
             hooks: Hooks::default(),
             transparent: false,
             hedging: None,
+            never: false,
         }
     }
 }
@@ -133,8 +137,17 @@ impl RetryPolicy {
         Self::default()
     }
 
-    /// A policy that never retries: the request is sent once and nothing is kept for a
-    /// replay. Put it in a request's extensions to switch retries off for that request.
+    /// A policy that never retries: the request is sent once, nothing is kept for a replay,
+    /// and the gates hear nothing of it but the budget's deposit (no throttle or quota is
+    /// told its outcome). Put it in a request's extensions to switch retries off for that
+    /// request, or give it to a route.
+    ///
+    /// It is not the same as [`max_attempts(1)`](Self::max_attempts): a policy with one
+    /// attempt sends each request once too, but still reports its outcome to its gates (a
+    /// first-try success refills a [`RetryQuota`], a failure the classifier would have
+    /// retried drains a [`Throttle`]), so that traffic without retries still counts.
+    /// [`max_attempts`](Self::max_attempts) or [`transparent_retry`](Self::transparent_retry)
+    /// on a `never()` policy turns retries back on.
     ///
     /// ```
     /// use bytes::Bytes;
@@ -144,16 +157,19 @@ impl RetryPolicy {
     /// // This one request is sent once, whatever the layer's policy.
     /// let mut request = http::Request::post("http://h/charge").body(Full::new(Bytes::new())).unwrap();
     /// request.extensions_mut().insert(RetryPolicy::never());
-    /// # assert!(RetryPolicy::never().is_never());
+    /// assert!(RetryPolicy::never().is_never());
+    /// assert!(!RetryPolicy::default().max_attempts(1).is_never());
     /// ```
     pub fn never() -> Self {
         Self {
             max_attempts: 1,
+            never: true,
             ..Self::default()
         }
     }
 
-    /// Attempts per logical request, the first included; 1 disables retries.
+    /// Attempts per logical request, the first included; 1 disables retries (the gates
+    /// still hear each request's outcome: see [`RetryPolicy::never`] for the difference).
     ///
     /// ```
     /// use tower_http_retry::RetryPolicy;
@@ -192,6 +208,7 @@ impl RetryPolicy {
             ));
         }
         self.max_attempts = attempts;
+        self.never = false;
         Ok(self)
     }
 
@@ -216,6 +233,13 @@ impl RetryPolicy {
     /// No wait starts that would end after it (the last outcome is returned instead); an
     /// attempt still in flight when it passes is dropped and the caller gets
     /// [`DeadlineExceeded`](crate::DeadlineExceeded).
+    ///
+    /// An attempt ends when its response head arrives: the deadline does not reach the
+    /// response body the caller then reads, and a body that fails while it is read is
+    /// returned to the caller as its error, not retried. To bound the whole exchange, put a
+    /// timeout around the call and the body's reading together (`tokio::time::timeout`);
+    /// to survive a download that breaks, read it again (with `Range`, where the server
+    /// supports it).
     ///
     /// ```
     /// use std::time::Duration;
@@ -497,13 +521,19 @@ impl RetryPolicy {
     }
 
     /// Declares the requests under this policy repeatable whatever their method: the
-    /// service owner says a second copy does no harm (a POST-based query API, gRPC methods
-    /// listed in a retry policy). They are then retried as idempotent methods are, after
-    /// errors and retryable statuses alike, and the layer stamps no idempotency key on them
-    /// unless this policy configures one itself ([`RetryPolicy::idempotency_key`]).
+    /// service owner says a second copy does no harm, also while the first is still in
+    /// flight (a POST-based query API, gRPC methods listed in a retry or hedging policy).
+    /// They are then retried as idempotent methods are, after errors and retryable
+    /// statuses alike, hedged when the policy hedges ([`RetryPolicy::hedge`]), and the layer
+    /// stamps no idempotency key on them unless this policy configures one itself
+    /// ([`RetryPolicy::idempotency_key`]).
     ///
     /// Use it for routes whose server really does tolerate duplicates: a keyless POST under
-    /// it that timed out after the server did the work is sent again.
+    /// it that timed out after the server did the work is sent again. A PUT or DELETE route
+    /// needs it to be hedged, and should be sure of it first: idempotent is not the same as
+    /// safe to run twice at the same time. A DELETE the slow first attempt already applied
+    /// makes the hedge answer 404, and a PUT with `If-Match` makes it answer 412; that
+    /// answer wins, and the caller is told the write failed though it was applied once.
     ///
     /// ```
     /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
@@ -529,18 +559,19 @@ impl RetryPolicy {
     /// [`AttemptKind::Transparent`](crate::AttemptKind::Transparent). gRPC's A6 calls it a
     /// transparent retry, and gRPC policies have it.
     ///
-    /// Even with `max_attempts(1)` the body is then kept for that one replay
-    /// ([`RetryPolicy::is_never`] is false).
+    /// Even with `max_attempts(1)` the body is then kept for that one replay. On a
+    /// [`never()`](Self::never) policy it turns retries back on, with one attempt.
     ///
     /// ```
     /// use tower_http_retry::RetryPolicy;
     ///
     /// let policy = RetryPolicy::default().max_attempts(1).transparent_retry();
     /// assert!(policy.has_transparent_retry());
-    /// assert!(!policy.is_never());
+    /// assert!(!RetryPolicy::never().transparent_retry().is_never());
     /// ```
     pub fn transparent_retry(mut self) -> Self {
         self.transparent = true;
+        self.never = false;
         self
     }
 
@@ -556,14 +587,16 @@ impl RetryPolicy {
         self.transparent
     }
 
-    /// Hedges the requests under this policy that may be repeated concurrently (idempotent
-    /// methods; every request when the policy [assumes them
-    /// idempotent](Self::assume_idempotent)): while none has answered, another attempt is
-    /// sent as `hedging` says, up to [`max_attempts`](Self::max_attempts) in all, and the
-    /// first outcome that is not a non-fatal failure wins ([`Hedging`] has the rules).
-    /// Hedged requests are not retried otherwise: a failure sends the next hedge instead,
-    /// without a backoff. Other requests under the policy (a keyed POST) get its ordinary
-    /// retries. With `max_attempts(1)` nothing is hedged.
+    /// Hedges the requests under this policy that are safe to send twice at once: the safe
+    /// methods (GET, HEAD, OPTIONS, TRACE, QUERY), and every request when the policy
+    /// [declares them repeatable](Self::assume_idempotent). While none has answered,
+    /// another attempt is sent as `hedging` says, up to [`max_attempts`](Self::max_attempts)
+    /// in all, and the first outcome that is not a non-fatal failure wins ([`Hedging`] has
+    /// the rules). Hedged requests are not retried otherwise: a failure sends the next hedge
+    /// instead, without a backoff. Other requests under the policy get its ordinary
+    /// retries: a PUT or DELETE (idempotent, but a copy racing a slow first attempt may
+    /// answer 404 or 412), and a keyed POST (a server that de-duplicates on the key answers
+    /// a concurrent duplicate with 409). With `max_attempts(1)` nothing is hedged.
     ///
     /// ```
     /// use std::time::Duration;
@@ -684,10 +717,12 @@ impl RetryPolicy {
         self.assume_idempotent
     }
 
-    /// Stamps idempotency keys on this policy's requests as `key` says, in place of the
-    /// layer's key configuration: on a route, for the requests it matches; in a request's
-    /// extensions, for that request. Also with [`RetryPolicy::assume_idempotent`], which on
-    /// its own stamps no key.
+    /// Turns idempotency keys on for this policy's requests, as `key` says, in place of the
+    /// layer's key configuration: on a route, for the requests it matches ("this API
+    /// de-duplicates on the key"); in a request's extensions, for that request. A
+    /// non-idempotent request under it gets one stable key before its first attempt, the
+    /// same on every retry, and may be retried. Also with
+    /// [`RetryPolicy::assume_idempotent`], which on its own stamps no key.
     ///
     /// Give each API the key format it documents:
     ///
@@ -731,7 +766,9 @@ impl RetryPolicy {
         self
     }
 
-    /// Stamps no idempotency key on this policy's requests, whatever the layer does. A
+    /// Stamps no idempotency key on this policy's requests, whatever the layer does: the
+    /// switch off for a route under a layer that turned keys on
+    /// ([`RetryLayer::idempotency_key`](crate::RetryLayer::idempotency_key)). A
     /// non-idempotent request under it is then retried only when the caller set the key
     /// header itself, or when the failure proves the server never saw the request.
     ///
@@ -743,7 +780,7 @@ impl RetryPolicy {
     /// use http::{Request, Response, StatusCode};
     /// use http_body_util::Full;
     /// use tower::{Layer, ServiceExt};
-    /// use tower_http_retry::{RetryInfo, RetryLayer, RetryPolicy, RouteMatch, StopReason};
+    /// use tower_http_retry::{IdempotencyKey, RetryInfo, RetryLayer, RetryPolicy, RouteMatch, StopReason};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -754,6 +791,8 @@ impl RetryPolicy {
     /// # });
     /// let base = RetryPolicy::default();
     /// let client = RetryLayer::new()
+    ///     // Every server behind this client de-duplicates on keys, but one.
+    ///     .idempotency_key(IdempotencyKey::default())
     ///     // This server applies a repeated POST twice, key or no key.
     ///     .route(RouteMatch::post().path_prefix("/legacy"), base.clone().no_idempotency_key())
     ///     .policy(base)
@@ -774,18 +813,26 @@ impl RetryPolicy {
         self
     }
 
-    /// True when requests under this policy are sent once and never retried: one attempt,
-    /// and no [`transparent_retry`](Self::transparent_retry) (gRPC policies have one).
+    /// True for [`RetryPolicy::never`]: retries off, and no gate told of the outcome. A
+    /// policy with [`max_attempts(1)`](Self::max_attempts) sends each request once too, but
+    /// is not `never()`: its gates hear its outcomes.
     ///
     /// ```
     /// use tower_http_retry::RetryPolicy;
     ///
     /// assert!(RetryPolicy::never().is_never());
-    /// assert!(RetryPolicy::default().max_attempts(1).is_never());
+    /// assert!(!RetryPolicy::default().max_attempts(1).is_never());
+    /// assert!(!RetryPolicy::never().max_attempts(3).is_never()); // retries back on
     /// assert!(!RetryPolicy::default().is_never());
     /// ```
     pub fn is_never(&self) -> bool {
-        self.max_attempts <= 1 && !self.transparent
+        self.never
+    }
+
+    /// True when each request is sent once (one attempt, no transparent retry), whether
+    /// or not the gates hear of it.
+    pub(crate) fn sends_once(&self) -> bool {
+        self.never || (self.max_attempts <= 1 && !self.transparent)
     }
 
     /// True when a classifier other than the default was set.
@@ -802,12 +849,21 @@ impl RetryPolicy {
 
     /// Classifies one outcome of the request whose head is `head`.
     pub(crate) fn classify(&self, head: &Head, outcome: Outcome<'_>) -> Classification {
+        self.classify_parts(head.as_parts(), outcome)
+    }
+
+    /// Classifies one outcome, given the request's head as `Parts` when it was kept so
+    /// (a classifier of the outcome alone gets an empty head).
+    pub(crate) fn classify_parts(
+        &self,
+        parts: Option<&request::Parts>,
+        outcome: Outcome<'_>,
+    ) -> Classification {
         match &self.classifier {
             // The default looks at the outcome alone.
             None => crate::classify::classify_outcome(outcome),
-            Some(classifier) => match head.as_parts() {
+            Some(classifier) => match parts {
                 Some(parts) => classifier.classify(parts, outcome),
-                // A classifier of the outcome alone: the head was kept compact.
                 None => classifier.classify(crate::classify::empty_head(), outcome),
             },
         }
@@ -839,6 +895,7 @@ impl fmt::Debug for RetryPolicy {
             .field("hooks", &self.hooks)
             .field("transparent_retry", &self.transparent)
             .field("hedging", &self.hedging)
+            .field("never", &self.never)
             .finish()
     }
 }
@@ -863,9 +920,32 @@ mod tests {
     fn one_attempt_with_a_transparent_retry_is_not_never() {
         let one = RetryPolicy::default().max_attempts(1).transparent_retry();
         assert!(!one.is_never());
+        assert!(!one.sends_once());
         assert!(one.has_transparent_retry());
         assert!(!RetryPolicy::default().has_transparent_retry());
         assert!(RetryPolicy::never().is_never());
+    }
+
+    #[test]
+    fn never_is_a_setting_of_its_own() {
+        let never = RetryPolicy::never();
+        assert!(never.is_never() && never.sends_once());
+        assert_eq!(never.get_max_attempts(), 1);
+        // One attempt sends once, but its gates still hear it: not `never()`.
+        let one = RetryPolicy::default().max_attempts(1);
+        assert!(!one.is_never() && one.sends_once());
+        // Settings that turn retries on turn `never()` off.
+        let again = RetryPolicy::never().max_attempts(3);
+        assert!(!again.is_never() && !again.sends_once());
+        assert!(!RetryPolicy::never().transparent_retry().is_never());
+        // The rest of a `never()` policy's settings keep it off.
+        assert!(
+            RetryPolicy::never()
+                .no_budget()
+                .assume_idempotent()
+                .is_never()
+        );
+        assert!(!RetryPolicy::default().sends_once());
     }
 
     #[test]

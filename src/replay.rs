@@ -4,21 +4,29 @@
 // [`Bytes`] handle of every data frame it sent (a reference count, not a copy, for
 // `Bytes`-backed data), and the trailers, up to a cap. A retry first replays those frames
 // and then, if the original body was not finished, goes on reading it where the previous
-// attempt stopped. So a retry sends exactly the bytes the first attempt sent, and the
-// first attempt always sends the whole original body, whatever the cap.
+// attempt stopped. So a retry sends exactly the bytes the first attempt sent, and an
+// attempt that reads the original sends it whole, whatever the cap.
+//
+// Who reads the original. Usually the first attempt's body holds it from the start (so
+// reading it takes no lock until there is something to record) and hands it back to the
+// recording when it is dropped unfinished; a retry takes it over from there. A hedged
+// request's attempts are in flight together, and its first attempt may not have started
+// sending (stuck connecting, in the pool, behind a stream limit) when a hedge is due: the
+// original stays in the recording, and whichever attempt is at the end of the recording
+// polls it there, under the lock, records the frame, and wakes the others, which replay
+// it. If the original passes the cap, the attempt that read past it takes it over and
+// sends it whole, as a first attempt would; the others cannot follow, and the hedged
+// request's driver drops them (`Replay::poll_sole`).
 //
 // A body is not replayed when:
 // - its `size_hint` lower bound is above the cap (it is never buffered), or it grew past
 //   the cap while streaming (the buffer is freed at once);
-// - the caller's body returned an error;
-// - a response arrived before the attempt that got it had sent the whole body (the server
-//   may have acted on a part of it). This is judged per attempt: an earlier attempt that
-//   sent it all proves nothing about a later one that a transport cut short.
+// - the caller's body returned an error.
 //
-// An attempt's body counts as completely sent when its end was reached: the end of the
-// stream, a trailers frame (nothing follows one), `is_end_stream` saying so, an exact size
-// hint met, or the request's own `Content-Length` met (hyper stops reading there without a
-// last poll).
+// A response that came before its attempt sent the whole body (a server or proxy that
+// answers 503 without reading the request) is no obstacle: the rest of the body is still
+// unread in the original, and the retry replays what was recorded and reads the rest, under
+// the cap.
 //
 // Transports let go of a body asynchronously: hyper's HTTP/1 connection task and its
 // HTTP/2 body pipe may still hold the previous attempt's body when that attempt's response
@@ -31,7 +39,7 @@
 use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::{Buf, Bytes};
 use http::HeaderMap;
@@ -73,11 +81,19 @@ enum Inner<B> {
 /// One attempt's view of the shared recording.
 struct Cursor<B> {
     shared: Arc<Mutex<Recording<B>>>,
-    /// The attempt this body belongs to (0 for the first), or `None` for a body made by
-    /// [`ReplayBody::try_replay`], which belongs to no attempt of the layer's.
-    attempt: Option<u32>,
-    /// The original body, once this attempt has taken it over.
+    /// The original body, while this attempt alone reads it.
     rest: Option<B>,
+    /// The attempt this body belongs to (0 for the first; `u32::MAX` for a body made by
+    /// [`ReplayBody::try_replay`]).
+    attempt: u32,
+    at: Progress,
+    /// The original's size hint before anything was read (a copy: it never changes).
+    hint: SizeHint,
+}
+
+/// How far one attempt's body has got.
+#[derive(Default)]
+struct Progress {
     /// Next recorded chunk to replay.
     pos: usize,
     trailers_sent: bool,
@@ -85,12 +101,11 @@ struct Cursor<B> {
     ended: bool,
     /// Data bytes this attempt has produced, for `size_hint`.
     sent: u64,
-    /// The original's size hint before anything was read (a copy: it never changes).
-    hint: SizeHint,
 }
 
 pub(crate) struct Recording<B> {
-    /// The original body while no attempt is reading it.
+    /// The original body while no attempt holds it: between attempts, or always when the
+    /// attempts share it (`readers`).
     rest: Option<B>,
     chunks: Chunks,
     /// Boxed: rare, and a `HeaderMap` would double the size of every recording.
@@ -103,19 +118,45 @@ pub(crate) struct Recording<B> {
     overflowed: bool,
     /// The caller's body failed.
     errored: bool,
-    /// The attempts whose body was sent whole: a response to any other came early.
-    whole: Attempts,
     /// Attempt bodies not yet dropped; one of them may be holding `rest`.
     alive: usize,
     /// The original's size hint before anything was read.
     hint: SizeHint,
-    /// The body's length if known before anything was read.
-    expected: Option<u64>,
+    /// The attempts share the original, which stays in `rest` and is polled there by
+    /// whichever attempt reaches the end of the recording.
+    shares: bool,
+    /// The attempts waiting for the shared original's next frame; made when one first
+    /// has to wait (a body whose frames are all at hand, such as `Full`, never needs it).
+    readers: Option<Arc<Readers>>,
+    /// When a shared original passed the cap: the attempt that read past it, and reads on
+    /// alone. The others cannot follow it, and are cut off by the driver.
+    sole: Option<u32>,
     /// The retry loop, waiting for an attempt body to be dropped or to finish.
     waker: Option<Waker>,
 }
 
 impl<B> Recording<B> {
+    /// A recording of nothing yet, with the first attempt's body already counted alive.
+    #[inline]
+    fn new(rest: Option<B>, cap: usize, hint: SizeHint, shares: bool) -> Self {
+        Self {
+            rest,
+            chunks: Chunks::default(),
+            trailers: None,
+            len: 0,
+            cap,
+            complete: false,
+            overflowed: false,
+            errored: false,
+            alive: 1,
+            hint,
+            shares,
+            readers: None,
+            sole: None,
+            waker: None,
+        }
+    }
+
     /// Wakes the retry loop if it waits for this recording to change.
     fn notify(&mut self) {
         if let Some(waker) = self.waker.take() {
@@ -131,38 +172,57 @@ impl<B> Recording<B> {
             None => self.waker = Some(cx.waker().clone()),
         }
     }
+
+    /// The recording changed (a frame, the end, an error): every attempt waiting for the
+    /// original's next frame looks again.
+    fn wake_readers(&self) {
+        if let Some(readers) = &self.readers {
+            readers.wake_all();
+        }
+    }
 }
 
-/// A set of attempt numbers (0 for the first), without allocation below 64.
+/// The attempts waiting for the next frame of an original they share. The original is
+/// polled with a waker that wakes them all: whichever attempt polled it last, each of them
+/// may be the one to read on (the one that polled may have been dropped, or its transport
+/// may not poll it again soon).
 #[derive(Default)]
-struct Attempts {
-    low: u64,
-    high: Vec<u64>,
+struct Readers {
+    wakers: Mutex<Vec<Waker>>,
 }
 
-impl Attempts {
-    #[inline]
-    fn insert(&mut self, attempt: usize) {
-        match attempt.checked_sub(64) {
-            None => self.low |= 1 << attempt,
-            Some(above) => {
-                let (word, bit) = (above / 64, above % 64);
-                if self.high.len() <= word {
-                    self.high.resize(word + 1, 0);
-                }
-                self.high[word] |= 1 << bit;
-            }
+impl Readers {
+    /// `waker` is woken by the next change of the recording.
+    fn register(&self, waker: &Waker) {
+        let mut wakers = self
+            .wakers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !wakers.iter().any(|known| known.will_wake(waker)) {
+            wakers.push(waker.clone());
         }
     }
 
-    fn contains(&self, attempt: usize) -> bool {
-        match attempt.checked_sub(64) {
-            None => self.low & (1 << attempt) != 0,
-            Some(above) => self
-                .high
-                .get(above / 64)
-                .is_some_and(|word| word & (1 << (above % 64)) != 0),
+    fn wake_all(&self) {
+        let wakers = std::mem::take(
+            &mut *self
+                .wakers
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for waker in wakers {
+            waker.wake();
         }
+    }
+}
+
+impl Wake for Readers {
+    fn wake(self: Arc<Self>) {
+        self.wake_all();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.wake_all();
     }
 }
 
@@ -201,8 +261,6 @@ pub(crate) enum NotReplayable {
     TooLarge,
     /// The caller's body failed: the error is theirs and is returned as is.
     BodyError,
-    /// A response arrived before the body was completely sent.
-    EarlyResponse,
     /// An earlier attempt's transport still holds the unfinished original.
     InFlight,
 }
@@ -229,12 +287,13 @@ impl<B: Body> ReplayBody<B> {
     /// A body whose size hint says it is larger than the cap is passed through and never
     /// replayed; an empty one needs no buffer.
     pub fn new(body: B, max_replay_bytes: usize) -> Self {
-        Self::with_handle(body, max_replay_bytes, None).0
+        Self::with_handle(body, max_replay_bytes, false).0
     }
 
-    /// Wraps `body` and returns the retry loop's handle on it. `declared_len` is the
-    /// request's `Content-Length`, if it has a valid one.
-    pub(crate) fn with_handle(body: B, cap: usize, declared_len: Option<u64>) -> (Self, Replay<B>) {
+    /// Wraps `body` and returns the retry loop's handle on it. With `concurrent` (a hedged
+    /// request, whose attempts may be in flight together), the body is read by whichever
+    /// attempt needs it first.
+    pub(crate) fn with_handle(body: B, cap: usize, concurrent: bool) -> (Self, Replay<B>) {
         if body.is_end_stream() {
             // Nothing to send, now or later: no frames, no trailers.
             return (Self::empty(), Replay::Empty);
@@ -243,26 +302,28 @@ impl<B: Body> ReplayBody<B> {
         if hint.lower() > cap as u64 {
             return (Self::passthrough(body), Replay::Never);
         }
-        let shared = Arc::new(Mutex::new(Recording {
-            // The first attempt's body holds the original from the start, so reading it
-            // takes no lock until there is something to record.
-            rest: None,
-            chunks: Chunks::default(),
-            trailers: None,
-            len: 0,
-            cap,
-            complete: false,
-            overflowed: false,
-            errored: false,
-            whole: Attempts::default(),
-            // The first attempt's body, made below without taking the lock.
-            alive: 1,
-            hint,
-            expected: hint.exact().or(declared_len),
-            waker: None,
-        }));
-        let mut cursor = Cursor::new(Arc::clone(&shared), Some(0), hint);
+        if concurrent {
+            return Self::shared(body, cap, hint);
+        }
+        // The first attempt's body holds the original from the start, so reading it takes
+        // no lock until there is something to record.
+        let shared = Arc::new(Mutex::new(Recording::new(None, cap, hint, false)));
+        let mut cursor = Cursor::new(Arc::clone(&shared), 0, hint);
         cursor.rest = Some(body);
+        (
+            Self {
+                inner: Inner::Shared(cursor),
+            },
+            Replay::Shared(shared),
+        )
+    }
+
+    /// A recording whose original stays in it, read by whichever attempt needs it first.
+    #[cold]
+    #[inline(never)]
+    fn shared(body: B, cap: usize, hint: SizeHint) -> (Self, Replay<B>) {
+        let shared = Arc::new(Mutex::new(Recording::new(Some(body), cap, hint, true)));
+        let cursor = Cursor::new(Arc::clone(&shared), 0, hint);
         (
             Self {
                 inner: Inner::Shared(cursor),
@@ -293,7 +354,7 @@ impl<B: Body> ReplayBody<B> {
                 let ok = state.complete && !state.overflowed && !state.errored;
                 drop(state);
                 ok.then(|| Self {
-                    inner: Inner::Shared(Cursor::attach(&cursor.shared, None)),
+                    inner: Inner::Shared(Cursor::attach(&cursor.shared, u32::MAX)),
                 })
             }
         }
@@ -307,30 +368,23 @@ impl<B: Body> ReplayBody<B> {
 }
 
 impl<B> Replay<B> {
-    /// Checks that the next attempt can send the body again, after attempt `attempt` (0
-    /// for the first) ended. `responded` says whether that attempt produced a response (as
-    /// opposed to an error).
-    pub(crate) fn check(&self, attempt: usize, responded: bool) -> Result<(), NotReplayable> {
+    /// Checks that the next attempt can send the body again.
+    pub(crate) fn check(&self) -> Result<(), NotReplayable> {
         match self {
             Replay::Never => Err(NotReplayable::TooLarge),
             Replay::Empty => Ok(()),
-            Replay::Shared(shared) => lock(shared).check(attempt, responded),
+            Replay::Shared(shared) => lock(shared).check(),
         }
     }
 
     /// Ready once the check no longer says [`NotReplayable::InFlight`], with its result;
     /// until then the drop (or the end) of the attempt body holding the original wakes
     /// `cx`.
-    pub(crate) fn poll_released(
-        &self,
-        cx: &mut Context<'_>,
-        attempt: usize,
-        responded: bool,
-    ) -> Poll<Result<(), NotReplayable>> {
+    pub(crate) fn poll_released(&self, cx: &mut Context<'_>) -> Poll<Result<(), NotReplayable>> {
         match self {
             Replay::Shared(shared) => {
                 let mut state = lock(shared);
-                match state.check(attempt, responded) {
+                match state.check() {
                     Err(NotReplayable::InFlight) => {
                         state.register(cx);
                         Poll::Pending
@@ -338,30 +392,28 @@ impl<B> Replay<B> {
                     other => Poll::Ready(other),
                 }
             }
-            _ => Poll::Ready(self.check(attempt, responded)),
+            _ => Poll::Ready(self.check()),
         }
     }
 
     /// Ready when another attempt may start sending the body beside those in flight (a
-    /// hedge): at once for an empty body, once the recording is complete, or once no
-    /// attempt body holds the original (the hedge takes it over). Until then the end of the
-    /// recording, its overflow or failure, or the drop of the body holding the original
-    /// wakes `cx`. `Err` when it can never be sent again.
+    /// hedge): at once for an empty body or one whose attempts share the original, once
+    /// the recording is complete, or once no attempt body holds the original (the hedge
+    /// takes it over). Until then the end of the recording, its overflow or failure, or
+    /// the drop of the body holding the original wakes `cx`. `Err` when it can never be
+    /// sent again.
     pub(crate) fn poll_hedge(&self, cx: &mut Context<'_>) -> Poll<Result<(), NotReplayable>> {
         match self {
             Replay::Never => Poll::Ready(Err(NotReplayable::TooLarge)),
             Replay::Empty => Poll::Ready(Ok(())),
             Replay::Shared(shared) => {
                 let mut state = lock(shared);
-                if state.errored {
-                    Poll::Ready(Err(NotReplayable::BodyError))
-                } else if state.overflowed {
-                    Poll::Ready(Err(NotReplayable::TooLarge))
-                } else if state.complete || (state.alive == 0 && state.rest.is_some()) {
-                    Poll::Ready(Ok(()))
-                } else {
-                    state.register(cx);
-                    Poll::Pending
+                match state.check() {
+                    Err(NotReplayable::InFlight) => {
+                        state.register(cx);
+                        Poll::Pending
+                    }
+                    other => Poll::Ready(other),
                 }
             }
         }
@@ -380,40 +432,62 @@ impl<B> Replay<B> {
         }
     }
 
-    /// The body of attempt `attempt` (1 for the first retry). Call [`Replay::check`] first.
+    /// The body of attempt `attempt` (0 for the first). Call [`Replay::check`] first.
     pub(crate) fn body(&self, attempt: u32) -> ReplayBody<B> {
         match self {
             Replay::Never | Replay::Empty => ReplayBody {
                 inner: Inner::Empty,
             },
             Replay::Shared(shared) => ReplayBody {
-                inner: Inner::Shared(Cursor::attach(shared, Some(attempt))),
+                inner: Inner::Shared(Cursor::attach(shared, attempt)),
             },
         }
+    }
+
+    /// True when the attempts share the original (a hedged request whose body may be read
+    /// by any of its attempts).
+    pub(crate) fn shares(&self) -> bool {
+        match self {
+            Replay::Shared(shared) => lock(shared).shares,
+            _ => false,
+        }
+    }
+
+    /// For attempts that share the original: the attempt that read past the cap, once one
+    /// did. It alone can go on sending the body; every other attempt is stuck and must be
+    /// cut off. Until then, a change of the recording (that overflow) wakes `cx`.
+    pub(crate) fn poll_sole(&self, cx: &Context<'_>) -> Option<u32> {
+        let Replay::Shared(shared) = self else {
+            return None;
+        };
+        let mut state = lock(shared);
+        if state.sole.is_none() && !state.complete && !state.errored {
+            state.register(cx);
+        }
+        state.sole
     }
 }
 
 impl<B> Recording<B> {
-    fn check(&self, attempt: usize, responded: bool) -> Result<(), NotReplayable> {
+    fn check(&self) -> Result<(), NotReplayable> {
         if self.errored {
             Err(NotReplayable::BodyError)
         } else if self.overflowed {
             Err(NotReplayable::TooLarge)
-        } else if responded && !self.whole.contains(attempt) {
-            Err(NotReplayable::EarlyResponse)
-        } else if self.complete {
+        } else if self.complete || self.rest.is_some() {
+            // All recorded, or the original is back (or always kept) in the recording,
+            // where the next attempt reads on after replaying what was recorded.
             Ok(())
-        } else if self.alive > 0 {
-            Err(NotReplayable::InFlight)
         } else {
-            Ok(())
+            // An attempt body still holds the unfinished original.
+            Err(NotReplayable::InFlight)
         }
     }
 }
 
 impl<B> Cursor<B> {
     /// Another attempt's view of the recording.
-    fn attach(shared: &Arc<Mutex<Recording<B>>>, attempt: Option<u32>) -> Self {
+    fn attach(shared: &Arc<Mutex<Recording<B>>>, attempt: u32) -> Self {
         let hint = {
             let mut state = lock(shared);
             state.alive += 1;
@@ -423,15 +497,12 @@ impl<B> Cursor<B> {
     }
 
     /// A view already counted in `alive`.
-    fn new(shared: Arc<Mutex<Recording<B>>>, attempt: Option<u32>, hint: SizeHint) -> Self {
+    fn new(shared: Arc<Mutex<Recording<B>>>, attempt: u32, hint: SizeHint) -> Self {
         Self {
             shared,
-            attempt,
             rest: None,
-            pos: 0,
-            trailers_sent: false,
-            ended: false,
-            sent: 0,
+            attempt,
+            at: Progress::default(),
             hint,
         }
     }
@@ -456,43 +527,57 @@ where
     B: Body + Unpin,
 {
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        if self.ended {
+        if self.at.ended {
             return Poll::Ready(None);
         }
-        if self.rest.is_none() {
-            let mut state = lock(&self.shared);
-            if let Some(chunk) = state.chunks.get(self.pos).filter(|_| !state.overflowed) {
-                let chunk = chunk.clone();
-                self.pos += 1;
-                self.sent += chunk.len() as u64;
-                if state.expected == Some(self.sent) {
-                    self.sent_whole(&mut state);
+        if self.rest.is_some() {
+            return self.poll_own(cx);
+        }
+        let mut state = lock(&self.shared);
+        let at = &mut self.at;
+        if let Some(chunk) = state.chunks.get(at.pos).filter(|_| !state.overflowed) {
+            let chunk = chunk.clone();
+            at.pos += 1;
+            at.sent += chunk.len() as u64;
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        if state.overflowed {
+            // Not reachable when `Replay::check` passed, but for attempts that shared an
+            // original that passed the cap: the attempt that read past it took it over,
+            // alone. Ending here would truncate the body, so wait: the hedged request's
+            // driver drops this attempt.
+            return Poll::Pending;
+        }
+        if state.complete {
+            // The end, or the trailers that end it.
+            if !at.trailers_sent {
+                at.trailers_sent = true;
+                if let Some(trailers) = &state.trailers {
+                    return Poll::Ready(Some(Ok(Frame::trailers(HeaderMap::clone(trailers)))));
                 }
-                return Poll::Ready(Some(Ok(Frame::data(chunk))));
             }
-            if state.complete {
-                // The end, or the trailers that end it.
-                self.sent_whole(&mut state);
-                if !self.trailers_sent {
-                    self.trailers_sent = true;
-                    if let Some(trailers) = &state.trailers {
-                        return Poll::Ready(Some(Ok(Frame::trailers(HeaderMap::clone(trailers)))));
-                    }
-                }
-                self.ended = true;
-                return Poll::Ready(None);
-            }
-            match state.rest.take() {
-                Some(rest) => self.rest = Some(rest),
-                None => {
-                    // Not reachable when `Replay::check` passed: someone else is reading the
-                    // original. Ending here would truncate the body, so wait instead; the
-                    // attempt is abandoned by its timeout or its transport.
-                    debug_assert!(false, "replay started while the original is in use");
-                    return Poll::Pending;
-                }
+            at.ended = true;
+            return Poll::Ready(None);
+        }
+        if state.shares {
+            return poll_shared(&mut state, self.attempt, at, &mut self.rest, cx);
+        }
+        match state.rest.take() {
+            Some(rest) => self.rest = Some(rest),
+            None => {
+                // Not reachable when `Replay::check` passed: another attempt holds the
+                // original. Ending here would truncate the body, so wait instead.
+                debug_assert!(false, "replay started while the original is in use");
+                return Poll::Pending;
             }
         }
+        drop(state);
+        self.poll_own(cx)
+    }
+
+    /// Reads the original this attempt holds alone.
+    #[inline]
+    fn poll_own(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let Some(rest) = self.rest.as_mut() else {
             return Poll::Ready(None);
         };
@@ -500,11 +585,10 @@ where
             None => {
                 let mut state = lock(&self.shared);
                 state.complete = true;
-                self.sent_whole(&mut state);
                 state.notify();
                 drop(state);
                 self.rest = None;
-                self.ended = true;
+                self.at.ended = true;
                 return Poll::Ready(None);
             }
             Some(Err(error)) => {
@@ -519,14 +603,140 @@ where
         // says (hyper drops a body right after its trailers, without another poll).
         let end = frame.is_trailers() || rest.is_end_stream();
         let mut state = lock(&self.shared);
+        self.at.record(&mut state, &frame);
+        if end {
+            state.complete = true;
+            state.notify();
+            drop(state);
+            self.rest = None;
+            // Nothing follows the frame the original ended with.
+            self.at.ended = true;
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        if self.at.ended {
+            return true;
+        }
+        if let Some(rest) = &self.rest {
+            // Holding the original means every recorded chunk was sent already (the
+            // recording is this body's own, and not complete): what is left is the
+            // original's.
+            return rest.is_end_stream();
+        }
+        let state = lock(&self.shared);
+        // Past the cap, only the attempt that holds the original can go on (above).
+        if state.overflowed || self.at.pos < state.chunks.len() {
+            return false;
+        }
+        if state.complete {
+            self.at.trailers_sent || state.trailers.is_none()
+        } else {
+            state.rest.as_ref().is_some_and(|rest| rest.is_end_stream())
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let hint = self.hint;
+        let mut left = SizeHint::new();
+        left.set_lower(hint.lower().saturating_sub(self.at.sent));
+        if let Some(upper) = hint.upper() {
+            left.set_upper(upper.saturating_sub(self.at.sent));
+        }
+        left
+    }
+}
+
+/// Reads the next frame of an original the attempts share, where it stays in the recording,
+/// for every attempt: attempt `attempt`, at `at`, sends it, the others replay it. `rest` is
+/// that attempt's own hold on the original, taken only if the original passes the cap.
+fn poll_shared<B: Body + Unpin>(
+    state: &mut Recording<B>,
+    attempt: u32,
+    at: &mut Progress,
+    rest: &mut Option<B>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+    let Some(source) = state.rest.as_mut() else {
+        return Poll::Pending;
+    };
+    let polled = match &state.readers {
+        // Others may be waiting: the original wakes them all. Registered before the poll,
+        // so that a frame that comes at once wakes this attempt too.
+        Some(readers) => {
+            readers.register(cx.waker());
+            let waker = Waker::from(Arc::clone(readers));
+            Pin::new(&mut *source).poll_frame(&mut Context::from_waker(&waker))
+        }
+        // No one has waited yet: this attempt's own waker first.
+        None => match Pin::new(&mut *source).poll_frame(cx) {
+            Poll::Pending => {
+                // From now on the original wakes every waiting attempt: polled again
+                // with the waker that does (a wake in between came to this attempt).
+                let readers = Arc::new(Readers::default());
+                readers.register(cx.waker());
+                let waker = Waker::from(Arc::clone(&readers));
+                state.readers = Some(readers);
+                let Some(source) = state.rest.as_mut() else {
+                    return Poll::Pending;
+                };
+                Pin::new(&mut *source).poll_frame(&mut Context::from_waker(&waker))
+            }
+            ready => ready,
+        },
+    };
+    let Some(source) = state.rest.as_mut() else {
+        return Poll::Pending;
+    };
+    let frame = match polled {
+        Poll::Pending => return Poll::Pending,
+        Poll::Ready(None) => {
+            state.complete = true;
+            state.rest = None;
+            state.notify();
+            state.wake_readers();
+            at.ended = true;
+            return Poll::Ready(None);
+        }
+        Poll::Ready(Some(Err(error))) => {
+            state.errored = true;
+            state.rest = None;
+            state.notify();
+            state.wake_readers();
+            return Poll::Ready(Some(Err(error)));
+        }
+        Poll::Ready(Some(Ok(frame))) => {
+            frame.map_data(|mut data| data.copy_to_bytes(data.remaining()))
+        }
+    };
+    let end = frame.is_trailers() || source.is_end_stream();
+    at.record(state, &frame);
+    if state.overflowed {
+        // Past the cap: this attempt reads on alone and sends it whole, as the first
+        // attempt would have without a hedge; the others cannot follow, and their driver
+        // cuts them off.
+        *rest = state.rest.take();
+        state.sole = Some(attempt);
+    }
+    if end {
+        state.complete = true;
+        state.rest = None;
+        *rest = None;
+        at.ended = true;
+        state.notify();
+    }
+    state.wake_readers();
+    Poll::Ready(Some(Ok(frame)))
+}
+
+impl Progress {
+    /// Books a frame this attempt read from the original: kept in the recording while
+    /// under the cap, and counted as sent by this attempt.
+    #[inline]
+    fn record<B>(&mut self, state: &mut Recording<B>, frame: &Frame<Bytes>) {
         if let Some(data) = frame.data_ref() {
             self.sent += data.len() as u64;
-            if state.expected == Some(self.sent) && !end {
-                // Every byte of the known length (an exact size hint, else the request's
-                // `Content-Length`): over HTTP/1 hyper stops reading at the length and
-                // drops the body without a last poll.
-                self.sent_whole(&mut state);
-            }
             if !state.overflowed {
                 if state.len + data.len() > state.cap {
                     state.overflowed = true;
@@ -547,64 +757,6 @@ where
                 state.trailers = Some(Box::new(trailers.clone()));
             }
         }
-        if end {
-            state.complete = true;
-            self.sent_whole(&mut state);
-            state.notify();
-            drop(state);
-            self.rest = None;
-            // Nothing follows the frame the original ended with.
-            self.ended = true;
-        }
-        Poll::Ready(Some(Ok(frame)))
-    }
-
-    /// Marks this attempt's body as sent whole (a transport that stops here has all of it).
-    #[inline]
-    fn sent_whole(&self, state: &mut Recording<B>) {
-        if let Some(attempt) = self.attempt {
-            state.whole.insert(attempt as usize);
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        if self.ended {
-            return true;
-        }
-        // A transport told the body has ended stops polling it: it was sent whole.
-        if let Some(rest) = &self.rest {
-            // Holding the original means every recorded chunk was sent already (the
-            // recording is this body's own, and not complete): what is left is the
-            // original's.
-            if !rest.is_end_stream() {
-                return false;
-            }
-            self.sent_whole(&mut lock(&self.shared));
-            return true;
-        }
-        let mut state = lock(&self.shared);
-        if !state.overflowed && self.pos < state.chunks.len() {
-            return false;
-        }
-        let end = if state.complete {
-            self.trailers_sent || state.trailers.is_none()
-        } else {
-            state.rest.as_ref().is_some_and(|rest| rest.is_end_stream())
-        };
-        if end {
-            self.sent_whole(&mut state);
-        }
-        end
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        let hint = self.hint;
-        let mut left = SizeHint::new();
-        left.set_lower(hint.lower().saturating_sub(self.sent));
-        if let Some(upper) = hint.upper() {
-            left.set_upper(upper.saturating_sub(self.sent));
-        }
-        left
     }
 }
 
@@ -695,11 +847,11 @@ mod tests {
                 Ok(Frame::data(source.slice(4..10))),
             ])),
             1024,
-            None,
+            false,
         );
         let first = body.collect().await.unwrap().to_bytes();
         assert_eq!(&first[..], b"0123456789");
-        assert_eq!(replay.check(0, true), Ok(()));
+        assert_eq!(replay.check(), Ok(()));
         let mut again = replay.body(1);
         let a = again.frame().await.unwrap().unwrap().into_data().unwrap();
         // The replayed chunk points into the caller's own buffer: no copy was made.
@@ -720,7 +872,7 @@ mod tests {
         let (body, replay) = ReplayBody::with_handle(
             StreamBody::new(futures_util::stream::iter(frames)),
             1024,
-            None,
+            false,
         );
         let first = body.collect().await.unwrap();
         assert_eq!(first.trailers(), Some(&trailers));
@@ -731,10 +883,11 @@ mod tests {
 
     #[tokio::test]
     async fn over_the_cap_while_streaming_is_sent_whole_and_not_replayed() {
-        let (body, replay) = ReplayBody::with_handle(chunks(&[b"aaaa", b"bbbb", b"cccc"]), 6, None);
+        let (body, replay) =
+            ReplayBody::with_handle(chunks(&[b"aaaa", b"bbbb", b"cccc"]), 6, false);
         let sent = body.collect().await.unwrap().to_bytes();
         assert_eq!(&sent[..], b"aaaabbbbcccc");
-        assert_eq!(replay.check(0, false), Err(NotReplayable::TooLarge));
+        assert_eq!(replay.check(), Err(NotReplayable::TooLarge));
         if let Replay::Shared(shared) = &replay {
             let state = lock(shared);
             assert!(state.chunks.len() == 0 && state.chunks.rest.capacity() == 0);
@@ -746,7 +899,7 @@ mod tests {
     #[tokio::test]
     async fn size_hint_over_the_cap_is_never_buffered() {
         let (body, replay) =
-            ReplayBody::with_handle(Full::new(Bytes::from(vec![7u8; 100])), 99, None);
+            ReplayBody::with_handle(Full::new(Bytes::from(vec![7u8; 100])), 99, false);
         assert!(matches!(replay, Replay::Never));
         assert_eq!(body.size_hint().exact(), Some(100));
         assert_eq!(body.collect().await.unwrap().to_bytes().len(), 100);
@@ -755,7 +908,7 @@ mod tests {
     #[tokio::test]
     async fn empty_body_needs_no_buffer() {
         let (body, replay) =
-            ReplayBody::with_handle(http_body_util::Empty::<Bytes>::new(), 10, None);
+            ReplayBody::with_handle(http_body_util::Empty::<Bytes>::new(), 10, false);
         assert!(matches!(replay, Replay::Empty));
         assert!(body.is_end_stream());
         let again = replay.body(1);
@@ -765,9 +918,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_unread_dropped_body_is_resumed_from_the_original() {
-        let (body, replay) = ReplayBody::with_handle(chunks(&[b"ab", b"cd"]), 1024, None);
+        let (body, replay) = ReplayBody::with_handle(chunks(&[b"ab", b"cd"]), 1024, false);
         drop(body); // e.g. the connection was refused before anything was written
-        assert_eq!(replay.check(0, false), Ok(()));
+        assert_eq!(replay.check(), Ok(()));
         let again = replay.body(1).collect().await.unwrap().to_bytes();
         assert_eq!(&again[..], b"abcd");
     }
@@ -775,20 +928,20 @@ mod tests {
     #[tokio::test]
     async fn a_partly_sent_body_is_replayed_then_continued() {
         let (mut body, replay) =
-            ReplayBody::with_handle(chunks(&[b"ab", b"cd", b"ef"]), 1024, None);
+            ReplayBody::with_handle(chunks(&[b"ab", b"cd", b"ef"]), 1024, false);
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(&first[..], b"ab");
         // Still held by the transport: cannot replay yet.
-        assert_eq!(replay.check(0, false), Err(NotReplayable::InFlight));
-        // A response before the body was fully sent is never replayed.
-        assert_eq!(replay.check(0, true), Err(NotReplayable::EarlyResponse));
+        assert_eq!(replay.check(), Err(NotReplayable::InFlight));
+        // Dropped unfinished (the server answered early, or the connection failed): the
+        // next attempt replays what was sent and reads the rest from the original.
         drop(body);
-        assert_eq!(replay.check(0, false), Ok(()));
+        assert_eq!(replay.check(), Ok(()));
         let again = replay.body(1).collect().await.unwrap().to_bytes();
         assert_eq!(&again[..], b"abcdef");
         // And a third attempt sees the whole recording.
-        assert_eq!(replay.check(1, true), Ok(()));
-        let third = replay.body(2).collect().await.unwrap().to_bytes();
+        assert_eq!(replay.check(), Ok(()));
+        let third = replay.body(1).collect().await.unwrap().to_bytes();
         assert_eq!(&third[..], b"abcdef");
     }
 
@@ -801,59 +954,18 @@ mod tests {
         let (body, replay) = ReplayBody::with_handle(
             StreamBody::new(futures_util::stream::iter(frames)),
             1024,
-            None,
+            false,
         );
         let err = body.collect().await.unwrap_err();
         assert_eq!(err.to_string(), "disk gone");
         assert!(replay.body_failed());
-        assert_eq!(replay.check(0, false), Err(NotReplayable::BodyError));
-    }
-
-    /// A body of known length that never says it ended: the transport stops at the length
-    /// and drops it, as hyper does over HTTP/1 with `Content-Length`.
-    struct KnownLength(Vec<Bytes>, u64);
-
-    impl Body for KnownLength {
-        type Data = Bytes;
-        type Error = std::convert::Infallible;
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-            if self.0.is_empty() {
-                return Poll::Ready(None);
-            }
-            let chunk = self.0.remove(0);
-            self.1 -= chunk.len() as u64;
-            Poll::Ready(Some(Ok(Frame::data(chunk))))
-        }
-        fn size_hint(&self) -> SizeHint {
-            SizeHint::with_exact(self.1)
-        }
-    }
-
-    #[tokio::test]
-    async fn a_known_length_body_dropped_after_its_last_byte_was_fully_sent() {
-        let body = KnownLength(
-            vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cd")],
-            4,
-        );
-        let (mut first, replay) = ReplayBody::with_handle(body, 1024, None);
-        first.frame().await.unwrap().unwrap();
-        // Half of it: a response now would be early.
-        assert_eq!(replay.check(0, true), Err(NotReplayable::EarlyResponse));
-        first.frame().await.unwrap().unwrap();
-        assert!(!first.is_end_stream(), "the original never says it ended");
-        drop(first);
-        assert_eq!(replay.check(0, true), Ok(()));
-        let again = replay.body(1).collect().await.unwrap().to_bytes();
-        assert_eq!(&again[..], b"abcd");
+        assert_eq!(replay.check(), Err(NotReplayable::BodyError));
     }
 
     #[tokio::test]
     async fn replays_keep_the_exact_size_hint() {
         let (body, replay) =
-            ReplayBody::with_handle(Full::new(Bytes::from_static(b"hello")), 64, None);
+            ReplayBody::with_handle(Full::new(Bytes::from_static(b"hello")), 64, false);
         assert_eq!(body.size_hint().exact(), Some(5));
         let _ = body.collect().await.unwrap();
         let again = replay.body(1);
@@ -884,66 +996,258 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_early_response_is_judged_for_the_attempt_that_got_it() {
-        // "abc" then "def", with and without the request's `Content-Length`.
-        for declared in [Some(6), None] {
-            let (mut first, replay) =
-                ReplayBody::with_handle(chunks(&[b"abc", b"def"]), 1024, declared);
-            // Attempt 1 is read whole: a response to it was not early.
-            assert_eq!(read_at_most(&mut first, usize::MAX).await, b"abcdef");
-            drop(first);
-            assert_eq!(replay.check(0, true), Ok(()));
-            // Attempt 2 is cut short after 3 bytes, answered, and dropped: early.
-            let mut second = replay.body(1);
-            assert_eq!(read_at_most(&mut second, 3).await, b"abc");
-            drop(second);
-            assert_eq!(
-                replay.check(1, true),
-                Err(NotReplayable::EarlyResponse),
-                "{declared:?}"
-            );
-            // An error instead of a response proves nothing either way: it may be sent again.
-            assert_eq!(replay.check(1, false), Ok(()));
-            // Attempt 3, read whole, gets its response in time.
-            let mut third = replay.body(2);
-            assert_eq!(read_at_most(&mut third, usize::MAX).await, b"abcdef");
-            assert_eq!(replay.check(2, true), Ok(()));
-            // A body made by `try_replay` is nobody's attempt: reading it whole vouches for
-            // no attempt of the layer's.
-            let extra = third.try_replay().unwrap();
-            assert_eq!(&extra.collect().await.unwrap().to_bytes()[..], b"abcdef");
-            assert_eq!(replay.check(3, true), Err(NotReplayable::EarlyResponse));
-        }
+    async fn an_attempt_cut_short_is_followed_by_one_that_sends_it_all() {
+        // "abc" then "def": attempt 1 is read whole, attempt 2 is cut short after 3 bytes
+        // (an early answer), attempt 3 replays it all.
+        let (mut first, replay) = ReplayBody::with_handle(chunks(&[b"abc", b"def"]), 1024, false);
+        assert_eq!(read_at_most(&mut first, usize::MAX).await, b"abcdef");
+        drop(first);
+        assert_eq!(replay.check(), Ok(()));
+        let mut second = replay.body(1);
+        assert_eq!(read_at_most(&mut second, 3).await, b"abc");
+        drop(second);
+        assert_eq!(replay.check(), Ok(()));
+        let mut third = replay.body(1);
+        assert_eq!(read_at_most(&mut third, usize::MAX).await, b"abcdef");
+        // A body made by `try_replay` replays the same.
+        let extra = third.try_replay().unwrap();
+        assert_eq!(&extra.collect().await.unwrap().to_bytes()[..], b"abcdef");
     }
 
     #[tokio::test]
-    async fn a_replay_stopped_at_its_length_or_told_it_ended_was_sent_whole() {
-        // With the length known, a transport that stops at the last byte without polling
-        // again has sent it all.
-        let (first, replay) = ReplayBody::with_handle(chunks(&[b"ab", b"cd"]), 1024, Some(4));
-        drop(first.collect().await.unwrap());
-        let mut second = replay.body(1);
-        assert_eq!(read_at_most(&mut second, 4).await, b"abcd");
-        drop(second);
-        assert_eq!(replay.check(1, true), Ok(()));
-        // Without a length, `is_end_stream` saying so is what a transport stops at.
-        let (first, replay) = ReplayBody::with_handle(chunks(&[b"ab"]), 1024, None);
+    async fn an_early_answer_before_the_body_left_is_followed_by_the_whole_body() {
+        // Attempt 1 sent 2 of 6 bytes when its answer came; the rest is still in the
+        // original, and the next attempt sends the recorded prefix and then the rest.
+        let (mut first, replay) =
+            ReplayBody::with_handle(chunks(&[b"ab", b"cd", b"ef"]), 1024, false);
+        assert_eq!(read_at_most(&mut first, 2).await, b"ab");
+        assert_eq!(replay.check(), Err(NotReplayable::InFlight));
+        drop(first);
+        assert_eq!(replay.check(), Ok(()));
+        let again = replay.body(1).collect().await.unwrap().to_bytes();
+        assert_eq!(&again[..], b"abcdef");
+        // Read whole by the retry: complete from now on.
+        assert!(lock(replay_state(&replay)).complete);
+    }
+
+    #[tokio::test]
+    async fn a_continuation_past_the_cap_is_sent_whole_and_not_replayed_again() {
+        // 4 bytes read, then an early answer; the retry reads on past the 6-byte cap.
+        let (mut first, replay) =
+            ReplayBody::with_handle(chunks(&[b"aaaa", b"bbbb", b"cccc"]), 6, false);
+        assert_eq!(read_at_most(&mut first, 4).await, b"aaaa");
+        drop(first);
+        assert_eq!(replay.check(), Ok(()));
+        let again = replay.body(1).collect().await.unwrap().to_bytes();
+        assert_eq!(&again[..], b"aaaabbbbcccc");
+        assert_eq!(replay.check(), Err(NotReplayable::TooLarge));
+    }
+
+    #[tokio::test]
+    async fn a_replay_told_it_ended_stops_at_the_end() {
+        let (first, replay) = ReplayBody::with_handle(chunks(&[b"ab"]), 1024, false);
         drop(first.collect().await.unwrap());
         let mut second = replay.body(1);
         assert_eq!(read_at_most(&mut second, 2).await, b"ab");
         assert!(second.is_end_stream());
-        drop(second);
-        assert_eq!(replay.check(1, true), Ok(()));
+        assert!(second.frame().await.is_none());
     }
 
-    #[test]
-    fn attempt_sets_hold_any_number() {
-        let mut set = Attempts::default();
-        for attempt in [0, 5, 63, 64, 130, 1_000] {
-            assert!(!set.contains(attempt));
-            set.insert(attempt);
-            assert!(set.contains(attempt));
+    fn replay_state<B>(replay: &Replay<B>) -> &Mutex<Recording<B>> {
+        match replay {
+            Replay::Shared(shared) => shared,
+            _ => panic!("expected a recording"),
         }
-        assert!(!set.contains(1) && !set.contains(65) && !set.contains(999));
+    }
+
+    /// A streaming body fed by a channel, with a size hint that says at most `upper` bytes.
+    struct Fed {
+        rx: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+        upper: u64,
+    }
+
+    impl Body for Fed {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            self.rx
+                .poll_recv(cx)
+                .map(|chunk| chunk.map(|chunk| Ok(Frame::data(chunk))))
+        }
+        fn size_hint(&self) -> SizeHint {
+            let mut hint = SizeHint::new();
+            hint.set_upper(self.upper);
+            hint
+        }
+    }
+
+    fn fed(upper: u64) -> (tokio::sync::mpsc::UnboundedSender<Bytes>, Fed) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (tx, Fed { rx, upper })
+    }
+
+    /// Counts the wakes of a waker.
+    #[derive(Default)]
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    impl Wakes {
+        fn count(&self) -> usize {
+            self.0.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    fn poll<B: Body<Data = Bytes> + Unpin>(
+        body: &mut B,
+        wakes: &Arc<Wakes>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let waker = Waker::from(Arc::clone(wakes));
+        Pin::new(body).poll_frame(&mut Context::from_waker(&waker))
+    }
+
+    fn data<E: std::fmt::Debug>(polled: Poll<Option<Result<Frame<Bytes>, E>>>) -> Bytes {
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => frame.into_data().unwrap(),
+            other => panic!(
+                "expected a data frame, got {:?}",
+                other.map(|f| f.is_some())
+            ),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hedge_reads_a_body_of_known_size_its_first_attempt_never_started() {
+        let source = Bytes::from_static(b"hello world");
+        let (first, replay) = ReplayBody::with_handle(Full::new(source.clone()), 64, true);
+        // The first attempt is stuck before its transport polls the body: the hedge may
+        // go at once, and reads the caller's body itself.
+        assert_eq!(replay.check(), Ok(()));
+        let waker = Waker::from(Arc::new(Wakes::default()));
+        assert!(
+            replay
+                .poll_hedge(&mut Context::from_waker(&waker))
+                .is_ready()
+        );
+        let hedge = replay.body(1).collect().await.unwrap().to_bytes();
+        assert_eq!(hedge, source);
+        // The first attempt, when it starts, replays the recording: the same bytes, the
+        // same buffer.
+        let mut first = first;
+        let sent = first.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(sent.as_ptr(), source.as_ptr());
+        assert!(first.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn attempts_sharing_a_streaming_body_each_send_every_chunk_once_in_order() {
+        let (tx, body) = fed(64);
+        let (mut first, replay) = ReplayBody::with_handle(body, 64, true);
+        let mut hedge = replay.body(1);
+        let (a, b) = (Arc::new(Wakes::default()), Arc::new(Wakes::default()));
+        // Both wait for the first chunk; the one that polled last holds the original's
+        // waker, yet both are woken when it comes.
+        assert!(poll(&mut first, &a).is_pending());
+        assert!(poll(&mut hedge, &b).is_pending());
+        tx.send(Bytes::from_static(b"one;")).unwrap();
+        assert_eq!((a.count(), b.count()), (1, 1));
+        // The hedge reads it from the original; the first attempt replays it.
+        assert_eq!(data(poll(&mut hedge, &b)), Bytes::from_static(b"one;"));
+        assert_eq!(data(poll(&mut first, &a)), Bytes::from_static(b"one;"));
+        // The first attempt now reads the second chunk, and the hedge replays it.
+        assert!(poll(&mut first, &a).is_pending());
+        assert!(poll(&mut hedge, &b).is_pending());
+        tx.send(Bytes::from_static(b"two;")).unwrap();
+        assert_eq!(data(poll(&mut first, &a)), Bytes::from_static(b"two;"));
+        assert!(
+            b.count() >= 2,
+            "the hedge is woken by the chunk the other read"
+        );
+        assert_eq!(data(poll(&mut hedge, &b)), Bytes::from_static(b"two;"));
+        drop(tx);
+        assert!(matches!(poll(&mut hedge, &b), Poll::Ready(None)));
+        assert!(matches!(poll(&mut first, &a), Poll::Ready(None)));
+        // A third attempt replays the whole of it.
+        let third = replay.body(1).collect().await.unwrap().to_bytes();
+        assert_eq!(&third[..], b"one;two;");
+    }
+
+    #[tokio::test]
+    async fn a_reader_dropped_while_waiting_leaves_the_other_able_to_read() {
+        let (tx, body) = fed(64);
+        let (mut first, replay) = ReplayBody::with_handle(body, 64, true);
+        let mut hedge = replay.body(1);
+        let (a, b) = (Arc::new(Wakes::default()), Arc::new(Wakes::default()));
+        assert!(poll(&mut hedge, &b).is_pending());
+        assert!(poll(&mut first, &a).is_pending());
+        // The attempt that polled last is dropped (its stream was reset): the chunk still
+        // wakes the one left.
+        drop(first);
+        tx.send(Bytes::from_static(b"xyz")).unwrap();
+        assert_eq!(b.count(), 1);
+        assert_eq!(data(poll(&mut hedge, &b)), Bytes::from_static(b"xyz"));
+        drop(tx);
+        assert!(matches!(poll(&mut hedge, &b), Poll::Ready(None)));
+    }
+
+    #[tokio::test]
+    async fn a_body_outside_a_hedge_is_read_by_the_attempt_that_holds_it() {
+        // Not concurrent: the first attempt holds the original, and a hedge would wait.
+        let (tx, body) = fed(u64::MAX);
+        let (first, replay) = ReplayBody::with_handle(body, 64, false);
+        assert!(!replay.shares());
+        assert_eq!(replay.check(), Err(NotReplayable::InFlight));
+        let hedge_wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(Arc::clone(&hedge_wakes));
+        assert!(
+            replay
+                .poll_hedge(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+        tx.send(Bytes::from_static(b"data")).unwrap();
+        drop(tx);
+        let sent = first.collect().await.unwrap().to_bytes();
+        assert_eq!(&sent[..], b"data");
+        assert!(hedge_wakes.count() >= 1);
+        assert_eq!(replay.check(), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_shared_body_past_the_cap_is_read_on_by_the_attempt_that_passed_it() {
+        // No size known, 8 bytes against a cap of 6.
+        let (tx, body) = fed(u64::MAX);
+        let (mut first, replay) = ReplayBody::with_handle(body, 6, true);
+        assert!(replay.shares());
+        let mut hedge = replay.body(1);
+        let (a, b) = (Arc::new(Wakes::default()), Arc::new(Wakes::default()));
+        let driver = Arc::new(Wakes::default());
+        let driver_waker = Waker::from(Arc::clone(&driver));
+        assert_eq!(replay.poll_sole(&Context::from_waker(&driver_waker)), None);
+        tx.send(Bytes::from_static(b"abcd")).unwrap();
+        tx.send(Bytes::from_static(b"efgh")).unwrap();
+        drop(tx);
+        // The hedge reads the first chunk, the first attempt replays it.
+        assert_eq!(data(poll(&mut hedge, &b)), Bytes::from_static(b"abcd"));
+        assert_eq!(data(poll(&mut first, &a)), Bytes::from_static(b"abcd"));
+        // The first attempt reads past the cap: it goes on alone, to the end.
+        assert_eq!(data(poll(&mut first, &a)), Bytes::from_static(b"efgh"));
+        assert_eq!(driver.count(), 1, "the driver is told");
+        assert_eq!(
+            replay.poll_sole(&Context::from_waker(&driver_waker)),
+            Some(0)
+        );
+        assert!(matches!(poll(&mut first, &a), Poll::Ready(None)));
+        assert_eq!(replay.check(), Err(NotReplayable::TooLarge));
+        // The hedge cannot follow: it is never given a truncated body, and waits to be
+        // dropped.
+        assert!(!hedge.is_end_stream());
+        assert!(poll(&mut hedge, &b).is_pending());
     }
 }

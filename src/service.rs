@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use crate::config::Plans;
 use crate::decision::{self, Limits};
-use crate::future::{Prototype, ResponseFuture, Retrying};
+use crate::future::{Prototype, Report, ResponseFuture, Retrying};
 use crate::head::Head;
 use crate::hook::Hooks;
 use crate::info::{RetryInfo, StopReason};
@@ -237,7 +237,7 @@ where
             }
             _ => None,
         };
-        if policy.is_never() || request.method() == Method::CONNECT {
+        if policy.sends_once() || request.method() == Method::CONNECT {
             info.set_stop(StopReason::Disabled);
             info.set_idempotency_key(
                 stamped
@@ -245,19 +245,25 @@ where
                     .or_else(|| field(request.headers(), &plan.key_header).cloned()),
             );
             first_attempt(&plan.hooks, &limits, request.headers_mut());
+            // One attempt under a gate that hears outcomes (a throttle, a quota): the
+            // outcome is still reported. `never()` and CONNECT report none.
+            if plan.reports_once && request.method() != Method::CONNECT {
+                let report = Report::new(plan, partition, &request);
+                let future = self.inner.call(request.map(ReplayBody::passthrough));
+                return ResponseFuture::reported(future, limits, info, trace, report);
+            }
             let future = self.inner.call(request.map(ReplayBody::passthrough));
             return ResponseFuture::once(future, limits, info, trace);
         }
 
         let (mut parts, body) = request.into_parts();
-        // hyper stops sending a body at the request's own `Content-Length` without a last
-        // poll; the header is read only when the body does not know its length itself.
-        let declared_len = match body.size_hint().exact() {
-            Some(_) => None,
-            None => content_length(&parts.headers),
-        };
-        let (body, replay) =
-            ReplayBody::with_handle(body, self.plans.max_replay_bytes(), declared_len);
+        // A hedged request's attempts share the caller's body: a hedge need not wait for a
+        // first attempt that has not started sending.
+        let (body, replay) = ReplayBody::with_handle(
+            body,
+            self.plans.max_replay_bytes(),
+            hedges(policy, &parts.method),
+        );
         // Retries start from the caller's head (with its key): the hooks write on each
         // attempt's own copy.
         let head = Head::copy(&parts, policy.classifier_needs_request());
@@ -273,18 +279,22 @@ where
             plan,
             partition,
         };
-        // Hedged: a request that may be repeated concurrently, under a hedging policy, with
-        // a body that can be sent again.
-        let policy = &retry.plan.policy;
-        if policy.hedging.is_some()
-            && policy.max_attempts > 1
-            && (retry.head.method().is_idempotent() || policy.assume_idempotent)
-            && !retry.replay.is_never()
-        {
+        if hedges(&retry.plan.policy, retry.head.method()) && !retry.replay.is_never() {
             return ResponseFuture::hedged(future, retry, limits, info, trace);
         }
         ResponseFuture::first(future, retry, limits, info, trace)
     }
+}
+
+/// Whether `policy` hedges a request of `method`: one that is safe to send twice at once (a
+/// safe method, or a policy that declares its requests repeatable). Idempotent is not
+/// enough: a DELETE applied by a slow first attempt makes its hedge answer 404, and that
+/// answer would win.
+#[inline]
+fn hedges(policy: &crate::policy::RetryPolicy, method: &Method) -> bool {
+    policy.hedging.is_some()
+        && policy.max_attempts > 1
+        && (method.is_safe() || policy.assume_idempotent)
 }
 
 /// Runs the hooks on the first attempt's headers.
@@ -304,20 +314,6 @@ fn field<'a>(headers: &'a http::HeaderMap, name: &HeaderName) -> Option<&'a http
         return None;
     }
     headers.get(name)
-}
-
-/// The request's `Content-Length`, if it has exactly one valid value.
-fn content_length(headers: &http::HeaderMap) -> Option<u64> {
-    let mut values = headers.get_all(http::header::CONTENT_LENGTH).iter();
-    let value = values.next()?;
-    if values.next().is_some() {
-        return None;
-    }
-    let text = value.to_str().ok()?.trim();
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
 }
 
 impl<S: fmt::Debug> fmt::Debug for Retry<S> {

@@ -31,7 +31,10 @@ use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::{Backoff, Jitter, ReplayBody, RetryInfo, RetryLayer, RetryPolicy};
+use tower_http_retry::{
+    Backoff, IdempotencyKey, Jitter, ReplayBody, RetryInfo, RetryLayer, RetryPolicy, RetryQuota,
+    Throttle,
+};
 
 #[path = "../benches/support/mod.rs"]
 mod support;
@@ -394,7 +397,8 @@ fn never_allocates_nothing_but_the_retry_info_insert() {
     );
 }
 
-/// Not a target, a record: a POST gets an idempotency key from us (tower adds none).
+/// Not a target, a record: a POST gets no key by default; with keys on, an idempotency key
+/// from us (tower adds none).
 #[test]
 fn post_with_a_key_is_counted_too() {
     let post = |i| {
@@ -402,26 +406,72 @@ fn post_with_a_key_is_counted_too() {
         *request.method_mut() = http::Method::POST;
         request
     };
+    let keyed = || RetryLayer::new().idempotency_key(IdempotencyKey::default());
     let bare = per_request("bare, POST", NOOP, post);
     let tower = per_request("tower Retry, POST (no key)", tower_retry(NOOP), post);
-    let ours = per_request(
-        "ours (default), POST + key",
-        RetryLayer::new().layer(NOOP),
-        post,
-    );
+    let plain = per_request("ours (default), POST", RetryLayer::new().layer(NOOP), post);
+    let ours = per_request("ours, keys on, POST + key", keyed().layer(NOOP), post);
     println!(
-        "ours - tower = {:+.2}, ours - bare = {:+.2}",
+        "ours - tower = {:+.2}, ours - bare = {:+.2}, unkeyed - bare = {:+.2}",
         ours - tower,
-        ours - bare
+        ours - bare,
+        plain - bare
     );
-    let mut svc = RetryLayer::new().layer(NOOP);
+    let mut svc = keyed().layer(NOOP);
     let response = svc.call(post(0)).now_or_never().unwrap().unwrap();
     let info = response.extensions().get::<RetryInfo>().unwrap();
     assert!(info.idempotency_key().is_some(), "{info:?}");
+    let mut svc = RetryLayer::new().layer(NOOP);
+    let response = svc.call(post(0)).now_or_never().unwrap().unwrap();
+    let info = response.extensions().get::<RetryInfo>().unwrap();
+    assert!(info.idempotency_key().is_none(), "{info:?}");
     assert!(
-        ours > bare && tower > bare,
-        "bare {bare}, tower {tower}, ours {ours}"
+        ours > bare && tower > bare && plain > bare,
+        "bare {bare}, tower {tower}, ours {ours}, unkeyed {plain}"
     );
+    assert!(
+        plain < ours,
+        "the key allocates: unkeyed {plain}, keyed {ours}"
+    );
+}
+
+/// One attempt under gates that hear outcomes (a quota, a throttle) reports each outcome
+/// without keeping the head or a replay state: it allocates what `never()` does, which
+/// tells them nothing.
+#[test]
+fn one_attempt_reporting_to_its_gates_allocates_what_never_does() {
+    let layer = || {
+        RetryLayer::new()
+            .quota(RetryQuota::aws_standard())
+            .throttle(Throttle::builder().build())
+    };
+    let never = per_request(
+        "ours (never), quota and throttle",
+        layer().policy(RetryPolicy::never()).layer(NOOP),
+        get,
+    );
+    let one = per_request(
+        "ours (max_attempts(1)), quota and throttle",
+        layer()
+            .policy(RetryPolicy::default().max_attempts(1))
+            .layer(NOOP),
+        get,
+    );
+    let two = per_request(
+        "ours (max_attempts(2)), quota and throttle",
+        layer()
+            .policy(RetryPolicy::default().max_attempts(2))
+            .layer(NOOP),
+        get,
+    );
+    println!(
+        "one - never = {:+.2}, two - one = {:+.2}",
+        one - never,
+        two - one
+    );
+    assert!(one <= never, "one attempt {one} > never {never}");
+    // The measure can tell: a policy that may retry keeps its head and its replay state.
+    assert!(two >= one + 2.0, "two attempts {two}, one {one}");
 }
 
 /// Replaying a 64 KiB `Bytes` body copies no body bytes, so no allocation of

@@ -87,9 +87,8 @@ pub(crate) fn outcome(
     if let Classification::Stop(_) = verdict {
         return non_fatal(Next::Freeze(StopReason::ServerSaidStop), None);
     }
-    // A response that came before its attempt sent the whole body: the server may have
-    // acted on part of it, and no copy follows it. A body still being sent is no obstacle:
-    // the next hedge waits for it.
+    // A body that can never be sent again (over the cap, or the caller's own failed) ends
+    // hedging. A body still being sent is no obstacle: the next hedge waits for it.
     match facts.replay() {
         Ok(()) | Err(NotReplayable::InFlight) => {}
         Err(_) => return non_fatal(Next::Freeze(StopReason::BodyNotReplayable), None),

@@ -331,11 +331,7 @@ fn the_throttle_hears_each_outcome_once_and_its_refusal_comes_after_the_limits()
 #[test]
 fn a_body_that_cannot_be_sent_again_stops_or_is_waited_for() {
     let plan = plan(policy());
-    for cause in [
-        NotReplayable::TooLarge,
-        NotReplayable::BodyError,
-        NotReplayable::EarlyResponse,
-    ] {
+    for cause in [NotReplayable::TooLarge, NotReplayable::BodyError] {
         let mut world = World::new();
         world.replay = Err(cause);
         let (answer, info) = once(
@@ -1216,15 +1212,15 @@ async fn a_hedged_outcome_wins_or_sends_the_next_hedge_as_its_verdict_and_facts_
             Some(HintSource::RetryAfter)
         )
     );
-    // A stop from the server, and a response that came before its body was sent.
+    // A stop from the server, and a body that can never be sent again.
     assert_eq!(
         judged(&policy, Classification::Stop(S503), &mut World::new()),
         non_fatal(Next::Freeze(StopReason::ServerSaidStop), None)
     );
-    let mut early = World::new();
-    early.replay = Err(NotReplayable::EarlyResponse);
+    let mut large = World::new();
+    large.replay = Err(NotReplayable::TooLarge);
     assert_eq!(
-        judged(&policy, Classification::Retry(S503), &mut early),
+        judged(&policy, Classification::Retry(S503), &mut large),
         non_fatal(Next::Freeze(StopReason::BodyNotReplayable), None)
     );
     // A body still being sent is no obstacle: the hedge waits for it.

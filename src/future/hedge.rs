@@ -51,10 +51,14 @@ pub(super) struct Flight<F, S, B, R> {
     held: Option<(Result<R, BoxError>, u32)>,
     /// When the last attempt was sent.
     last_sent: Instant,
-    /// With nothing in flight, when a due hedge stops waiting for its body or service.
-    stall_end: Option<Instant>,
+    /// With nothing in flight, what a due hedge waits for, and until when (`None`: no
+    /// bound).
+    stall: Option<(Awaited, Option<Instant>)>,
     /// The route's latency record, when the delay is its percentile.
     latencies: Option<Arc<LatencyRecord>>,
+    /// The attempts share the caller's body, and none has yet read past the replay cap
+    /// (after which the others are cut off).
+    sharing: bool,
 }
 
 struct Flying<F> {
@@ -65,11 +69,23 @@ struct Flying<F> {
     end: Option<Instant>,
 }
 
+/// What a due hedge waits for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Awaited {
+    /// The transport of an attempt no longer in flight still holds the body: waited for
+    /// as a retry waits for it, within the deadline, else the attempt timeout, else a
+    /// short grace.
+    Body,
+    /// The hedges' service to get ready: waited for as a retry waits for its service,
+    /// within the deadline, else the attempt timeout, else without bound.
+    Service,
+}
+
 /// What became of a due hedge.
 enum Sending {
     Sent,
     /// Waiting for its body or its service (their wakers wake the future).
-    Waiting,
+    Waiting(Awaited),
     /// Not sent, and no hedge will be.
     Frozen,
 }
@@ -92,6 +108,7 @@ impl<F, S, B, R> Flight<F, S, B, R> {
             .as_ref()
             .filter(|hedging| hedging.reads_latencies())
             .and_then(|_| retry.plan.latency().cloned());
+        let sharing = retry.replay.shares();
         Box::new(Self {
             retry,
             delay,
@@ -113,7 +130,8 @@ impl<F, S, B, R> Flight<F, S, B, R> {
             once: Vec::new(),
             held: None,
             last_sent: now,
-            stall_end: None,
+            stall: None,
+            sharing,
         })
     }
 
@@ -133,6 +151,26 @@ impl<F, S, B, R> Flight<F, S, B, R> {
         if let Some(record) = &self.latencies {
             record.record(now.saturating_duration_since(sent), now);
         }
+    }
+
+    /// The caller's body passed the replay cap, and attempt `sole` read past it: it alone
+    /// can send the rest, so every other attempt in flight is dropped (its stream reset or
+    /// its connection closed before its body ended), and no more hedges are sent.
+    fn cut_off(&mut self, sole: u32, info: &mut RetryInfo, now: Instant) {
+        let (delay, latencies) = (self.delay, self.latencies.as_deref());
+        self.flying.retain(|attempt| {
+            if attempt.number == sole {
+                return true;
+            }
+            let elapsed = now.saturating_duration_since(attempt.sent);
+            if let Some(record) = latencies.filter(|_| delay.is_some_and(|d| elapsed >= d)) {
+                record.record(elapsed, now);
+            }
+            info.set_outcome_of(attempt.number, AttemptOutcome::Cancelled);
+            false
+        });
+        self.sharing = false;
+        self.freeze(StopReason::BodyNotReplayable);
     }
 
     /// Counts the attempts in flight, about to be dropped at `now`: each that has been out
@@ -182,6 +220,12 @@ where
             hedge::abandoned(flight.flying.drain(..).map(|a| a.number), info);
             return Poll::Ready(Err(limits.deadline_exceeded(info.attempts())));
         }
+        // Attempts that share the body and cannot follow the one that read past the cap.
+        if flight.sharing {
+            if let Some(sole) = flight.retry.replay.poll_sole(cx) {
+                flight.cut_off(sole + 1, info, now);
+            }
+        }
         // Every attempt in flight, in the order they were sent.
         let mut i = 0;
         while i < flight.flying.len() {
@@ -207,7 +251,7 @@ where
             let number = ended.number;
             flight.ended(ended.sent, now);
             info.set_outcome_of(number, outcome);
-            if let Some(stop) = judge(flight, &result, number, limits) {
+            if let Some(stop) = judge(flight, &result, limits) {
                 flight.dropping(now);
                 let cancelled = flight.flying.drain(..).map(|a| a.number);
                 hedge::won(stop, number, cancelled, info);
@@ -217,12 +261,12 @@ where
             flight.held = Some((result, number));
         }
 
-        let mut waiting = false;
+        let mut waiting = None;
         if flight.may_hedge(info) && flight.next_at.is_some_and(|at| at <= now) {
             match send(flight, limits, info, trace, now, cx) {
                 // The new attempt is polled at once.
                 Sending::Sent => continue,
-                Sending::Waiting => waiting = true,
+                Sending::Waiting(awaited) => waiting = Some(awaited),
                 Sending::Frozen => {}
             }
         }
@@ -235,14 +279,19 @@ where
                 hedge::exhausted(flight.frozen, number, info);
                 return Poll::Ready(result);
             }
-            if waiting {
-                let end = *flight.stall_end.get_or_insert_with(|| {
-                    limits.wait_end(now, Some(RELEASE_GRACE)).unwrap_or(now)
-                });
-                if now >= end {
-                    let stop = match flight.ready {
-                        true => StopReason::BodyNotReplayable,
-                        false => StopReason::ServiceNotReady,
+            if let Some(awaited) = waiting {
+                // A wait of the same kind keeps its end; a new one starts its own.
+                let (_, end) = match flight.stall {
+                    Some(stall) if stall.0 == awaited => stall,
+                    _ => {
+                        let grace = (awaited == Awaited::Body).then_some(RELEASE_GRACE);
+                        *flight.stall.insert((awaited, limits.wait_end(now, grace)))
+                    }
+                };
+                if end.is_some_and(|end| now >= end) {
+                    let stop = match awaited {
+                        Awaited::Body => StopReason::BodyNotReplayable,
+                        Awaited::Service => StopReason::ServiceNotReady,
                     };
                     flight.freeze(stop);
                     continue;
@@ -254,10 +303,11 @@ where
         let ends = flight.flying.iter().filter_map(|a| a.end);
         let next = flight
             .next_at
-            .filter(|_| !waiting && flight.may_hedge(info));
+            .filter(|_| waiting.is_none() && flight.may_hedge(info));
         let stall = flight
-            .stall_end
-            .filter(|_| waiting && flight.flying.is_empty());
+            .stall
+            .and_then(|(_, end)| end)
+            .filter(|_| waiting.is_some() && flight.flying.is_empty());
         let end = ends.chain(next).chain(stall).chain(limits.deadline()).min();
         arm(timer, end);
         if fired(timer, cx) {
@@ -271,7 +321,6 @@ where
 fn judge<F, S, B, RB>(
     flight: &mut Flight<F, S, B, Response<RB>>,
     result: &Result<Response<RB>, BoxError>,
-    number: u32,
     limits: &Limits,
 ) -> Option<StopReason> {
     let retry = &flight.retry;
@@ -290,7 +339,6 @@ fn judge<F, S, B, RB>(
     let mut facts = Lookup {
         result,
         replay: &retry.replay,
-        attempt: number as usize - 1,
         now: None,
     };
     let gates = retry.partition.as_deref().unwrap_or(&plan.gates);
@@ -338,7 +386,7 @@ where
     S: Service<Request<ReplayBody<B>>, Future = F, Response = Response<RB>, Error = E> + Clone,
 {
     match flight.retry.replay.poll_hedge(cx) {
-        Poll::Pending => return Sending::Waiting,
+        Poll::Pending => return Sending::Waiting(Awaited::Body),
         Poll::Ready(Err(_)) => {
             flight.freeze(StopReason::BodyNotReplayable);
             return Sending::Frozen;
@@ -349,7 +397,7 @@ where
         let retry = &flight.retry;
         let service = flight.service.get_or_insert_with(|| retry.prototype.make());
         match service.poll_ready(cx) {
-            Poll::Pending => return Sending::Waiting,
+            Poll::Pending => return Sending::Waiting(Awaited::Service),
             Poll::Ready(Err(_)) => {
                 // The attempts in flight go on; their outcome is the caller's.
                 flight.freeze(StopReason::ServiceNotReady);
@@ -392,7 +440,7 @@ where
         end: limits.attempt_end(now),
     });
     flight.last_sent = now;
-    flight.stall_end = None;
+    flight.stall = None;
     // The delay restarts from the hedge just sent.
     flight.next_at = flight
         .delay

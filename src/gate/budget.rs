@@ -78,7 +78,12 @@ const MAX_RATIO: f64 = 1_000.0;
 ///   starts.
 /// * The bucket also refills by `min_per_sec` tokens per second.
 /// * It never holds more than `max_tokens`, and starts full.
-/// * Every retry [withdraws](Self::withdraw) one token, or is refused.
+/// * Every retry [withdraws](Self::withdraw) one token, or is refused; so does every
+///   hedge and every transparent retry.
+///
+/// It hears requests, not outcomes: every logical request under a policy that has it
+/// deposits, [`RetryPolicy::never`](crate::RetryPolicy::never), one-attempt policies and
+/// `CONNECT` included (they are the client's traffic too).
 ///
 /// Over any interval of length `T`, retries granted never exceed
 /// `max_tokens + ratio * deposits + min_per_sec * T`, under any interleaving

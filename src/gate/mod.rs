@@ -113,8 +113,9 @@ impl Gates {
         }
     }
 
-    /// Whether any gate wants to hear of successes (else a success needs no telling).
-    pub(crate) fn hears_successes(&self) -> bool {
+    /// Whether any gate wants to hear of outcomes, successes included (else an outcome
+    /// needs no telling): a throttle or a quota. The ratio budget hears requests only.
+    pub(crate) fn hears_outcomes(&self) -> bool {
         self.throttle.is_some() || self.quota.is_some()
     }
 
@@ -233,7 +234,7 @@ mod tests {
             throttle: None,
             quota: None,
         };
-        assert!(!gates.hears_successes());
+        assert!(!gates.hears_outcomes());
         let mut ticket = Ticket::default();
         assert_eq!(gates.ask_retry(FailureKind::Transient, &mut ticket), Ok(()));
         assert_eq!(ticket.last_withdrawal, 1_000);
@@ -268,7 +269,7 @@ mod tests {
             throttle: Some(throttle.clone()),
             quota: None,
         };
-        assert!(gates.hears_successes());
+        assert!(gates.hears_outcomes());
         let failure = Heard::Failure(FailureKind::Transient);
         // 3 tokens left: above half.
         assert_eq!(gates.on_outcome(failure, None), Ok(()));

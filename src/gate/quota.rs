@@ -78,6 +78,12 @@ const REFUSED: ConfigKind = ConfigKind::Quota;
 ///   gives nothing back. (In smithy-rs the last retry's permit is the client's, not the
 ///   request's: a request that fails leaves it to be released by the next success of any
 ///   request, instead of that success's reward. Here each request settles its own.)
+/// * It hears every request under a policy that has it, whatever the policy's attempt
+///   limit: a first-try success under [`max_attempts(1)`](crate::RetryPolicy::max_attempts)
+///   adds the reward, as smithy-rs's standard strategy does with retries disabled. It hears
+///   nothing of a request under [`RetryPolicy::never`](crate::RetryPolicy::never) or a
+///   `CONNECT`. A hedge is paid for as a retry after the failure it follows (a hedge after
+///   its delay alone, as one after a [`Transient`](FailureKind::Transient) failure).
 ///
 /// With the defaults, a quota allows 50 retries in a row after transient failures (100
 /// after other failures) before it refuses; after that each retry needs the successes that

@@ -36,9 +36,16 @@ const MAX_TOKENS: f64 = 1_000.0;
 /// With A6's example of 10 tokens and a ratio of 0.1, starting full, retries stop once the
 /// failures number 5 more than a tenth of the successes (roughly: more than one attempt in
 /// eleven fails, over a stretch of traffic), and each token lost below the threshold takes
-/// ten successes to win back. A transparent retry (of a request the server provably never
-/// saw) counts neither way, and neither does a request sent once without classification
-/// ([`RetryPolicy::never`](crate::RetryPolicy::never), `CONNECT`).
+/// ten successes to win back.
+///
+/// What it hears, exactly: the outcome of every attempt of every request under a policy
+/// that has it, classified by that policy's classifier, whatever its attempt limit: a
+/// policy of [`max_attempts(1)`](crate::RetryPolicy::max_attempts) reports its one
+/// attempt's failure or success too, as gRPC's clients count every retryable failure of a
+/// method with a retry policy. It hears nothing of a transparent retry's attempt (the
+/// server provably never saw it), nor of a request under
+/// [`RetryPolicy::never`](crate::RetryPolicy::never) or a `CONNECT`. A hedge only checks
+/// it; each hedge's own outcome is heard like any attempt's.
 ///
 /// Give it to a layer with [`RetryLayer::throttle`](crate::RetryLayer::throttle) or to a
 /// policy with [`RetryPolicy::throttle`](crate::RetryPolicy::throttle). The count is kept in

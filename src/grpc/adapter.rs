@@ -129,7 +129,7 @@ pub(crate) fn status_from_error(error: &(dyn StdError + 'static)) -> Status {
 /// | with the `hyper` feature: a `GOAWAY` (any code) | `UNAVAILABLE` |
 /// | with the `hyper` feature: an `h2::Error` with an error code | as grpc-go maps them (`REFUSED_STREAM` is `UNAVAILABLE`, `CANCEL` `CANCELLED`, `ENHANCE_YOUR_CALM` `RESOURCE_EXHAUSTED`, the others `INTERNAL`) |
 /// | with the `hyper` feature: a hyper timeout, or a request hyper dropped when its connection went | `UNAVAILABLE` |
-/// | another connection failure the layer recognises (refused, reset, closed) | `UNAVAILABLE`, the code the retry policy judged it by |
+/// | another connection failure the layer recognises (refused, reset, closed, broken by another I/O error) | `UNAVAILABLE`, the code the retry policy judged it by |
 /// | nothing recognised | `UNKNOWN`, with the error's message |
 ///
 /// Three choices differ from what tonic itself would say:
@@ -607,6 +607,28 @@ mod tests {
                 code,
                 "{reason:?}"
             );
+        }
+    }
+
+    #[cfg(feature = "hyper")]
+    #[tokio::test]
+    async fn an_h2_connection_broken_by_an_io_error_is_unavailable() {
+        use crate::classify::broken_h2;
+        use std::io::{Error, ErrorKind};
+        // An end in the middle of a frame is `Other`; a reset and an early end, the same.
+        for kind in [
+            ErrorKind::Other,
+            ErrorKind::ConnectionReset,
+            ErrorKind::UnexpectedEof,
+        ] {
+            let h2 = broken_h2::h2_error(Error::new(kind, "cut")).await;
+            let status = status_from_error(&Wrapper(Box::new(h2)));
+            assert_eq!(status.code(), Code::Unavailable, "{kind:?}");
+            // hyper hands the I/O error over as its own, without the h2 error.
+            let hyper = broken_h2::hyper_h2_error(Error::new(kind, "cut")).await;
+            let status = into_status(Box::new(Wrapper(Box::new(hyper))));
+            assert_eq!(status.code(), Code::Unavailable, "{kind:?}");
+            assert!(status.source().unwrap().is::<Wrapper>(), "{kind:?}");
         }
     }
 

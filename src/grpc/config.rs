@@ -1930,7 +1930,10 @@ mod tests {
         assert_eq!(plain.get_max_attempts(), 1);
         assert!(super::super::retried_codes(&plain).is_empty());
         assert_eq!(plain.get_deadline(), None);
-        assert!(!plain.is_never(), "A6's transparent retry still applies");
+        assert!(
+            plain.has_transparent_retry() && !plain.is_never(),
+            "A6's transparent retry still applies"
+        );
     }
 
     #[test]

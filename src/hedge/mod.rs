@@ -23,18 +23,27 @@ use crate::error::{ConfigKind, InvalidConfig};
 /// a floor), and the delay then counts from that hedge. When every attempt failed so, the
 /// last failure is returned.
 ///
-/// Only requests that may be repeated concurrently are hedged: idempotent methods, and
-/// every request under a policy with
+/// Only requests that are safe to send twice at once are hedged: the safe methods (GET,
+/// HEAD, OPTIONS, TRACE, QUERY), and every request under a policy with
 /// [`assume_idempotent`](crate::RetryPolicy::assume_idempotent) (gRPC methods with a hedging
-/// policy). A keyed POST is not: a de-duplicating server answers a concurrent duplicate
-/// with an error (409) rather than the first one's outcome. Such requests get the policy's
-/// ordinary retries instead.
+/// policy; a PUT or DELETE route that opts in). Idempotent is not enough: a DELETE that a
+/// slow first attempt already applied makes its hedge answer 404, a PUT with `If-Match`
+/// makes it answer 412, and that answer would win. A keyed POST is not hedged either: a
+/// de-duplicating server answers a concurrent duplicate with an error (409) rather than
+/// the first one's outcome. Such requests get the policy's ordinary retries instead.
 ///
 /// Every hedge is paid for like a retry: the budget (or quota) is asked before it is sent,
 /// and it is not sent when refused; a [`Throttle`](crate::Throttle) is only checked (no
 /// hedge while it refuses retries), and hears each attempt's failure. The body is recorded
-/// once and replayed to each hedge; a hedge waits until the first attempt has sent the
-/// whole body, and none is sent for a body over the replay cap.
+/// once and replayed to each hedge, and read from the caller's body by whichever attempt
+/// needs it first, so a hedge goes at its delay even when the first attempt has not
+/// started sending (stuck connecting, or waiting for a connection). A body that passes the
+/// replay cap is sent whole by the attempt that read past the cap, and the attempts that
+/// cannot follow it are dropped; no hedge is sent for a body over the cap.
+///
+/// When every attempt has failed and the next hedge is due, it waits for its service to
+/// get ready as a retry does: within the deadline, else the attempt timeout, else without
+/// bound; the last failure is returned if that wait runs out.
 ///
 /// ```
 /// use std::time::Duration;

@@ -16,13 +16,16 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::{
-    AttemptKind, AttemptOutcome, DeadlineExceeded, Hedging, ReplayBody, RetryBudget, RetryError,
-    RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason, Throttle,
+    AttemptKind, AttemptOutcome, DeadlineExceeded, Hedging, IdempotencyKey, ReplayBody,
+    RetryBudget, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason, Throttle,
 };
 
 /// One attempt's script: how long it takes and what it answers.
 #[derive(Clone, Copy)]
 struct Step {
+    /// How long the attempt is stuck before its body is read (a connection being made, a
+    /// pool or a stream limit to wait for).
+    stall: Duration,
     after: Duration,
     status: u16,
     retry_after: Option<u64>,
@@ -30,9 +33,18 @@ struct Step {
 
 fn answer(ms: u64, status: u16) -> Step {
     Step {
+        stall: Duration::ZERO,
         after: Duration::from_millis(ms),
         status,
         retry_after: None,
+    }
+}
+
+/// An attempt stuck for `stall` ms before it reads its body, then answered at once.
+fn stuck(stall: u64, status: u16) -> Step {
+    Step {
+        stall: Duration::from_millis(stall),
+        ..answer(0, status)
     }
 }
 
@@ -119,6 +131,7 @@ where
         let bodies = Arc::clone(&self.bodies);
         Box::pin(async move {
             let _alive = alive;
+            tokio::time::sleep(step.stall).await;
             let body = request.into_body().collect().await.map_err(Into::into)?;
             bodies.lock().unwrap().push(body.to_bytes());
             tokio::time::sleep(step.after).await;
@@ -325,6 +338,7 @@ async fn a_second_500_is_fatal_for_the_request() {
 async fn retry_after_on_a_non_fatal_failure_sets_the_next_hedges_time() {
     // A 503 asking for 2 s at 700 ms: the next hedge (due at 1 s) goes at 2.7 s instead.
     let slow = Step {
+        stall: Duration::ZERO,
         after: Duration::from_millis(700),
         status: 503,
         retry_after: Some(2),
@@ -349,6 +363,7 @@ async fn retry_after_on_a_non_fatal_failure_sets_the_next_hedges_time() {
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_over_the_limit_ends_hedging_and_the_others_go_on() {
     let slow = Step {
+        stall: Duration::ZERO,
         after: Duration::from_millis(700),
         status: 503,
         retry_after: Some(600),
@@ -414,6 +429,7 @@ async fn a_keyed_post_is_retried_not_hedged_unless_the_policy_assumes_idempotenc
     };
     let server = Timeline::new(&[answer(1_200, 503), answer(100, 200)]);
     let response = a6(RetryPolicy::default())
+        .idempotency_key(IdempotencyKey::default())
         .layer(server.clone())
         .oneshot(post())
         .await
@@ -456,23 +472,59 @@ fn slow_body(
     StreamBody::new(Box::pin(stream))
 }
 
+/// A streaming body of no known size, still arriving: each hedge goes at its delay, the
+/// attempts share the caller's body, and every attempt sends all of it.
 #[tokio::test(start_paused = true)]
-async fn a_hedge_waits_for_the_whole_body_and_sends_all_of_it() {
+async fn hedges_go_at_their_delay_while_a_body_of_unknown_size_arrives() {
     let server = Timeline::new(&[answer(2_000, 200)]);
     let request = Request::put("http://127.0.0.1/doc")
         .body(slow_body(&[(0, "a"), (300, "b"), (800, "c")]))
         .unwrap();
-    let response = a6(RetryPolicy::default())
+    let response = a6(RetryPolicy::default().assume_idempotent())
         .layer(server.clone())
         .oneshot(request)
         .await
         .unwrap();
-    // Due at 500 ms, sent when the last chunk was read at 800; the next 500 ms later.
-    assert_eq!(server.starts(), [0, 800, 1300, 1800]);
+    assert_eq!(server.starts(), [0, 500, 1000, 1500]);
     assert_eq!(info(&response).returned(), Some(1));
     let bodies = server.bodies.lock().unwrap();
     assert_eq!(bodies.len(), 4);
     assert!(bodies.iter().all(|body| body == "abc"), "{bodies:?}");
+}
+
+/// A shared body that passes the replay cap while a hedge is in flight: the attempt that
+/// read past the cap sends it whole, as a first attempt would, and the one that cannot
+/// follow is dropped, with no more hedges.
+#[tokio::test(start_paused = true)]
+async fn attempts_that_cannot_follow_a_body_past_the_cap_are_dropped() {
+    let server = Timeline::new(&[answer(2_000, 200)]);
+    let request = Request::put("http://127.0.0.1/doc")
+        .body(slow_body(&[(0, "0123456789"), (700, "0123456789")]))
+        .unwrap();
+    let response = a6(RetryPolicy::default().assume_idempotent())
+        .max_replay_bytes(15)
+        .layer(server.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // The hedge went at 500 ms; at 700 the first attempt read past the cap.
+    assert_eq!(server.starts(), [0, 500]);
+    let info = info(&response);
+    assert_eq!(info.returned(), Some(1));
+    assert_eq!(
+        info.outcomes().collect::<Vec<_>>(),
+        [
+            AttemptOutcome::Response(StatusCode::OK),
+            AttemptOutcome::Cancelled
+        ]
+    );
+    assert_eq!(
+        *server.bodies.lock().unwrap(),
+        ["01234567890123456789"],
+        "sent whole by the first attempt, and by it alone"
+    );
+    assert_eq!(server.alive(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -481,7 +533,7 @@ async fn no_hedge_follows_a_body_over_the_replay_cap() {
     let request = Request::put("http://127.0.0.1/doc")
         .body(slow_body(&[(0, "0123456789"), (100, "0123456789")]))
         .unwrap();
-    let response = a6(RetryPolicy::default())
+    let response = a6(RetryPolicy::default().assume_idempotent())
         .max_replay_bytes(15)
         .layer(server.clone())
         .oneshot(request)
@@ -664,4 +716,225 @@ async fn clones_share_one_record_and_a_requests_own_policy_reads_its_routes() {
     let starts = starts_of(&server, second, own).await;
     assert_eq!(starts.len(), 2, "{starts:?}");
     assert!(starts[1] >= 10 && starts[1] <= 213, "{starts:?}");
+}
+
+/// A body with an upper bound on its size, but no exact length.
+struct Bounded<B>(B, u64);
+
+impl<B: http_body::Body + Unpin> http_body::Body for Bounded<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.0).poll_frame(cx)
+    }
+    fn size_hint(&self) -> http_body::SizeHint {
+        let mut hint = http_body::SizeHint::new();
+        hint.set_upper(self.1);
+        hint
+    }
+}
+
+/// The first attempt is stuck for 2 s before it reads its body (a slow connect, a pool, a
+/// stream limit): the hedge goes at its delay all the same, reads the caller's body itself,
+/// and answers. For a `Full` body and for a streaming one whose size is bounded under the
+/// cap.
+#[tokio::test(start_paused = true)]
+async fn a_hedge_goes_at_its_delay_though_the_first_attempt_never_read_its_body() {
+    for streaming in [false, true] {
+        let server = Timeline::new(&[stuck(2_000, 200), answer(2, 200)]);
+        let layer = a6(RetryPolicy::default().assume_idempotent());
+        let response = if streaming {
+            let body = Bounded(slow_body(&[(0, "hello "), (10, "world")]), 64);
+            let request = Request::put("http://127.0.0.1/doc").body(body).unwrap();
+            layer.layer(server.clone()).oneshot(request).await.unwrap()
+        } else {
+            let request = Request::put("http://127.0.0.1/doc")
+                .body(Full::new(Bytes::from_static(b"hello world")))
+                .unwrap();
+            layer.layer(server.clone()).oneshot(request).await.unwrap()
+        };
+        let answered = server.start.elapsed().as_millis() as u64;
+        assert_eq!(server.starts(), [0, 500], "streaming: {streaming}");
+        // The hedge's answer: 500 ms, its 2 ms, and the streaming body's 10 ms.
+        assert!(answered < 600, "answered after {answered} ms");
+        let info = info(&response);
+        assert_eq!(info.returned(), Some(2));
+        assert_eq!(
+            info.outcomes().collect::<Vec<_>>(),
+            [
+                AttemptOutcome::Cancelled,
+                AttemptOutcome::Response(StatusCode::OK)
+            ]
+        );
+        // Only the hedge read a body, and it read all of it.
+        assert_eq!(*server.bodies.lock().unwrap(), ["hello world"]);
+        assert_eq!(server.alive(), 0);
+    }
+}
+
+/// Two attempts stuck, then each reads the one body the other may already have recorded:
+/// every attempt sends it all, once.
+#[tokio::test(start_paused = true)]
+async fn attempts_that_share_a_body_each_send_all_of_it() {
+    let server = Timeline::new(&[stuck(700, 503), stuck(100, 503), answer(50, 200)]);
+    let body = Bounded(slow_body(&[(0, "a"), (300, "b"), (650, "c")]), 64);
+    let request = Request::put("http://127.0.0.1/doc").body(body).unwrap();
+    let response = a6(RetryPolicy::default().assume_idempotent())
+        .layer(server.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let bodies = server.bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 3, "{bodies:?}");
+    assert!(bodies.iter().all(|body| body == "abc"), "{bodies:?}");
+}
+
+/// Idempotent is not concurrent-safe: a PUT or DELETE is not hedged unless its policy
+/// declares its requests repeatable; the safe methods are.
+#[tokio::test(start_paused = true)]
+async fn only_safe_methods_and_declared_policies_are_hedged() {
+    for (method, hedged) in [
+        (http::Method::GET, true),
+        (http::Method::HEAD, true),
+        (http::Method::OPTIONS, true),
+        (http::Method::TRACE, true),
+        (http::Method::QUERY, true),
+        (http::Method::PUT, false),
+        (http::Method::DELETE, false),
+        (http::Method::POST, false),
+    ] {
+        for declared in [false, true] {
+            let server = Timeline::new(&[answer(1_200, 200)]);
+            let policy = match declared {
+                true => RetryPolicy::default().assume_idempotent(),
+                false => RetryPolicy::default(),
+            };
+            let request = Request::builder()
+                .method(method.clone())
+                .uri("http://127.0.0.1/item")
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let response = a6(policy)
+                .layer(server.clone())
+                .oneshot(request)
+                .await
+                .unwrap();
+            let expected: &[u64] = match hedged || declared {
+                true => &[0, 500, 1000],
+                false => &[0],
+            };
+            assert_eq!(server.starts(), expected, "{method} declared: {declared}");
+            assert_eq!(info(&response).attempts() as usize, expected.len());
+        }
+    }
+}
+
+/// A keyed POST is retried after a failure, never hedged: a server that de-duplicates on
+/// the key answers a concurrent duplicate with 409.
+#[tokio::test(start_paused = true)]
+async fn a_keyed_post_is_never_hedged() {
+    let server = Timeline::new(&[answer(1_200, 200)]);
+    let request = Request::post("http://127.0.0.1/orders")
+        .body(Full::new(Bytes::from_static(b"order")))
+        .unwrap();
+    let response = a6(RetryPolicy::default())
+        .idempotency_key(IdempotencyKey::default())
+        .layer(server.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+    assert_eq!(server.starts(), [0]);
+    assert!(info(&response).idempotency_key().is_some());
+    assert_eq!(info(&response).hedges(), 0);
+}
+
+/// A service whose first instance is ready at once and whose clones (the hedges' service)
+/// get ready only `ready_after` from the start.
+struct LateClones {
+    inner: Timeline,
+    ready_at: Instant,
+    first: bool,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl LateClones {
+    fn new(inner: Timeline, ready_after: Duration) -> Self {
+        LateClones {
+            ready_at: inner.start + ready_after,
+            inner,
+            first: true,
+            sleep: None,
+        }
+    }
+}
+
+impl Clone for LateClones {
+    fn clone(&self) -> Self {
+        LateClones {
+            inner: self.inner.clone(),
+            ready_at: self.ready_at,
+            first: false,
+            sleep: None,
+        }
+    }
+}
+
+impl<B> Service<Request<ReplayBody<B>>> for LateClones
+where
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Full<Bytes>>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        if self.first || Instant::now() >= self.ready_at {
+            return Poll::Ready(Ok(()));
+        }
+        let at = self.ready_at;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        sleep.as_mut().poll(cx).map(Ok)
+    }
+
+    fn call(&mut self, request: Request<ReplayBody<B>>) -> Self::Future {
+        self.inner.call(request)
+    }
+}
+
+/// Every attempt failed and the next hedge's service is not ready: the hedge waits for it
+/// as a retry waits for its service (without bound when the policy has no time limit), and
+/// within the attempt timeout when it has one, after which the last failure is returned.
+#[tokio::test(start_paused = true)]
+async fn a_hedge_waits_for_its_service_as_a_retry_does() {
+    // No time limit: the service is ready at 3 s, and the hedge goes then.
+    let server = Timeline::new(&[answer(100, 503), answer(10, 200)]);
+    let service = LateClones::new(server.clone(), Duration::from_secs(3));
+    let response = a6(RetryPolicy::default())
+        .layer(service)
+        .oneshot(get())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(server.starts(), [0, 3_000]);
+    assert_eq!(info(&response).returned(), Some(2));
+
+    // An attempt timeout of 2 s bounds the wait: the 503 is returned at 2.1 s.
+    let server = Timeline::new(&[answer(100, 503), answer(10, 200)]);
+    let service = LateClones::new(server.clone(), Duration::from_secs(3));
+    let response = a6(RetryPolicy::default().attempt_timeout(Duration::from_secs(2)))
+        .layer(service)
+        .oneshot(get())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(server.starts(), [0]);
+    assert_eq!(server.start.elapsed(), Duration::from_millis(2_100));
+    assert_eq!(info(&response).stop(), StopReason::ServiceNotReady);
 }

@@ -17,13 +17,16 @@ use tower_http_retry::{
     Backoff, IdempotencyKey, Jitter, RetryInfo, RetryLayer, RetryPolicy, RouteMatch, StopReason,
 };
 
+/// A layer with keys on, as for a server that de-duplicates on them.
 fn layer() -> RetryLayer {
-    RetryLayer::new().policy(
-        RetryPolicy::default().backoff(
-            Backoff::exponential(Duration::from_millis(10), Duration::from_millis(100))
-                .jitter(Jitter::Full),
-        ),
-    )
+    RetryLayer::new()
+        .idempotency_key(IdempotencyKey::default())
+        .policy(
+            RetryPolicy::default().backoff(
+                Backoff::exponential(Duration::from_millis(10), Duration::from_millis(100))
+                    .jitter(Jitter::Full),
+            ),
+        )
 }
 
 fn keys(mock: &Mock) -> Vec<HeaderValue> {
@@ -333,10 +336,13 @@ fn has_header(mock: &Mock, name: &str) -> Vec<bool> {
 
 #[tokio::test(start_paused = true)]
 async fn a_route_without_keys_sends_none_and_does_not_repeat_its_posts() {
-    let layer = RetryLayer::new().policy(base()).route(
-        RouteMatch::post().path_prefix("/legacy"),
-        base().no_idempotency_key(),
-    );
+    let layer = RetryLayer::new()
+        .idempotency_key(IdempotencyKey::default())
+        .policy(base())
+        .route(
+            RouteMatch::post().path_prefix("/legacy"),
+            base().no_idempotency_key(),
+        );
 
     let mock = Mock::statuses(&[503]);
     let response = layer
@@ -403,7 +409,9 @@ async fn a_routes_own_key_applies_when_the_layer_has_none() {
 
 #[tokio::test(start_paused = true)]
 async fn a_request_policy_without_keys_overrides_the_layers_keys() {
-    let layer = RetryLayer::new().policy(base());
+    let layer = RetryLayer::new()
+        .idempotency_key(IdempotencyKey::default())
+        .policy(base());
     let mock = Mock::statuses(&[503]);
     let mut req = request(Method::POST, "http://h/orders", b"1");
     req.extensions_mut().insert(base().no_idempotency_key());
@@ -484,7 +492,9 @@ async fn an_assumed_idempotent_route_gets_no_key_unless_it_configures_one() {
 async fn an_assumed_idempotent_request_policy_is_retried_without_a_key() {
     for layer in [
         RetryLayer::new().policy(base()),
-        RetryLayer::new().policy(base()).no_idempotency_key(),
+        RetryLayer::new()
+            .policy(base())
+            .idempotency_key(IdempotencyKey::default()),
     ] {
         let mock = Mock::statuses(&[503]);
         let mut req = request(Method::POST, "http://h/rpc/Lookup", b"id=7");
@@ -541,8 +551,9 @@ async fn a_callers_key_in_the_policys_own_header_is_kept() {
 
 /// Against a real hyper server that applies every POST it reads, de-duplicating only on
 /// `Idempotency-Key`, and drops the connection after the first application of each: the
-/// keyed route's POST is retried with its key and applied once; the key-less route's is
-/// applied once and not repeated; the repeatable route's is retried without a key.
+/// keyed route's POST is retried with its key and applied once; a POST elsewhere (keys are
+/// off by default) is applied once and not repeated; the repeatable route's is retried
+/// without a key.
 #[tokio::test]
 async fn per_route_keys_against_a_real_server() {
     let applied: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
@@ -571,11 +582,12 @@ async fn per_route_keys_against_a_real_server() {
         Duration::from_millis(5),
         Duration::from_millis(20),
     ));
+    // Keys on for the route whose server de-duplicates on them, and there alone.
     let svc = RetryLayer::new()
         .policy(quick.clone())
         .route(
-            RouteMatch::post().path_prefix("/legacy"),
-            quick.clone().no_idempotency_key(),
+            RouteMatch::post().path_prefix("/orders"),
+            quick.clone().idempotency_key(IdempotencyKey::default()),
         )
         .route(
             RouteMatch::post().path_prefix("/search"),
@@ -629,5 +641,112 @@ async fn per_route_keys_against_a_real_server() {
         applied.get("/search"),
         Some(&2),
         "repeatable: applied by each attempt"
+    );
+}
+
+// ---- The defaults: no keys, so no POST repeated unless the failure proves it unseen ----
+
+#[tokio::test(start_paused = true)]
+async fn by_default_a_post_gets_no_key_and_is_not_repeated() {
+    for method in [Method::POST, Method::PATCH] {
+        let mock = Mock::statuses(&[503]);
+        let response = RetryLayer::new()
+            .layer(mock.clone())
+            .oneshot(request(method.clone(), "http://h/orders", b"{}"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 503, "{method}");
+        assert_eq!(mock.calls(), 1, "{method}");
+        assert_eq!(has_header(&mock, "idempotency-key"), [false]);
+        let info = info(&response);
+        assert_eq!(info.idempotency_key(), None);
+        assert_eq!(info.stop(), StopReason::NotIdempotent);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_default_a_key_the_caller_set_makes_its_post_retryable_untouched() {
+    let mock = Mock::statuses(&[503, 502]);
+    let mut req = request(Method::POST, "http://h/orders", b"{}");
+    req.headers_mut()
+        .insert("idempotency-key", HeaderValue::from_static("order-77"));
+    let response = RetryLayer::new()
+        .policy(base())
+        .layer(mock.clone())
+        .oneshot(req)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(keys(&mock), ["order-77"; 3]);
+    assert_eq!(
+        info(&response).idempotency_key(),
+        Some(&HeaderValue::from_static("order-77"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_default_a_post_is_retried_when_the_failure_proves_it_unseen() {
+    // A refused connection: the server never saw the request.
+    let mock = Mock::new([common::Reply::error(|| {
+        std::io::Error::from(std::io::ErrorKind::ConnectionRefused)
+    })]);
+    let response = RetryLayer::new()
+        .policy(base())
+        .layer(mock.clone())
+        .oneshot(request(Method::POST, "http://h/orders", b"{}"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(mock.calls(), 2);
+    assert_eq!(has_header(&mock, "idempotency-key"), [false, false]);
+}
+
+/// A real hyper server that ignores `Idempotency-Key` (as most do): it applies every order
+/// it reads, and loses every other answer in a 503. Through `RetryLayer::new()` as it
+/// comes, 12 POSTs apply 12 orders, each once; a layer that stamped keys and retried them
+/// would apply 20 (every lost answer's order twice but the last).
+#[tokio::test]
+async fn by_default_twelve_posts_to_a_server_that_ignores_keys_apply_twelve_orders() {
+    let applied: Arc<Mutex<Vec<String>>> = Arc::default();
+    let a = Arc::clone(&applied);
+    let server = serve(move |hit| {
+        let applied = Arc::clone(&a);
+        async move {
+            let mut applied = applied.lock().unwrap();
+            applied.push(String::from_utf8(hit.body.to_vec()).unwrap());
+            match applied.len() % 2 {
+                1 => respond(503),
+                _ => respond(201),
+            }
+        }
+    })
+    .await;
+    let svc = RetryLayer::new().layer(client());
+    let mut statuses = Vec::new();
+    for i in 0..12 {
+        let req = Request::post(server.url("/orders"))
+            .body(Full::new(Bytes::from(format!("order-{i}"))))
+            .unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(20), svc.clone().oneshot(req))
+            .await
+            .expect("bounded")
+            .unwrap();
+        let info = response.extensions().get::<RetryInfo>().unwrap().clone();
+        assert_eq!(info.attempts(), 1, "order-{i}: {info:?}");
+        assert_eq!(info.idempotency_key(), None);
+        statuses.push(response.status().as_u16());
+    }
+    let applied = applied.lock().unwrap();
+    assert_eq!(applied.len(), 12, "{applied:?}");
+    let expected: Vec<_> = (0..12).map(|i| format!("order-{i}")).collect();
+    assert_eq!(*applied, expected, "each order applied once, in order");
+    // The caller is told of every lost answer: half of them.
+    assert_eq!(statuses.iter().filter(|s| **s == 503).count(), 6);
+    // The server saw no key.
+    assert!(
+        server
+            .hits()
+            .iter()
+            .all(|h| !h.headers.contains_key("idempotency-key"))
     );
 }

@@ -7,8 +7,12 @@ use crate::common;
 use std::time::Duration;
 
 use common::{Mock, get};
+use http::Method;
 use tower::{Layer, ServiceExt};
-use tower_http_retry::{Backoff, Jitter, RetryLayer, RetryPolicy, RetryQuota, StopReason};
+use tower_http_retry::classify::{Classification, Classify, DefaultClassifier, Outcome};
+use tower_http_retry::{
+    Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, RetryQuota, StopReason, Throttle,
+};
 
 fn policy(attempts: u32) -> RetryPolicy {
     RetryPolicy::default().max_attempts(attempts).backoff(
@@ -181,4 +185,131 @@ async fn a_success_after_a_free_retry_earns_no_reward() {
         0,
         "no reward after a retry, even a free one"
     );
+}
+
+// ---- Every gate hears every request it covers, whatever the policy's attempt limit ----
+
+/// Drains `quota` (20 tokens) to 10 with one transient retry that never succeeds.
+async fn drain_to_ten(quota: &RetryQuota) {
+    let client = RetryLayer::new()
+        .no_budget()
+        .quota(quota.clone())
+        .policy(policy(2))
+        .layer(Mock::statuses(&[503, 503]));
+    client.oneshot(get("http://api.test/")).await.unwrap();
+    assert_eq!(quota.tokens(), 10);
+}
+
+/// smithy-rs's standard strategy rewards a first-try success even with retries disabled: a
+/// quota drained to 10 of 20 is at 15 after five of them under `max_attempts(1)`. Under
+/// `never()` the quota hears nothing and stays at 10.
+#[tokio::test(start_paused = true)]
+async fn one_attempt_still_rewards_the_quota_and_never_does_not() {
+    for (policy, after) in [
+        (RetryPolicy::default().max_attempts(1), 15),
+        (RetryPolicy::never(), 10),
+    ] {
+        let quota = RetryQuota::builder().max_tokens(20).build();
+        drain_to_ten(&quota).await;
+        let client = RetryLayer::new()
+            .no_budget()
+            .quota(quota.clone())
+            .policy(policy.clone())
+            .layer(Mock::statuses(&[200; 5]));
+        for _ in 0..5 {
+            let response = client
+                .clone()
+                .oneshot(get("http://api.test/"))
+                .await
+                .unwrap();
+            let info = response.extensions().get::<RetryInfo>().unwrap();
+            assert_eq!((info.attempts(), info.stop()), (1, StopReason::Disabled));
+        }
+        assert_eq!(quota.tokens(), after, "{policy:?}");
+    }
+}
+
+/// Under `max_attempts(1)` the A6 throttle hears a failure the classifier would have
+/// retried (a 503, a reset), and a success; not a final outcome (a 404), and nothing at
+/// all under `never()` or for CONNECT.
+#[tokio::test(start_paused = true)]
+async fn one_attempt_still_tells_the_throttle_of_its_failures() {
+    let reset = || std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+    let cases: [(RetryPolicy, Method, common::Reply, f64); 7] = [
+        (policy(1), Method::GET, common::Reply::Status(503), 9.0),
+        (policy(1), Method::POST, common::Reply::Status(503), 9.0),
+        (policy(1), Method::GET, common::Reply::error(reset), 9.0),
+        (policy(1), Method::GET, common::Reply::Status(404), 10.0),
+        (
+            RetryPolicy::never(),
+            Method::GET,
+            common::Reply::Status(503),
+            10.0,
+        ),
+        (policy(3), Method::CONNECT, common::Reply::Status(503), 10.0),
+        // A success gives a tenth of a token back, after the one failure before it.
+        (policy(1), Method::GET, common::Reply::Status(200), 9.1),
+    ];
+    for (i, (policy, method, reply, tokens)) in cases.into_iter().enumerate() {
+        let throttle = Throttle::builder()
+            .max_tokens(10.0)
+            .token_ratio(0.1)
+            .build();
+        if i == 6 {
+            let fail = RetryLayer::new()
+                .throttle(throttle.clone())
+                .policy(policy.clone())
+                .layer(Mock::statuses(&[503]));
+            fail.oneshot(get("http://api.test/")).await.unwrap();
+        }
+        let client = RetryLayer::new()
+            .throttle(throttle.clone())
+            .policy(policy.clone())
+            .layer(Mock::new([reply]));
+        let uri = match method {
+            Method::CONNECT => "http://api.test:443",
+            _ => "http://api.test/",
+        };
+        let request = http::Request::builder()
+            .method(method.clone())
+            .uri(uri)
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let _ = client.oneshot(request).await;
+        assert!(
+            (throttle.tokens() - tokens).abs() < 1e-9,
+            "case {i}: {method} under {policy:?}: {} tokens, expected {tokens}",
+            throttle.tokens()
+        );
+    }
+}
+
+/// A classifier that reads the request head still judges a one-attempt request's outcome
+/// for its gates: here it calls a 409 on `/cart` a failure worth a retry.
+#[tokio::test(start_paused = true)]
+async fn one_attempt_reports_through_a_classifier_that_reads_the_request() {
+    let throttle = Throttle::builder()
+        .max_tokens(10.0)
+        .token_ratio(0.1)
+        .build();
+    let policy = RetryPolicy::default()
+        .max_attempts(1)
+        .classifier(|head, outcome| match outcome {
+            Outcome::Response { status, .. } if status == 409 && head.uri.path() == "/cart" => {
+                Classification::Retry(tower_http_retry::RetryReason::Custom("conflict"))
+            }
+            _ => DefaultClassifier.classify(head, outcome),
+        });
+    let client = RetryLayer::new()
+        .throttle(throttle.clone())
+        .policy(policy)
+        .layer(Mock::statuses(&[409, 409]));
+    client
+        .clone()
+        .oneshot(get("http://api.test/other"))
+        .await
+        .unwrap();
+    assert_eq!(throttle.tokens(), 10.0, "a 409 elsewhere is final");
+    client.oneshot(get("http://api.test/cart")).await.unwrap();
+    assert_eq!(throttle.tokens(), 9.0);
 }

@@ -16,9 +16,9 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::{
-    Attempt, AttemptKind, AttemptOutcome, AttemptTimedOut, Backoff, DeadlineExceeded, Jitter,
-    ReplayBody, RetryBudget, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason,
-    ServiceNotReady, StopReason,
+    Attempt, AttemptKind, AttemptOutcome, AttemptTimedOut, Backoff, DeadlineExceeded,
+    IdempotencyKey, Jitter, ReplayBody, RetryBudget, RetryError, RetryInfo, RetryLayer,
+    RetryPolicy, RetryReason, ServiceNotReady, StopReason,
 };
 
 fn quick(attempts: u32) -> RetryPolicy {
@@ -186,6 +186,7 @@ async fn a_post_gets_its_key_whether_retries_are_on_or_not() {
         let mut req = request(Method::POST, "http://h/orders", b"{}");
         req.extensions_mut().insert(policy.clone());
         let response = RetryLayer::new()
+            .idempotency_key(IdempotencyKey::default())
             .layer(mock.clone())
             .oneshot(req)
             .await

@@ -10,7 +10,8 @@ use http::{Method, Request};
 use http_body_util::Full;
 use tower::{Layer, ServiceExt};
 use tower_http_retry::{
-    Backoff, Jitter, RetryBudget, RetryInfo, RetryLayer, RetryPolicy, RouteMatch, StopReason,
+    Backoff, IdempotencyKey, Jitter, RetryBudget, RetryInfo, RetryLayer, RetryPolicy, RouteMatch,
+    StopReason,
 };
 
 fn policy(attempts: u32) -> RetryPolicy {
@@ -20,6 +21,7 @@ fn policy(attempts: u32) -> RetryPolicy {
     )
 }
 
+/// Keys on for the payments API, which de-duplicates on them; off (the default) elsewhere.
 fn layer() -> RetryLayer {
     RetryLayer::new()
         .policy(policy(2))
@@ -27,7 +29,7 @@ fn layer() -> RetryLayer {
             RouteMatch::post()
                 .host("*.pay.example")
                 .path_prefix("/v1/payments"),
-            policy(5),
+            policy(5).idempotency_key(IdempotencyKey::default()),
         )
         .route(
             RouteMatch::get().host("api.example").path_prefix("/health"),
@@ -62,8 +64,9 @@ async fn routing_matrix() {
             "https://eu.pay.example/v1/payments/77/capture",
             5,
         ),
-        (Method::POST, "https://pay.example/v1/payments", 2), // the bare domain is not a subdomain
-        (Method::POST, "https://eu.pay.example/v1/paymentsx", 2),
+        // The bare domain is not a subdomain: the default policy, no key, not repeated.
+        (Method::POST, "https://pay.example/v1/payments", 1),
+        (Method::POST, "https://eu.pay.example/v1/paymentsx", 1),
         (Method::GET, "https://eu.pay.example/v1/payments", 2),
         (Method::GET, "https://api.example/health", 1),
         (Method::GET, "https://api.example/healthz", 2),
@@ -72,7 +75,7 @@ async fn routing_matrix() {
         (Method::PUT, "https://any.example/v1/items/1", 4),
         (Method::DELETE, "http://127.0.0.1:8080/v1/items/1", 4),
         (Method::PUT, "https://any.example/v2/items/1", 2),
-        (Method::PATCH, "https://any.example/v1/items/1", 2),
+        (Method::PATCH, "https://any.example/v1/items/1", 1),
     ];
     for (method, uri, expected) in cases {
         assert_eq!(
@@ -98,7 +101,9 @@ async fn a_policy_in_the_request_overrides_its_route() {
     let mut request = Request::post("https://eu.pay.example/v1/payments")
         .body(Full::new(Bytes::new()))
         .unwrap();
-    request.extensions_mut().insert(policy(3));
+    request
+        .extensions_mut()
+        .insert(policy(3).idempotency_key(IdempotencyKey::default()));
     layer.layer(mock.clone()).oneshot(request).await.unwrap();
     assert_eq!(mock.calls(), 3);
 
@@ -131,7 +136,9 @@ async fn routes_with_their_own_budgets_do_not_drain_each_other() {
     let layer = RetryLayer::new()
         .route(
             RouteMatch::post().path_prefix("/pay"),
-            policy(3).budget(payments.clone()),
+            policy(3)
+                .budget(payments.clone())
+                .idempotency_key(IdempotencyKey::default()),
         )
         .route(
             RouteMatch::get().path_prefix("/search"),

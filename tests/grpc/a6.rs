@@ -700,6 +700,187 @@ fn a_failure_is_counted_once_when_the_retry_waits_for_the_body() {
     });
 }
 
+// ---- An answer before the request body was read ----
+
+/// A raw hyper HTTP/2 (h2c) server, not tonic's router (which reads the request message
+/// before any handler runs): the first call is answered Trailers-Only UNAVAILABLE (HTTP
+/// 200, `content-type: application/grpc`, `grpc-status: 14`, END_STREAM on the headers)
+/// without a byte of its body read; every later call is read whole and echoed as a unary
+/// reply (a request's message frame is a valid reply), `grpc-status: 0` in the trailers.
+mod unread_then_echo {
+    use std::convert::Infallible;
+    use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
+
+    use bytes::Bytes;
+    use http::{HeaderMap, HeaderValue, Request, Response};
+    use http_body::Frame;
+    use http_body_util::{BodyExt, Either, Full, StreamBody};
+    use hyper::body::Incoming;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio::net::TcpListener;
+    use tokio::task::{JoinHandle, JoinSet};
+
+    /// One call as the server saw it.
+    #[derive(Debug, Clone)]
+    pub struct Call {
+        pub headers: HeaderMap,
+        /// The request body, read whole; `None` for the call answered without reading it.
+        pub body: Option<Bytes>,
+    }
+
+    type Calls = Arc<Mutex<Vec<Call>>>;
+
+    /// Trailers-Only (an empty body that says so, so hyper ends the stream on the
+    /// headers), or a reply and its trailers.
+    type Reply = Either<
+        Full<Bytes>,
+        StreamBody<
+            futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>,
+        >,
+    >;
+
+    /// The running server; its tasks end when it is dropped.
+    pub struct Server {
+        pub addr: SocketAddr,
+        calls: Calls,
+        task: JoinHandle<()>,
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    impl Server {
+        pub async fn start() -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let calls = Calls::default();
+            let record = Arc::clone(&calls);
+            let task = tokio::spawn(async move {
+                // Dropped with this task, which aborts every connection's.
+                let mut connections = JoinSet::new();
+                while let Ok((tcp, _)) = listener.accept().await {
+                    let record = Arc::clone(&record);
+                    let service =
+                        hyper::service::service_fn(move |req| answer(req, Arc::clone(&record)));
+                    connections.spawn(async move {
+                        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                            .serve_connection(TokioIo::new(tcp), service)
+                            .await;
+                    });
+                }
+            });
+            Server { addr, calls, task }
+        }
+
+        /// Every call so far, in order.
+        pub fn calls(&self) -> Vec<Call> {
+            self.calls.lock().unwrap().clone()
+        }
+    }
+
+    async fn answer(req: Request<Incoming>, calls: Calls) -> Result<Response<Reply>, hyper::Error> {
+        let (parts, body) = req.into_parts();
+        let first = calls.lock().unwrap().is_empty();
+        if first {
+            calls.lock().unwrap().push(Call {
+                headers: parts.headers,
+                body: None,
+            });
+            // Not a byte of it read: dropped as it is.
+            drop(body);
+            let response = Response::builder()
+                .status(200)
+                .header("content-type", "application/grpc")
+                .header("grpc-status", "14")
+                .header("grpc-message", "answered before the request was read")
+                .body(Either::Left(Full::new(Bytes::new())))
+                .unwrap();
+            return Ok(response);
+        }
+        let received = body.collect().await?.to_bytes();
+        calls.lock().unwrap().push(Call {
+            headers: parts.headers,
+            body: Some(received.clone()),
+        });
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        let frames = vec![Ok(Frame::data(received)), Ok(Frame::trailers(trailers))];
+        let response = Response::builder()
+            .status(200)
+            .header("content-type", "application/grpc")
+            .body(Either::Right(StreamBody::new(futures_util::stream::iter(
+                frames,
+            ))))
+            .unwrap();
+        Ok(response)
+    }
+}
+
+/// A Trailers-Only UNAVAILABLE from a server that never read the request (a proxy or a
+/// server shedding load answers so) is retried, and the retry carries the whole body: the
+/// unary call's one message frame, 5 bytes of header and a 1-byte message, 6 bytes on the
+/// wire, which the first answer left unread. (The client has usually sent all 6 bytes by
+/// the time the answer comes: the layer finds the first attempt's body unfinished in a few
+/// runs in a hundred.)
+#[test]
+fn an_unavailable_answered_before_the_body_was_read_is_retried_with_the_whole_body() {
+    on_every_runtime(Duration::from_secs(60), |mode| {
+        repeat(mode, 25, |run| async move {
+            let server = unread_then_echo::Server::start().await;
+            let channel =
+                tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+                    .unwrap()
+                    .connect()
+                    .await
+                    .expect("connect to the raw server");
+            let layer = RetryLayer::grpc()
+                .attempt_header("x-attempt")
+                .policy(quick());
+            let call = unary(stack(channel, layer), UNARY, b"x");
+            let reply = tokio::time::timeout(Duration::from_secs(10), call)
+                .await
+                .unwrap_or_else(|_| panic!("run {run}: no answer within 10 s"))
+                .unwrap_or_else(|status| panic!("run {run}: {status:?}"));
+            assert_eq!(&reply.get_ref()[..], b"x", "run {run}");
+            let info = reply.extensions().get::<RetryInfo>().unwrap();
+            assert_eq!(
+                (info.attempts(), info.stop()),
+                (2, StopReason::Final),
+                "run {run}: {info:#}"
+            );
+            assert_eq!(info.retries()[0].reason, grpc::reason(Code::Unavailable));
+
+            let calls = server.calls();
+            assert_eq!(calls.len(), 2, "run {run}: {calls:?}");
+            let header = |call: &unread_then_echo::Call, name: &str| {
+                call.headers
+                    .get(name)
+                    .map(|v| v.to_str().unwrap().to_string())
+            };
+            assert_eq!(calls[0].body, None, "run {run}");
+            assert_eq!(header(&calls[0], "grpc-previous-rpc-attempts"), None);
+            assert_eq!(header(&calls[0], "x-attempt").as_deref(), Some("1"));
+            assert_eq!(
+                header(&calls[1], "grpc-previous-rpc-attempts").as_deref(),
+                Some("1"),
+                "run {run}"
+            );
+            assert_eq!(header(&calls[1], "x-attempt").as_deref(), Some("2"));
+            let whole = common::grpc::frame(b"x");
+            assert_eq!(whole.len(), 6);
+            assert_eq!(
+                calls[1].body.as_ref(),
+                Some(&whole),
+                "run {run}: the retry's body"
+            );
+        })
+    });
+}
+
 // ---- A whole layer from a service config ----
 
 /// Each `methodConfig` entry is its own route and policy: the method's (`Unary`), the

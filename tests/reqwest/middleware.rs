@@ -19,7 +19,7 @@ use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use tower_http_retry::reqwest::RetryMiddleware;
 use tower_http_retry::{
-    Backoff, DeadlineExceeded, RetryInfo, RetryLayer, RetryPolicy, RetryReason,
+    Backoff, DeadlineExceeded, IdempotencyKey, RetryInfo, RetryLayer, RetryPolicy, RetryReason,
 };
 
 fn layer(max_attempts: u32) -> RetryLayer {
@@ -150,7 +150,9 @@ async fn get_after_two_503s_is_one_request_above_and_three_below() {
 
 async fn post_carries_one_key_and_the_same_body_on_every_attempt() {
     let server = serve(first_fails_with(503)).await;
-    let (client, _, below) = client(layer(3), None);
+    // Keys on: this server is taken to de-duplicate on them.
+    let keyed = layer(3).idempotency_key(IdempotencyKey::default());
+    let (client, _, below) = client(keyed, None);
     let response = client
         .post(server.url("/orders"))
         .body("{\"sku\":1}")

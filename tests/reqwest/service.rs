@@ -24,7 +24,9 @@ use tokio::net::TcpListener;
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::classify::{Classification, Recognized, classify_error};
 use tower_http_retry::reqwest::ReqwestService;
-use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, RetryReason};
+use tower_http_retry::{
+    Backoff, IdempotencyKey, Jitter, RetryInfo, RetryLayer, RetryPolicy, RetryReason,
+};
 
 /// A client that never asks a proxy: every request goes straight to 127.0.0.1.
 fn client() -> reqwest::Client {
@@ -316,7 +318,10 @@ async fn put_after_a_reset_is_sent_again_with_the_same_body() {
 
 async fn post_carries_one_key_on_every_attempt() {
     let server = serve_failing_first(1, 503, 201).await;
-    let svc = quick(3).layer(ReqwestService::new(client()));
+    // Keys on: this server is taken to de-duplicate on them.
+    let svc = quick(3)
+        .idempotency_key(IdempotencyKey::default())
+        .layer(ReqwestService::new(client()));
     let request = Request::post(server.url("/orders"))
         .body(Full::new(Bytes::from_static(b"{\"sku\":1}")))
         .unwrap();

@@ -35,8 +35,8 @@ use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 use tower_http_retry::{
-    AttemptTimedOut, Backoff, Jitter, RetryBudget, RetryError, RetryInfo, RetryLayer, RetryPolicy,
-    StopReason,
+    AttemptTimedOut, Backoff, IdempotencyKey, Jitter, RetryBudget, RetryError, RetryInfo,
+    RetryLayer, RetryPolicy, StopReason,
 };
 
 const SEED: u64 = 0x0C4A_05EE_D2E5_u64;
@@ -416,7 +416,9 @@ async fn chaos(h2: bool) {
     let services: Vec<_> = LANES
         .iter()
         .map(|lane| {
+            // The chaos server de-duplicates its POSTs on the key: keys on.
             RetryLayer::new()
+                .idempotency_key(IdempotencyKey::default())
                 .policy(
                     RetryPolicy::default()
                         .max_attempts(MAX_ATTEMPTS)

@@ -35,6 +35,8 @@ impl Drop for Dropped {
     }
 }
 
+/// A PUT route that opts in to hedging: its server takes a second copy of the document as
+/// harmless (a PUT is not hedged unless its policy says so).
 fn layer() -> RetryLayer {
     RetryLayer::new()
         .no_budget()
@@ -42,6 +44,7 @@ fn layer() -> RetryLayer {
         .policy(
             RetryPolicy::default()
                 .max_attempts(2)
+                .assume_idempotent()
                 .hedge(Hedging::after(Duration::from_millis(40))),
         )
 }

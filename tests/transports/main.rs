@@ -1,7 +1,7 @@
 //! The layer over real transports on 127.0.0.1, one test binary: a hyper-util client
 //! end to end, the races of real HTTP/1 and HTTP/2 connections (`real_transports`), the
-//! layered client driven from spawned tasks, a seeded chaos server, and a load against a
-//! real nginx.
+//! layered client driven from spawned tasks, a seeded chaos server, a load against a real
+//! nginx, and a real nginx answering 503 before it read the body.
 //!
 //! See TESTING.md for what each module covers.
 
@@ -9,8 +9,12 @@
 mod common;
 
 mod chaos;
+mod early_answer;
 mod end_to_end;
+mod h2_io;
+mod hedge_safety;
 mod hedging;
 mod nginx;
 mod real_transports;
+mod refused_stream;
 mod spawn;
