@@ -1133,3 +1133,97 @@ async fn a_goaway_reaches_the_caller_as_unavailable() {
     let status = grpc::into_status(error);
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
 }
+
+/// Sends a call's first attempt (no `Attempt` extension) to `first` and every later attempt
+/// to `later`: two upstreams, so that a hedge can get through while the first is stuck.
+#[derive(Clone)]
+struct FirstElsewhere<S> {
+    first: S,
+    later: S,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for FirstElsewhere<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        // Channels are always ready to queue a call; the first attempt's stalls inside.
+        match self.later.poll_ready(cx) {
+            std::task::Poll::Ready(Ok(())) => self.first.poll_ready(cx),
+            other => other,
+        }
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        match request.extensions().get::<tower_http_retry::Attempt>() {
+            None => self.first.call(request),
+            Some(_) => self.later.call(request),
+        }
+    }
+}
+
+/// A unary call hedged after 100 ms whose first attempt never starts sending: its channel's
+/// connector never connects, so the request, and the body behind it, never move. The hedge
+/// goes at its delay all the same, reads the call's body (a stream of unknown length) from
+/// the caller, and answers.
+async fn a_hedge_goes_while_the_first_attempt_is_stuck_connecting() {
+    let server = GrpcServer::start([Step::Ok]).await;
+    let never = tower::service_fn(|_: http::Uri| {
+        std::future::pending::<Result<hyper_util::rt::TokioIo<tokio::net::TcpStream>, std::io::Error>>(
+        )
+    });
+    let stuck = tonic::transport::Endpoint::from_shared(server.uri())
+        .unwrap()
+        .connect_with_connector_lazy(never);
+    let inner = FirstElsewhere {
+        first: grpc::TonicBody::new(stuck),
+        later: grpc::TonicBody::new(server.channel().await),
+    };
+    let policy = RetryPolicy::default()
+        .max_attempts(2)
+        .grpc_codes([Code::Unavailable])
+        .hedge(tower_http_retry::Hedging::after(Duration::from_millis(100)))
+        .deadline(Duration::from_secs(5));
+    let service = ServiceBuilder::new()
+        .layer(grpc::status_layer())
+        .layer(RetryLayer::grpc().no_budget().policy(policy))
+        .service(inner);
+    let started = Instant::now();
+    let reply = unary(service, UNARY, b"hedged")
+        .await
+        .expect("the hedge answers");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    assert_eq!(&reply.get_ref()[..], b"hedged");
+    let info = reply.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!((info.hedges(), info.returned()), (1, Some(2)), "{info:?}");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1, "only the hedge reached the server");
+    assert_eq!(&seen[0].body[..], b"hedged", "the whole message");
+    assert_eq!(
+        seen[0]
+            .headers
+            .get("grpc-previous-rpc-attempts")
+            .map(|v| v.to_str().unwrap().to_string()),
+        Some("1".to_string())
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn hedging_a_call_whose_first_attempt_is_stuck_on_a_current_thread_runtime() {
+    a_hedge_goes_while_the_first_attempt_is_stuck_connecting().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hedging_a_call_whose_first_attempt_is_stuck_on_a_multi_thread_runtime() {
+    for _ in 0..5 {
+        a_hedge_goes_while_the_first_attempt_is_stuck_connecting().await;
+    }
+}
