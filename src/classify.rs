@@ -617,13 +617,23 @@ mod hyper_errors {
     /// connection; hyper hands an HTTP/2 connection's I/O error over this way, without
     /// the `h2::Error` around it).
     pub(super) fn is_connection_io(error: &(dyn StdError + 'static)) -> bool {
-        if let Some(e) = error.downcast_ref::<h2::Error>() {
-            return e.is_io();
-        }
-        error
-            .downcast_ref::<hyper::Error>()
-            .and_then(StdError::source)
-            .is_some_and(|cause| cause.is::<io::Error>())
+        let io = match error.downcast_ref::<h2::Error>() {
+            Some(e) => e.get_io(),
+            None => error
+                .downcast_ref::<hyper::Error>()
+                .and_then(StdError::source)
+                .and_then(|cause| cause.downcast_ref::<io::Error>()),
+        };
+        // Only the kinds that say nothing more than that the stream broke (an HTTP/2
+        // connection that ends in the middle of a frame gives `Other`). A kind that says
+        // what went wrong (a TLS alert's `InvalidData`, `PermissionDenied`, ...) would fail
+        // the same way again.
+        io.is_some_and(|io| {
+            matches!(
+                io.kind(),
+                io::ErrorKind::Other | io::ErrorKind::UnexpectedEof
+            )
+        })
     }
 
     pub(super) fn classify(error: &(dyn StdError + 'static)) -> Option<Classification> {
@@ -979,6 +989,19 @@ mod tests {
             let wrapped = nest(Box::new(error), 2);
             assert_eq!(classify_error(&*wrapped), expected, "{kind:?}");
             assert_eq!(never_left(&*wrapped), None, "{kind:?}");
+        }
+    }
+
+    /// A connection's I/O error whose kind says what went wrong (a TLS alert read with the
+    /// response is `InvalidData`) is no broken connection: it would fail the same again.
+    #[cfg(feature = "hyper")]
+    #[tokio::test]
+    async fn a_connection_io_error_that_says_what_went_wrong_is_final() {
+        for kind in [io::ErrorKind::InvalidData, io::ErrorKind::PermissionDenied] {
+            let h2 = broken_h2::h2_error(io::Error::new(kind, "alert")).await;
+            assert_eq!(classify_error(&h2), Classification::Done, "{kind:?}");
+            let hyper = broken_h2::hyper_h2_error(io::Error::new(kind, "alert")).await;
+            assert_eq!(classify_error(&hyper), Classification::Done, "{kind:?}");
         }
     }
 

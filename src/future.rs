@@ -44,7 +44,7 @@ use crate::head::Head;
 use crate::hints::Hint;
 use crate::hook::AttemptContext;
 use crate::info::{Attempt, AttemptOutcome, RetryInfo};
-use crate::replay::{NotReplayable, Replay, ReplayBody};
+use crate::replay::{BodyWatch, NotReplayable, Replay, ReplayBody};
 use crate::trace::Trace;
 
 pin_project! {
@@ -158,17 +158,15 @@ pub(crate) struct Report {
     partition: Option<Box<Gates>>,
     /// The request's head, for a classifier that reads it.
     parts: Option<Box<http::request::Parts>>,
+    /// Whether the caller's body failed: that error is the caller's, and no gate hears it.
+    body: BodyWatch,
 }
 
 impl Report {
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn new<B>(
-        plan: Arc<Plan>,
-        partition: Option<Box<Gates>>,
-        request: &Request<B>,
-    ) -> Self {
-        let parts = plan.policy.classifier_needs_request().then(|| {
+    /// The copy of `request`'s head the plan's classifier reads, if it reads one: taken
+    /// before the hooks write on the first attempt, as a retried request's is.
+    pub(crate) fn head<B>(plan: &Plan, request: &Request<B>) -> Option<Box<http::request::Parts>> {
+        plan.policy.classifier_needs_request().then(|| {
             let mut parts = Request::new(()).into_parts().0;
             parts.method = request.method().clone();
             parts.uri = request.uri().clone();
@@ -176,11 +174,20 @@ impl Report {
             parts.headers = request.headers().clone();
             parts.extensions = request.extensions().clone();
             Box::new(parts)
-        });
+        })
+    }
+
+    pub(crate) fn new(
+        plan: Arc<Plan>,
+        partition: Option<Box<Gates>>,
+        parts: Option<Box<http::request::Parts>>,
+        body: BodyWatch,
+    ) -> Self {
         Self {
             plan,
             partition,
             parts,
+            body,
         }
     }
 
@@ -191,6 +198,8 @@ impl Report {
                 status: response.status(),
                 headers: response.headers(),
             },
+            // The caller's own body failed: its error, returned as is, unclassified.
+            Err(_) if self.body.failed() => return,
             Err(error) => Seen::Error(&**error),
         };
         let verdict = self.plan.policy.classify_parts(self.parts.as_deref(), seen);

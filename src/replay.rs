@@ -15,8 +15,13 @@
 // original stays in the recording, and whichever attempt is at the end of the recording
 // polls it there, under the lock, records the frame, and wakes the others, which replay
 // it. If the original passes the cap, the attempt that read past it takes it over and
-// sends it whole, as a first attempt would; the others cannot follow, and the hedged
-// request's driver drops them (`Replay::poll_sole`).
+// sends it whole, as a first attempt would; if it fails, the attempt that met the error
+// reports it. The others cannot follow, and the hedged request's driver drops those still
+// in flight (`Replay::poll_sole`). One already answered whose transport still reads its
+// body (a server that answered early and reads on) waits until its transport lets the
+// body go (a server ends such a request by its own body timeout): no attempt's body ever
+// ends before every byte of the original was sent, which would send a truncated body as
+// if it were whole.
 //
 // A body is not replayed when:
 // - its `size_hint` lower bound is above the cap (it is never buffered), or it grew past
@@ -38,6 +43,7 @@
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -72,6 +78,9 @@ pub struct ReplayBody<B> {
 enum Inner<B> {
     /// Sent once, nothing kept.
     Passthrough(B),
+    /// Sent once, nothing kept, and whether it failed told to the request's driver (a
+    /// caller's failed body is the caller's error, not the server's).
+    Watched(B, Arc<AtomicBool>),
     /// Known to be empty.
     Empty,
     /// Recording (first attempt) or replaying (later ones).
@@ -118,8 +127,6 @@ pub(crate) struct Recording<B> {
     overflowed: bool,
     /// The caller's body failed.
     errored: bool,
-    /// Attempt bodies not yet dropped; one of them may be holding `rest`.
-    alive: usize,
     /// The original's size hint before anything was read.
     hint: SizeHint,
     /// The attempts share the original, which stays in `rest` and is polled there by
@@ -128,15 +135,16 @@ pub(crate) struct Recording<B> {
     /// The attempts waiting for the shared original's next frame; made when one first
     /// has to wait (a body whose frames are all at hand, such as `Full`, never needs it).
     readers: Option<Arc<Readers>>,
-    /// When a shared original passed the cap: the attempt that read past it, and reads on
-    /// alone. The others cannot follow it, and are cut off by the driver.
+    /// When a shared original passed the cap, the attempt that read past it and reads on
+    /// alone; when it failed, the attempt that met the failure. The others cannot follow
+    /// it, and are cut off by the driver.
     sole: Option<u32>,
     /// The retry loop, waiting for an attempt body to be dropped or to finish.
     waker: Option<Waker>,
 }
 
 impl<B> Recording<B> {
-    /// A recording of nothing yet, with the first attempt's body already counted alive.
+    /// A recording of nothing yet.
     #[inline]
     fn new(rest: Option<B>, cap: usize, hint: SizeHint, shares: bool) -> Self {
         Self {
@@ -148,7 +156,6 @@ impl<B> Recording<B> {
             complete: false,
             overflowed: false,
             errored: false,
-            alive: 1,
             hint,
             shares,
             readers: None,
@@ -265,6 +272,16 @@ pub(crate) enum NotReplayable {
     InFlight,
 }
 
+/// Whether a body sent once ([`ReplayBody::watched`]) failed.
+pub(crate) struct BodyWatch(Arc<AtomicBool>);
+
+impl BodyWatch {
+    /// True once the caller's body returned an error.
+    pub(crate) fn failed(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
 /// The retry loop's handle on a request body.
 pub(crate) enum Replay<B> {
     /// Nothing kept: the body is sent once.
@@ -339,6 +356,16 @@ impl<B: Body> ReplayBody<B> {
         }
     }
 
+    /// Passes `body` through without keeping anything, and tells the handle whether it
+    /// failed.
+    pub(crate) fn watched(body: B) -> (Self, BodyWatch) {
+        let failed = Arc::new(AtomicBool::new(false));
+        let body = Self {
+            inner: Inner::Watched(body, Arc::clone(&failed)),
+        };
+        (body, BodyWatch(failed))
+    }
+
     /// A body that sends again what this one sent, if that is still possible.
     ///
     /// Possible when this body was empty, or is within the cap and has either been read to
@@ -346,7 +373,7 @@ impl<B: Body> ReplayBody<B> {
     /// Always `None` for a body over the cap or one whose original failed.
     pub fn try_replay(&self) -> Option<Self> {
         match &self.inner {
-            Inner::Passthrough(_) => None,
+            Inner::Passthrough(_) | Inner::Watched(..) => None,
             Inner::Empty => Some(Self::empty()),
             Inner::Shared(cursor) => {
                 let state = lock(&cursor.shared);
@@ -453,9 +480,10 @@ impl<B> Replay<B> {
         }
     }
 
-    /// For attempts that share the original: the attempt that read past the cap, once one
-    /// did. It alone can go on sending the body; every other attempt is stuck and must be
-    /// cut off. Until then, a change of the recording (that overflow) wakes `cx`.
+    /// For attempts that share the original: the attempt that read past the cap, or that
+    /// met the caller's body's error, once one did. It alone can go on (sending the rest,
+    /// or failing with the caller's error); every other attempt is stuck and must be cut
+    /// off. Until then, a change of the recording (that overflow or failure) wakes `cx`.
     pub(crate) fn poll_sole(&self, cx: &Context<'_>) -> Option<u32> {
         let Replay::Shared(shared) = self else {
             return None;
@@ -488,15 +516,11 @@ impl<B> Recording<B> {
 impl<B> Cursor<B> {
     /// Another attempt's view of the recording.
     fn attach(shared: &Arc<Mutex<Recording<B>>>, attempt: u32) -> Self {
-        let hint = {
-            let mut state = lock(shared);
-            state.alive += 1;
-            state.hint
-        };
+        let hint = lock(shared).hint;
         Self::new(Arc::clone(shared), attempt, hint)
     }
 
-    /// A view already counted in `alive`.
+    /// A view of `shared` for attempt `attempt`.
     fn new(shared: Arc<Mutex<Recording<B>>>, attempt: u32, hint: SizeHint) -> Self {
         Self {
             shared,
@@ -511,7 +535,6 @@ impl<B> Cursor<B> {
 impl<B> Drop for Cursor<B> {
     fn drop(&mut self) {
         let mut state = lock(&self.shared);
-        state.alive -= 1;
         if let Some(rest) = self.rest.take() {
             if !state.complete && !state.overflowed && !state.errored {
                 // Hand the unfinished original to the next attempt.
@@ -700,7 +723,10 @@ fn poll_shared<B: Body + Unpin>(
             return Poll::Ready(None);
         }
         Poll::Ready(Some(Err(error))) => {
+            // The error is this attempt's to report; the others cannot go on, and their
+            // driver drops them.
             state.errored = true;
+            state.sole = Some(attempt);
             state.rest = None;
             state.notify();
             state.wake_readers();
@@ -775,6 +801,15 @@ where
             Inner::Passthrough(body) => Pin::new(body).poll_frame(cx).map(|frame| {
                 frame.map(|r| r.map(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining()))))
             }),
+            Inner::Watched(body, failed) => Pin::new(body).poll_frame(cx).map(|frame| {
+                frame.map(|r| match r {
+                    Ok(f) => Ok(f.map_data(|mut d| d.copy_to_bytes(d.remaining()))),
+                    Err(error) => {
+                        failed.store(true, Ordering::Release);
+                        Err(error)
+                    }
+                })
+            }),
             Inner::Empty => Poll::Ready(None),
             Inner::Shared(cursor) => cursor.poll_frame(cx),
         }
@@ -782,7 +817,7 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.inner {
-            Inner::Passthrough(body) => body.is_end_stream(),
+            Inner::Passthrough(body) | Inner::Watched(body, _) => body.is_end_stream(),
             Inner::Empty => true,
             Inner::Shared(cursor) => cursor.is_end_stream(),
         }
@@ -790,7 +825,7 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
-            Inner::Passthrough(body) => body.size_hint(),
+            Inner::Passthrough(body) | Inner::Watched(body, _) => body.size_hint(),
             Inner::Empty => SizeHint::with_exact(0),
             Inner::Shared(cursor) => cursor.size_hint(),
         }
@@ -800,7 +835,7 @@ where
 impl<B> fmt::Debug for ReplayBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.inner {
-            Inner::Passthrough(_) => "passthrough",
+            Inner::Passthrough(_) | Inner::Watched(..) => "passthrough",
             Inner::Empty => "empty",
             Inner::Shared(_) => "replayable",
         };
@@ -1247,6 +1282,31 @@ mod tests {
         assert_eq!(replay.check(), Err(NotReplayable::TooLarge));
         // The hedge cannot follow: it is never given a truncated body, and waits to be
         // dropped.
+        assert!(!hedge.is_end_stream());
+        assert!(poll(&mut hedge, &b).is_pending());
+    }
+
+    #[tokio::test]
+    async fn a_shared_body_that_fails_is_reported_by_the_attempt_that_met_it_alone() {
+        let frames = vec![
+            Ok(Frame::data(Bytes::from_static(b"ab"))),
+            Err(std::io::Error::other("disk gone")),
+        ];
+        let (mut first, replay) = ReplayBody::with_handle(
+            StreamBody::new(futures_util::stream::iter(frames)),
+            64,
+            true,
+        );
+        let mut hedge = replay.body(1);
+        let (a, b) = (Arc::new(Wakes::default()), Arc::new(Wakes::default()));
+        assert_eq!(data(poll(&mut hedge, &b)), Bytes::from_static(b"ab"));
+        assert_eq!(data(poll(&mut first, &a)), Bytes::from_static(b"ab"));
+        // The first attempt meets the error: it alone reports it.
+        assert!(matches!(poll(&mut first, &a), Poll::Ready(Some(Err(_)))));
+        let driver = Waker::from(Arc::new(Wakes::default()));
+        assert_eq!(replay.poll_sole(&Context::from_waker(&driver)), Some(0));
+        assert!(replay.body_failed());
+        // The hedge can neither go on nor end: its driver drops it.
         assert!(!hedge.is_end_stream());
         assert!(poll(&mut hedge, &b).is_pending());
     }

@@ -244,14 +244,12 @@ where
                     .flatten()
                     .or_else(|| field(request.headers(), &plan.key_header).cloned()),
             );
-            first_attempt(&plan.hooks, &limits, request.headers_mut());
             // One attempt under a gate that hears outcomes (a throttle, a quota): the
             // outcome is still reported. `never()` and CONNECT report none.
             if plan.reports_once && request.method() != Method::CONNECT {
-                let report = Report::new(plan, partition, &request);
-                let future = self.inner.call(request.map(ReplayBody::passthrough));
-                return ResponseFuture::reported(future, limits, info, trace, report);
+                return self.call_reported(request, plan, partition, limits, info, trace);
             }
+            first_attempt(&plan.hooks, &limits, request.headers_mut());
             let future = self.inner.call(request.map(ReplayBody::passthrough));
             return ResponseFuture::once(future, limits, info, trace);
         }
@@ -283,6 +281,35 @@ where
             return ResponseFuture::hedged(future, retry, limits, info, trace);
         }
         ResponseFuture::first(future, retry, limits, info, trace)
+    }
+}
+
+impl<S: Clone> Retry<S> {
+    /// A request of a policy of one attempt whose gates hear outcomes: sent once, its body
+    /// watched (a failure of the caller's own body is the caller's, unheard), its head
+    /// copied only for a classifier that reads it, and its outcome reported.
+    #[cold]
+    #[inline(never)]
+    fn call_reported<B, RB>(
+        &mut self,
+        mut request: Request<B>,
+        plan: Arc<crate::config::Plan>,
+        partition: Option<Box<crate::gate::Gates>>,
+        limits: Limits,
+        info: RetryInfo,
+        trace: Trace,
+    ) -> ResponseFuture<S::Future, S, B, Response<RB>>
+    where
+        S: InnerService<B, ResponseBody = RB>,
+        B: Body + Unpin,
+    {
+        let head = Report::head(&plan, &request);
+        first_attempt(&plan.hooks, &limits, request.headers_mut());
+        let (parts, body) = request.into_parts();
+        let (body, watch) = ReplayBody::watched(body);
+        let report = Report::new(plan, partition, head, watch);
+        let future = self.inner.call(Request::from_parts(parts, body));
+        ResponseFuture::reported(future, limits, info, trace, report)
     }
 }
 

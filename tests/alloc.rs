@@ -437,9 +437,10 @@ fn post_with_a_key_is_counted_too() {
 
 /// One attempt under gates that hear outcomes (a quota, a throttle) reports each outcome
 /// without keeping the head or a replay state: it allocates what `never()` does, which
-/// tells them nothing.
+/// tells them nothing, and the flag its body raises if the caller's body fails (that
+/// failure is the caller's, and no gate hears it).
 #[test]
-fn one_attempt_reporting_to_its_gates_allocates_what_never_does() {
+fn one_attempt_reporting_to_its_gates_keeps_no_head_and_no_replay_state() {
     let layer = || {
         RetryLayer::new()
             .quota(RetryQuota::aws_standard())
@@ -465,13 +466,13 @@ fn one_attempt_reporting_to_its_gates_allocates_what_never_does() {
         get,
     );
     println!(
-        "one - never = {:+.2}, two - one = {:+.2}",
+        "one - never = {:+.2}, two - never = {:+.2}",
         one - never,
-        two - one
+        two - never
     );
-    assert!(one <= never, "one attempt {one} > never {never}");
+    assert!(one <= never + 1.0, "one attempt {one} > never {never} + 1");
     // The measure can tell: a policy that may retry keeps its head and its replay state.
-    assert!(two >= one + 2.0, "two attempts {two}, one {one}");
+    assert!(two >= never + 2.0, "two attempts {two}, never {never}");
 }
 
 /// Replaying a 64 KiB `Bytes` body copies no body bytes, so no allocation of

@@ -17,4 +17,5 @@ mod hedging;
 mod nginx;
 mod real_transports;
 mod refused_stream;
+mod shared_body;
 mod spawn;
