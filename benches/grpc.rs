@@ -33,8 +33,8 @@
 //! At the end the bench prints how many calls the server answered, for instruction counts
 //! per call under callgrind (BENCHMARKS.md).
 //!
-//! Run: `cargo bench --features grpc --bench grpc` (only the interleaved part:
-//! `cargo bench --features grpc --bench grpc -- interleaved-only`).
+//! Run: `cargo bench -p tower-http-retry-benches --features grpc --bench grpc` (only the interleaved part:
+//! `cargo bench -p tower-http-retry-benches --features grpc --bench grpc -- interleaved-only`).
 #![allow(clippy::disallowed_types)] // measures real time with std's clock
 
 use std::net::SocketAddr;
@@ -47,8 +47,9 @@ use futures_util::stream;
 use tokio::runtime::Runtime;
 use tonic::transport::Channel;
 use tower::ServiceBuilder;
-use tower_http_retry::grpc::{self, IntoStatus, TonicBody};
 use tower_http_retry::{Retry, RetryLayer, RetryPolicy};
+use tower_http_retry_grpc::GrpcLayerExt;
+use tower_http_retry_grpc::{self as grpc, IntoStatus, TonicBody};
 
 #[path = "support/mod.rs"]
 mod support;

@@ -49,8 +49,8 @@ use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
-use tower_http_retry::reqwest::{ReqwestService, RetryMiddleware};
 use tower_http_retry::{Backoff, IdempotencyKey, Retry, RetryLayer, RetryPolicy};
+use tower_http_retry_reqwest::{ReqwestService, RetryMiddleware};
 
 /// Requests per batch.
 const BATCH: usize = 500;

@@ -57,7 +57,20 @@ pub struct RetryError {
 
 impl RetryError {
     /// The record and the last error; a [`Recognized`] error is unwrapped, its reason kept.
-    pub(crate) fn new(info: RetryInfo, source: BoxError) -> Self {
+    ///
+    /// The layer makes one for every failed request. Make one yourself where a service
+    /// above the layer turns an outcome into an error and the caller should keep the
+    /// record (a gRPC adapter turning a final Trailers-Only response into a `Status`).
+    ///
+    /// ```
+    /// use std::io;
+    /// use tower_http_retry::{RetryError, RetryInfo};
+    ///
+    /// let error = RetryError::new(RetryInfo::default(), Box::new(io::Error::other("gone")));
+    /// assert_eq!(error.info().attempts(), 1);
+    /// assert!(error.get_ref().is::<io::Error>());
+    /// ```
+    pub fn new(info: RetryInfo, source: BoxError) -> Self {
         let (source, recognized) = match source.downcast::<Recognized>() {
             Ok(recognized) => recognized.into_parts(),
             Err(source) => (source, None),
@@ -152,7 +165,18 @@ pub struct DeadlineExceeded {
 }
 
 impl DeadlineExceeded {
-    pub(crate) fn new(deadline: Duration, attempts: u32) -> Self {
+    /// The error of a request whose `deadline` passed after `attempts` attempts, as the
+    /// layer makes it: for a service that stands in for the layer (a test double) or maps
+    /// its errors.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::DeadlineExceeded;
+    ///
+    /// let error = DeadlineExceeded::new(Duration::from_secs(2), 3);
+    /// assert_eq!(error.to_string(), "request deadline of 2s exceeded after 3 attempt(s)");
+    /// ```
+    pub fn new(deadline: Duration, attempts: u32) -> Self {
         Self { deadline, attempts }
     }
 
@@ -219,7 +243,17 @@ pub struct AttemptTimedOut {
 }
 
 impl AttemptTimedOut {
-    pub(crate) fn new(timeout: Duration, attempt: u32) -> Self {
+    /// The error of attempt `attempt` cut off after `timeout`, as the layer makes it: for a
+    /// service that stands in for the layer (a test double) or maps its errors.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::AttemptTimedOut;
+    ///
+    /// let error = AttemptTimedOut::new(Duration::from_millis(500), 2);
+    /// assert_eq!(error.to_string(), "attempt 2 timed out after 500ms");
+    /// ```
+    pub fn new(timeout: Duration, attempt: u32) -> Self {
         Self { timeout, attempt }
     }
 
@@ -300,7 +334,18 @@ pub struct ServiceNotReady {
 }
 
 impl ServiceNotReady {
-    pub(crate) fn new(timeout: Duration, attempt: u32) -> Self {
+    /// The error of a retry, attempt `attempt`, whose service was not ready within
+    /// `timeout`, as the layer makes it: for a service that stands in for the layer (a
+    /// test double) or maps its errors.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::ServiceNotReady;
+    ///
+    /// let error = ServiceNotReady::new(Duration::from_secs(1), 2);
+    /// assert_eq!(error.attempt(), 2);
+    /// ```
+    pub fn new(timeout: Duration, attempt: u32) -> Self {
         Self { timeout, attempt }
     }
 

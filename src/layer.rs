@@ -1,7 +1,7 @@
 // `RetryLayer`: the builder of the configuration.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use http::HeaderName;
 use tower_layer::Layer;
@@ -53,6 +53,9 @@ use crate::service::Retry;
 #[derive(Clone)]
 pub struct RetryLayer {
     config: Arc<Config>,
+    /// Every policy of the configuration resolved, once, when the layer first makes a
+    /// service; shared by the services it makes and by its clones.
+    plans: Arc<OnceLock<Arc<Plans>>>,
 }
 
 impl Default for RetryLayer {
@@ -78,6 +81,7 @@ impl RetryLayer {
     pub fn new() -> Self {
         Self {
             config: Arc::new(Config::default()),
+            plans: Arc::default(),
         }
     }
 
@@ -129,6 +133,8 @@ impl RetryLayer {
 
     fn edit(mut self, f: impl FnOnce(&mut Config)) -> Self {
         f(Arc::make_mut(&mut self.config));
+        // A changed configuration is resolved anew.
+        self.plans = Arc::default();
         self
     }
 
@@ -335,9 +341,13 @@ impl<S: Clone> Layer<S> for RetryLayer {
 }
 
 impl RetryLayer {
-    /// Every policy of the layer resolved, as a service made by [`Layer::layer`] holds them.
+    /// Every policy of the layer resolved, as a service made by [`Layer::layer`] holds them:
+    /// resolved once, on first use.
     pub(crate) fn plans(&self) -> Arc<Plans> {
-        Arc::new(Plans::new(Arc::clone(&self.config)))
+        Arc::clone(
+            self.plans
+                .get_or_init(|| Arc::new(Plans::new(Arc::clone(&self.config)))),
+        )
     }
 }
 

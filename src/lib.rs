@@ -127,14 +127,9 @@
 //!   `http_retry_retries_total` (label `reason`), the counter
 //!   `http_retry_budget_refusals_total` (label `reason`) and the histogram
 //!   `http_retry_wait_seconds`.
-//! - `grpc`: the `grpc` module, gRPC's retry rules for tonic clients: the status
-//!   classifier, the metadata on the wire, `grpc-retry-pushback-ms`, the service config's
-//!   `retryPolicy` and `retryThrottling`, the tonic glue.
-//! - `reqwest`: `reqwest::ReqwestService`, the layer over a `reqwest::Client`, and
-//!   reqwest's errors recognised when classifying (turns on `hyper` too: reqwest's
-//!   transport is hyper's).
-//! - `reqwest-middleware`: `reqwest::RetryMiddleware`, the same retry loop as a
-//!   reqwest-middleware `Middleware` (turns on `reqwest`).
+//!
+//! gRPC's retry rules for tonic clients and the layer over reqwest are crates of their own,
+//! built on this one's public API: `tower-http-retry-grpc` and `tower-http-retry-reqwest`.
 //!
 //! [tower]: https://docs.rs/tower
 //! [hyper]: https://docs.rs/hyper
@@ -155,8 +150,6 @@ mod decision;
 mod error;
 pub mod future;
 mod gate;
-#[cfg(feature = "grpc")]
-pub mod grpc;
 mod head;
 mod hedge;
 pub mod hints;
@@ -166,9 +159,6 @@ mod info;
 mod layer;
 mod policy;
 mod replay;
-#[cfg(feature = "reqwest")]
-#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
-pub mod reqwest;
 pub mod retry_after;
 mod route;
 mod service;

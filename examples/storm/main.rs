@@ -11,12 +11,12 @@
 //!     3 attempts alone and 3 attempts with the default budget, the share of requests that
 //!     succeed (goodput), the attempts at the server per request (load) and the retries the
 //!     budget refused, each beside the arithmetic it should match.
-//!     With `--features grpc`, a row for `grpc::Throttle` with A6's example settings (10
-//!     tokens, 0.1 per success) over gRPC-shaped answers.
+//!     A row for the `Throttle` with gRPC A6's example settings (10 tokens, 0.1 per
+//!     success) and no budget.
 //! (d) The same through three nested retrying layers, each with its own budget or throttle.
 //!
 //! Everything runs under paused time: minutes of simulated traffic take a moment.
-//! Run with `cargo run --example storm` (add `--features grpc` for the throttle rows).
+//! Run with `cargo run --example storm`.
 
 mod sim;
 
@@ -228,20 +228,12 @@ fn partial_outage_table(layers: usize) {
     println!(
         "    refused: retries the budgets or throttles refused. In brackets: the arithmetic below."
     );
-    #[cfg(feature = "grpc")]
     println!(
-        "    grpc::Throttle: RetryLayer::grpc(), the same 3 attempts and backoff retrying UNAVAILABLE,"
-    );
-    #[cfg(feature = "grpc")]
-    println!(
-        "    Throttle::builder().max_tokens({}).token_ratio({}).build() (A6's example), no budget (A6 has none); the server answers",
+        "    A6's Throttle: the same 3 attempts and backoff under Throttle::builder().max_tokens({}).token_ratio({}).build()",
         sim::THROTTLE_MAX_TOKENS,
         sim::THROTTLE_RATIO
     );
-    #[cfg(feature = "grpc")]
-    println!(
-        "    200 with grpc-status: 14 in the headers (Trailers-Only) for a failure, with the same draws."
-    );
+    println!("    (gRPC A6's example) and no budget (A6 has none), against the same 503s.");
     println!();
     println!(
         "{:>6}  {:<28} {:>18} {:>18} {:>18}",
@@ -276,8 +268,6 @@ fn partial_outage_table(layers: usize) {
             refused,
         );
     }
-    #[cfg(not(feature = "grpc"))]
-    println!("\n        (run with --features grpc for the grpc::Throttle row)");
 
     let budget = |p: f64| {
         rows.iter()
@@ -316,7 +306,6 @@ fn partial_outage_table(layers: usize) {
             "- refused: if every retry is granted with the same chance q, where q p + (q p)^2 = {per_request:.3},"
         );
         println!("  about requests * (1 - q) * p * (1 + q p).");
-        #[cfg(feature = "grpc")]
         throttle_arithmetic(layers, &rows);
         println!(
             "\nThe budget costs nothing in a 5% blip and caps the load near {:.2}x from 20% on, at",
@@ -337,7 +326,6 @@ fn partial_outage_table(layers: usize) {
         println!(
             "  one-layer arithmetic; the requests a layer sees are the load of the layers above."
         );
-        #[cfg(feature = "grpc")]
         throttle_arithmetic(layers, &rows);
         let nested = &budget(0.2).measured;
         println!(
@@ -360,7 +348,6 @@ fn partial_outage_table(layers: usize) {
 
 /// The throttle rows' arithmetic (A6: a failed attempt takes 1 token, a success adds the
 /// ratio, a retry passes only while more than half the tokens are left after its failure).
-#[cfg(feature = "grpc")]
 fn throttle_arithmetic(layers: usize, rows: &[sim::Row]) {
     let throttle = |p: f64| {
         rows.iter()
@@ -369,7 +356,7 @@ fn throttle_arithmetic(layers: usize, rows: &[sim::Row]) {
     };
     let (max, ratio) = (sim::THROTTLE_MAX_TOKENS, sim::THROTTLE_RATIO);
     println!(
-        "- grpc::Throttle ({max} tokens, {ratio} per success, retries while more than {} are left):",
+        "- A6's Throttle ({max} tokens, {ratio} per success, retries while more than {} are left):",
         max / 2.0
     );
     println!(

@@ -14,11 +14,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::util::MapResponse;
 use tower::{Layer, Service, ServiceExt};
-#[cfg(feature = "grpc")]
-use tower_http_retry::grpc::Throttle;
 use tower_http_retry::{
     Backoff, Hedging, Jitter, RetryBudget, RetryInfo, RetryLayer, RetryPolicy, RetryQuota,
-    StopReason,
+    StopReason, Throttle,
 };
 
 /// Width of a time window, as in the figures the project grew from.
@@ -177,15 +175,12 @@ pub const MIN_PER_SEC: f64 = 10.0;
 /// See [`RATIO`].
 pub const MAX_TOKENS: f64 = 100.0;
 
-#[cfg(feature = "grpc")]
 /// A6's example `retryThrottling`: `maxTokens` 10, `tokenRatio` 0.1. The throttle rows use
 /// `Throttle::builder().max_tokens(THROTTLE_MAX_TOKENS).token_ratio(THROTTLE_RATIO).build()`.
 pub const THROTTLE_MAX_TOKENS: f64 = 10.0;
-#[cfg(feature = "grpc")]
 /// See [`THROTTLE_MAX_TOKENS`].
 pub const THROTTLE_RATIO: f64 = 0.1;
 
-#[cfg(feature = "grpc")]
 /// The throttle's net tokens per attempt at failure rate `p`: a failed attempt takes 1, a
 /// success adds the ratio. Every attempt counts (the first of a request, a retry, and one
 /// whose retry the throttle then refuses), so this does not depend on how many retries
@@ -194,7 +189,6 @@ pub fn throttle_drift(p: f64) -> f64 {
     THROTTLE_RATIO * (1.0 - p) - p
 }
 
-#[cfg(feature = "grpc")]
 /// The failure rate at which [`throttle_drift`] is 0: ratio / (1 + ratio), 1/11 for A6's
 /// example. Below it the count stays near full and every retry passes; above it the count
 /// falls to the threshold within a few dozen attempts and then to 0, and no retry passes.
@@ -216,19 +210,13 @@ pub enum Retries {
     HedgedNoBudget,
     /// The same, every hedge spent from the default `RetryBudget`.
     HedgedBudget,
-    /// gRPC (feature `grpc`): `RetryLayer::grpc()` with three attempts retrying
-    /// `UNAVAILABLE`, A6's example throttle (each layer its own) and no budget, against a
-    /// server answering Trailers-Only `grpc-status: 14` instead of 503.
-    #[cfg(feature = "grpc")]
+    /// Three attempts, A6's example throttle (each layer its own) and no budget (A6 has
+    /// none): the throttle alone.
     Throttle,
 }
 
 impl Retries {
     /// The rows of a partial-outage table, in order.
-    #[cfg(not(feature = "grpc"))]
-    pub const ALL: [Retries; 3] = [Retries::Off, Retries::AttemptsOnly, Retries::DefaultBudget];
-    /// The rows of a partial-outage table, in order.
-    #[cfg(feature = "grpc")]
     pub const ALL: [Retries; 4] = [
         Retries::Off,
         Retries::AttemptsOnly,
@@ -244,18 +232,8 @@ impl Retries {
             Retries::DefaultBudget => "3 attempts, default budget",
             Retries::HedgedNoBudget => "hedged x3, no budget",
             Retries::HedgedBudget => "hedged x3, default budget",
-            #[cfg(feature = "grpc")]
-            Retries::Throttle => "3 attempts, grpc::Throttle",
+            Retries::Throttle => "3 attempts, A6's Throttle",
         }
-    }
-
-    /// Whether the server answers gRPC-shaped (Trailers-Only `grpc-status`) and the
-    /// requests are gRPC calls (POST).
-    pub fn grpc(self) -> bool {
-        #[cfg(feature = "grpc")]
-        return self == Retries::Throttle;
-        #[cfg(not(feature = "grpc"))]
-        return false;
     }
 
     /// Whether something (a budget or a throttle) may refuse this row's retries.
@@ -339,13 +317,11 @@ impl Measured {
 }
 
 /// A server that fails each call on its own with probability `failure_rate`: a 503, else
-/// a 200; gRPC-shaped (`grpc`), a 200 whose headers carry `grpc-status: 14` (UNAVAILABLE,
-/// Trailers-Only), else a 200 without `grpc-status`. Draws come from a seeded SplitMix64 sequence in call order, which a
+/// a 200. Draws come from a seeded SplitMix64 sequence in call order, which a
 /// current-thread runtime under paused time makes the same on every run.
 #[derive(Clone)]
 struct Flaky {
     failure_rate: f64,
-    grpc: bool,
     state: Arc<AtomicU64>,
     calls: Arc<AtomicUsize>,
 }
@@ -353,10 +329,9 @@ struct Flaky {
 impl Flaky {
     const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
 
-    fn new(failure_rate: f64, grpc: bool, seed: u64) -> Self {
+    fn new(failure_rate: f64, seed: u64) -> Self {
         Self {
             failure_rate,
-            grpc,
             state: Arc::new(AtomicU64::new(seed)),
             calls: Arc::default(),
         }
@@ -388,26 +363,15 @@ impl<B> Service<Request<B>> for Flaky {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let mut response = Response::new(());
         if self.draw() < self.failure_rate {
-            if self.grpc {
-                response
-                    .headers_mut()
-                    .insert("grpc-status", http::HeaderValue::from_static("14"));
-            } else {
-                *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-            }
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
         }
         ready(Ok(response))
     }
 }
 
-/// Whether a final answer is a success: a 2xx whose headers carry no `grpc-status` other than
-/// 0 (for the plain HTTP rows there is none).
+/// Whether a final answer is a success.
 fn succeeded<RB>(response: &Response<RB>) -> bool {
     response.status().is_success()
-        && response
-            .headers()
-            .get("grpc-status")
-            .is_none_or(|code| code == "0")
 }
 
 /// Wraps a retrying layer's service to count what it answers: every answer ends one of its
@@ -440,12 +404,8 @@ impl Storm {
     /// Runs the storm; call it under [`paused`].
     pub async fn run(self) -> Measured {
         assert!((1..=3).contains(&self.layers), "1 to 3 layers");
-        let server = Flaky::new(self.failure_rate, self.retries.grpc(), self.seed);
-        let method = if self.retries.grpc() {
-            Method::POST
-        } else {
-            Method::GET
-        };
+        let server = Flaky::new(self.failure_rate, self.seed);
+        let method = Method::GET;
         let counts: Vec<Arc<Mutex<LayerCount>>> =
             (0..self.layers).map(|_| Arc::default()).collect();
         let succeeded = Arc::new(AtomicUsize::new(0));
@@ -519,16 +479,12 @@ impl Storm {
                 .budget(RetryBudget::default())
                 .policy(policy.hedge(Hedging::after(Duration::from_millis(10)))),
             // A6 has no budget: the throttle alone. A new throttle per layer (per client).
-            #[cfg(feature = "grpc")]
-            Retries::Throttle => RetryLayer::grpc()
-                .no_budget()
-                .policy(policy.grpc_codes([tonic::Code::Unavailable]))
-                .throttle(
-                    Throttle::builder()
-                        .max_tokens(THROTTLE_MAX_TOKENS)
-                        .token_ratio(THROTTLE_RATIO)
-                        .build(),
-                ),
+            Retries::Throttle => RetryLayer::new().no_budget().policy(policy).throttle(
+                Throttle::builder()
+                    .max_tokens(THROTTLE_MAX_TOKENS)
+                    .token_ratio(THROTTLE_RATIO)
+                    .build(),
+            ),
         }
     }
 
@@ -558,7 +514,6 @@ impl Storm {
                         failure,
                         (MAX_TOKENS + RATIO * seen[k] + MIN_PER_SEC * seconds) / seen[k],
                     ),
-                    #[cfg(feature = "grpc")]
                     Retries::Throttle => Step::throttled(failure),
                 };
                 failure = 1.0 - steps[k].goodput;
@@ -602,7 +557,6 @@ impl Step {
     /// falls past the threshold within the first few dozen attempts and stays below, so no
     /// retry passes (q = 0; the handful granted at the start are left out) and every failed
     /// first attempt is a refused retry: p per request. The allowance is infinite or 0.
-    #[cfg(feature = "grpc")]
     fn throttled(p: f64) -> Self {
         if throttle_drift(p) > 0.0 {
             Self::new(p, f64::INFINITY)
@@ -780,8 +734,8 @@ pub struct TwoServers {
 /// alternating between them, [`PARTIAL_REQUESTS`] in all at [`PARTIAL_PER_SECOND`], 3
 /// attempts, [`partial_backoff`]. Call it under [`paused`].
 pub async fn two_servers(gates: Shared, seed: u64) -> TwoServers {
-    let down = Flaky::new(1.0, false, seed);
-    let healthy = Flaky::new(HEALTHY_FAILURE_RATE, false, seed + 1);
+    let down = Flaky::new(1.0, seed);
+    let healthy = Flaky::new(HEALTHY_FAILURE_RATE, seed + 1);
     let server = tower::service_fn(move |request: Request<_>| {
         let mut server = match request.uri().host() {
             Some("down.test") => down.clone(),

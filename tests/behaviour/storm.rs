@@ -300,7 +300,6 @@ fn every_budget_in_the_tables_stays_under_its_ceiling() {
                     Retries::Off => 0.0,
                     Retries::AttemptsOnly | Retries::HedgedNoBudget => 2.0 * layer.requests as f64,
                     // No budget: only the attempts bound it (the throttle has tests below).
-                    #[cfg(feature = "grpc")]
                     Retries::Throttle => 2.0 * layer.requests as f64,
                     Retries::DefaultBudget | Retries::HedgedBudget => {
                         sim::MAX_TOKENS
@@ -319,8 +318,8 @@ fn every_budget_in_the_tables_stays_under_its_ceiling() {
     }
 }
 
-// The grpc::Throttle rows (feature `grpc`): A6's example throttle, 10 tokens, 0.1 per
-// success, retries while more than 5 are left, no budget. They are also in the tables that
+// The Throttle rows: gRPC A6's example throttle, 10 tokens, 0.1 per success, retries
+// while more than 5 are left, no budget. They are also in the tables that
 // `check_against_arithmetic` holds to the general tolerances above; these tests hold them
 // to the throttle's own arithmetic, tighter. Every attempt moves the count by
 // 0.1 (1 - p) - p on average, so the throttle passes every retry below p = 1/11 and none
@@ -329,19 +328,15 @@ fn every_budget_in_the_tables_stays_under_its_ceiling() {
 /// Above 1/11, retries the throttles grant in all, at most (the start of the run): the
 /// count loses about 1.1 p - 0.1 per attempt and starts 5 tokens above the threshold, so
 /// about 5 retries per layer at 20% and 50% (4 exactly at 100%), and 3 layers' worth here.
-#[cfg(feature = "grpc")]
 const THROTTLE_GRANTED_ABOVE_KNEE: usize = 45;
 /// Refusals above 1/11 within this many of p * (requests each layer answered): about four
 /// standard deviations of the binomial count of failed first attempts (sqrt(20,000 * 0.25)
 /// = 71 at worst, per layer), plus the start-up grants.
-#[cfg(feature = "grpc")]
 const THROTTLE_REFUSED_SLACK: f64 = 4.0 * 71.0 * 3.0 + 45.0;
 /// At 5% the count dips to the threshold now and then; refusals stay under this share of
 /// the failed attempts (a 5-token downward run against a +0.045 drift per attempt).
-#[cfg(feature = "grpc")]
 const THROTTLE_REFUSED_AT_FIVE_PERCENT: f64 = 0.02;
 
-#[cfg(feature = "grpc")]
 #[test]
 fn the_throttle_knee_is_one_failure_in_eleven() {
     // The closed forms the example prints.
@@ -386,7 +381,6 @@ fn the_throttle_knee_is_one_failure_in_eleven() {
     }
 }
 
-#[cfg(feature = "grpc")]
 #[test]
 fn the_throttle_passes_every_retry_below_the_knee() {
     for layers in [1, 3] {
@@ -415,7 +409,6 @@ fn the_throttle_passes_every_retry_below_the_knee() {
     }
 }
 
-#[cfg(feature = "grpc")]
 #[test]
 fn the_throttle_passes_no_retry_above_the_knee() {
     for layers in [1, 3] {
@@ -451,7 +444,6 @@ fn the_throttle_passes_no_retry_above_the_knee() {
     }
 }
 
-#[cfg(feature = "grpc")]
 #[test]
 fn in_a_total_outage_each_throttle_grants_exactly_four_retries() {
     // From 10 tokens, failures leave 9, 8, 7, 6 (above 5: retry) and then 5 (not above):

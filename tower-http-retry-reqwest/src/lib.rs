@@ -1,0 +1,614 @@
+//! [`tower_http_retry`]'s layer over a [`reqwest::Client`].
+//!
+//! `reqwest::Client` is a `Service<reqwest::Request>`, not a
+//! `Service<http::Request<B>>`, so [`RetryLayer`](tower_http_retry::RetryLayer) cannot wrap it directly.
+//! [`ReqwestService`] is the adapter: it takes the `http::Request<ReplayBody<B>>` the layer
+//! hands down, converts it into a `reqwest::Request` (what `reqwest::Request::try_from`
+//! makes of it, with the URL built from its origin's, parsed once per service, instead of
+//! the whole URI printed and parsed again for every attempt), sends it with the client, and
+//! gives back reqwest's response as an `http::Response<reqwest::Body>`.
+//!
+//! ```text
+//! RetryLayer  ->  ReqwestService  ->  reqwest::Client (pool, DNS, TLS, redirects)
+//! ```
+//!
+//! reqwest's own errors reach the layer already recognised ([`recognize`], handed over as
+//! a [`Recognized`] error): a connect error (`is_connect`,
+//! also a connect timeout) proves the server never saw the request; a timeout
+//! (`is_timeout`: reqwest's own, whose type is private, or one underneath) is a retryable
+//! timeout; anything else is judged by what it wraps, so a reset or a closed connection
+//! underneath is found too. The caller still gets reqwest's own error back.
+//!
+//! With the `middleware` feature, `RetryMiddleware` runs the same retry loop as a
+//! reqwest-middleware `Middleware`, for applications built on `ClientWithMiddleware`.
+//!
+//! # Things to know
+//!
+//! - **Timeouts.** Every attempt is a separate `execute`, so reqwest's
+//!   `ClientBuilder::timeout` bounds each attempt, and its expiry is retried as a timeout.
+//!   It also keeps running while the response body is read, after the layer has returned
+//!   the response. [`RetryPolicy::attempt_timeout`](tower_http_retry::RetryPolicy::attempt_timeout) and
+//!   [`RetryPolicy::deadline`](tower_http_retry::RetryPolicy::deadline) do the same job inside the
+//!   layer, with the time left before the deadline taken into account.
+//! - **reqwest's own retries stay out of the way.** reqwest retries HTTP/2 protocol
+//!   refusals itself only for bodies it can clone; the body handed to it here is a stream,
+//!   so it never sends a copy of its own and the layer's limits and budget hold.
+//! - **Redirects.** reqwest follows them (unless its redirect policy says otherwise), but a
+//!   307 or 308 for a request with a non-empty body is returned as is, since it cannot
+//!   clone the body.
+//! - **The response.** `reqwest::Response::from(response)` turns it back into a
+//!   `reqwest::Response` (`text()`, `json()`, `error_for_status()`), with the final URL
+//!   and the [`RetryInfo`](tower_http_retry::RetryInfo) in its extensions.
+//! - **Features.** reqwest is built without its default features here (no TLS, no
+//!   HTTP/2); enable what your application needs on your own reqwest dependency (for
+//!   example `reqwest = { version = "0.13", features = ["rustls"] }`) and Cargo builds one
+//!   reqwest with both.
+
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll, ready};
+
+use ::reqwest::{Client, ResponseBuilderExt, Url};
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tower::BoxError;
+use tower_service::Service;
+
+use tower_http_retry::classify::{Recognized, RetryReason};
+use tower_http_retry::{Attempt, ReplayBody};
+
+#[cfg(feature = "middleware")]
+mod middleware;
+#[cfg(feature = "middleware")]
+#[cfg_attr(docsrs, doc(cfg(feature = "middleware")))]
+pub use self::middleware::RetryMiddleware;
+
+/// A [`reqwest::Client`] as a `Service<http::Request<ReplayBody<B>>>`,
+/// for [`RetryLayer`](tower_http_retry::RetryLayer) to wrap.
+///
+/// It returns `http::Response<reqwest::Body>`, and fails with reqwest's own
+/// [`reqwest::Error`] inside a [`Recognized`] (what [`recognize`] makes of it, for the
+/// layer; the layer's caller gets the `reqwest::Error` itself back): also when the request
+/// cannot be converted (`is_builder()`, for example for a URI without a scheme and host),
+/// in which case nothing is sent.
+///
+/// `B` is the caller's request body type (the layer hands down `ReplayBody<B>`), inferred
+/// from the requests sent. Any body works: a `Full<Bytes>`, a `String`, a stream, a
+/// `reqwest::Body` (the default), also bodies that are `Send` but not `Sync`
+/// (`UnsyncBoxBody`, axum's body).
+///
+/// # Clone
+///
+/// Cloning is cheap: a `reqwest::Client` is a handle on one shared connection pool, and
+/// every clone of this service uses it, and the parsed URLs of the origins it sent to.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use http_body_util::{BodyExt, Full};
+/// use tower::{ServiceBuilder, ServiceExt};
+/// use tower_http_retry_reqwest::ReqwestService;
+/// use tower_http_retry::{Backoff, RetryInfo, RetryLayer, RetryPolicy};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// # // A server on 127.0.0.1 that answers 503 once, then 200.
+/// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// # let addr = listener.local_addr()?;
+/// # let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+/// # tokio::spawn(async move {
+/// #     while let Ok((stream, _)) = listener.accept().await {
+/// #         let calls = calls.clone();
+/// #         let service = hyper::service::service_fn(move |_req| {
+/// #             let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+/// #             let status = if n == 0 { 503 } else { 200 };
+/// #             async move { http::Response::builder().status(status).body(Full::new(Bytes::from("hello"))) }
+/// #         });
+/// #         let io = hyper_util::rt::TokioIo::new(stream);
+/// #         tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+/// #     }
+/// # });
+/// let client = reqwest::Client::builder()
+///     .timeout(Duration::from_secs(2)) // each attempt's limit
+/// #   .no_proxy() // the server is on 127.0.0.1
+///     .build()?;
+/// let service = ServiceBuilder::new()
+///     .layer(RetryLayer::new().policy(
+///         RetryPolicy::default()
+///             .backoff(Backoff::exponential(Duration::from_millis(10), Duration::from_secs(1)))
+///             .deadline(Duration::from_secs(10)),
+///     ))
+///     .service(ReqwestService::new(client));
+///
+/// let request = http::Request::get(format!("http://{addr}/greeting"))
+///     .body(Full::new(Bytes::new()))?;
+/// let response = service.oneshot(request).await?;
+/// assert_eq!(response.status(), 200);
+/// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts(), 2); // 503, then 200
+///
+/// // Back to a `reqwest::Response`, for reqwest's own helpers.
+/// let response = reqwest::Response::from(response);
+/// assert_eq!(response.url().path(), "/greeting");
+/// assert_eq!(response.text().await?, "hello");
+/// # Ok(())
+/// # }
+/// ```
+pub struct ReqwestService<B = ::reqwest::Body> {
+    client: Client,
+    /// The URLs of the origins this service and its clones sent to, shared.
+    origins: Arc<Origins>,
+    /// The request body type, fixed per service so that `svc.ready().await?.call(req)`
+    /// needs no annotation. `fn(B)`: the service holds no `B`, and is `Send` and `Sync`
+    /// whatever `B` is.
+    _body: PhantomData<fn(B)>,
+}
+
+impl<B> ReqwestService<B> {
+    /// Sends every request through `client`.
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            origins: Arc::default(),
+            _body: PhantomData,
+        }
+    }
+
+    /// The client.
+    pub fn get_ref(&self) -> &Client {
+        &self.client
+    }
+
+    /// The client, mutably.
+    pub fn get_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    /// Gives the client back.
+    pub fn into_inner(self) -> Client {
+        self.client
+    }
+}
+
+impl<B> Clone for ReqwestService<B> {
+    fn clone(&self) -> Self {
+        Self {
+            client: self.client.clone(),
+            origins: Arc::clone(&self.origins),
+            _body: PhantomData,
+        }
+    }
+}
+
+impl<B> fmt::Debug for ReqwestService<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReqwestService")
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+impl<B> From<Client> for ReqwestService<B> {
+    fn from(client: Client) -> Self {
+        Self::new(client)
+    }
+}
+
+impl<B> Service<http::Request<ReplayBody<B>>> for ReqwestService<B>
+where
+    B: Body + Send + Unpin + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = http::Response<::reqwest::Body>;
+    type Error = Recognized;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Service::<::reqwest::Request>::poll_ready(&mut self.client, cx).map_err(recognized)
+    }
+
+    fn call(&mut self, request: http::Request<ReplayBody<B>>) -> Self::Future {
+        let request = request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body)));
+        let state = match to_reqwest(&self.origins, request) {
+            Ok(request) => State::Sending {
+                future: self.client.call(request),
+            },
+            Err(error) => State::Failed { error: Some(error) },
+        };
+        ResponseFuture { state }
+    }
+}
+
+/// The URLs of the first few origins (scheme and authority) a service sent to, each parsed
+/// once. reqwest takes a request's URL as a `Url`, and its own conversion from an
+/// `http::Request` prints the URI and parses the text again on every call (about 7 000
+/// instructions, more than the rest of the layer's work on a request); the URL of a known
+/// origin is its parsed origin with the path and query set, which skips the host's parsing
+/// and gives the same `Url` (a property test holds the two equal). Slots are filled once
+/// and never change, so reading them takes no lock; an origin beyond them is parsed whole,
+/// as reqwest would.
+#[derive(Default)]
+struct Origins([OnceLock<Origin>; 4]);
+
+struct Origin {
+    scheme: http::uri::Scheme,
+    authority: http::uri::Authority,
+    /// `scheme://authority/`, parsed.
+    url: Url,
+}
+
+impl Origins {
+    /// The URL of `uri`, when its origin is known or a slot is free for it.
+    fn url(&self, uri: &http::Uri) -> Option<Url> {
+        let (scheme, authority) = (uri.scheme()?, uri.authority()?);
+        // reqwest sends nothing else: other schemes take its own path, for its error. A
+        // path that is not absolute (`*`, which `http` allows as the whole path) is printed
+        // against the authority (`http://host*`), so it too is left to reqwest's parse.
+        if *scheme != http::uri::Scheme::HTTP && *scheme != http::uri::Scheme::HTTPS
+            || !uri.path().starts_with('/')
+        {
+            return None;
+        }
+        for slot in &self.0 {
+            let origin = match slot.get() {
+                Some(origin) => origin,
+                None => {
+                    let url = Url::parse(&format!("{scheme}://{authority}/")).ok()?;
+                    slot.get_or_init(|| Origin {
+                        scheme: scheme.clone(),
+                        authority: authority.clone(),
+                        url,
+                    })
+                }
+            };
+            // Compared as written: `Authority`'s own `==` ignores case, which the user
+            // information does not.
+            if origin.scheme == *scheme && origin.authority.as_str() == authority.as_str() {
+                let mut url = origin.url.clone();
+                url.set_path(uri.path());
+                url.set_query(uri.query());
+                return Some(url);
+            }
+        }
+        None
+    }
+}
+
+/// The attempt as reqwest's request: reqwest's own conversion when the request carries
+/// extensions reqwest may read (its timeout, set on a `reqwest::Request` converted to an
+/// `http::Request`), or when its origin is not known; otherwise the same request made from
+/// its parts, with the origin's URL. reqwest reads nothing else of a request's extensions
+/// and sends none of them, so the layer's own `Attempt` is no reason for the long way.
+fn to_reqwest(
+    origins: &Origins,
+    request: http::Request<::reqwest::Body>,
+) -> Result<::reqwest::Request, ::reqwest::Error> {
+    let extensions = request.extensions();
+    let plain =
+        extensions.is_empty() || (extensions.len() == 1 && extensions.get::<Attempt>().is_some());
+    let url = match plain {
+        true => origins.url(request.uri()),
+        false => None,
+    };
+    let Some(url) = url else {
+        return ::reqwest::Request::try_from(request);
+    };
+    let (parts, body) = request.into_parts();
+    let mut converted = ::reqwest::Request::new(parts.method, url);
+    *converted.headers_mut() = parts.headers;
+    *converted.body_mut() = Some(body);
+    *converted.version_mut() = parts.version;
+    Ok(converted)
+}
+
+type Pending = <Client as Service<::reqwest::Request>>::Future;
+
+pin_project! {
+    /// The response future of [`ReqwestService`].
+    pub struct ResponseFuture {
+        #[pin]
+        state: State,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State {
+        Sending { #[pin] future: Pending },
+        Failed { error: Option<::reqwest::Error> },
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<http::Response<::reqwest::Body>, Recognized>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Sending { future } => {
+                let response = ready!(future.poll(cx)).map_err(recognized)?;
+                Poll::Ready(Ok(into_http(response)))
+            }
+            StateProj::Failed { error } => Poll::Ready(Err(recognized(
+                error
+                    .take()
+                    .expect("ResponseFuture polled after completion"),
+            ))),
+        }
+    }
+}
+
+/// What a `reqwest::Error` is, as a failure: a connect error (a connect timeout too: the
+/// connection never existed, which is the stronger claim) is
+/// [`RetryReason::Connect`], a timeout [`RetryReason::Timeout`] (reqwest's own timeout
+/// error is a private type: only `is_timeout` can tell), and anything else `None`: judged
+/// by what it wraps (a reset, a closed connection, ...).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use tower_http_retry::RetryReason;
+///
+/// // Port 9 on 127.0.0.1: nothing listens there.
+/// let client = reqwest::Client::builder().no_proxy().build().unwrap();
+/// let error = client.get("http://127.0.0.1:9/").send().await.unwrap_err();
+/// assert_eq!(tower_http_retry_reqwest::recognize(&error), Some(RetryReason::Connect));
+/// # }
+/// ```
+pub fn recognize(error: &::reqwest::Error) -> Option<RetryReason> {
+    if error.is_connect() {
+        Some(RetryReason::Connect)
+    } else if error.is_timeout() {
+        Some(RetryReason::Timeout)
+    } else {
+        None
+    }
+}
+
+/// reqwest's error, handed to the layer already recognised.
+pub(crate) fn recognized(error: ::reqwest::Error) -> Recognized {
+    let reason = recognize(&error);
+    Recognized::new(error, reason)
+}
+
+impl fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            State::Sending { .. } => "sending",
+            State::Failed { .. } => "failed",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+/// `http::Response::from` drops the response's final URL; it is put back where
+/// `reqwest::Response::from` looks for it, so a round trip keeps it.
+fn into_http(response: ::reqwest::Response) -> http::Response<::reqwest::Body> {
+    let url = response.url().clone();
+    let mut response = http::Response::from(response);
+    if let Ok(marker) = http::Response::builder().url(url).body(()) {
+        response
+            .extensions_mut()
+            .extend(marker.into_parts().0.extensions);
+    }
+    response
+}
+
+/// `reqwest::Body::wrap` takes only `Sync` bodies, and many tower bodies are only `Send`.
+/// reqwest polls the body through `&mut`, so a `Mutex` that is never locked
+/// (`Mutex::get_mut`) makes any `Send` body `Sync`; `size_hint` and `is_end_stream`, which
+/// take `&self`, answer from copies taken after every poll (nothing else changes them).
+struct SyncBody<B> {
+    body: Mutex<ReplayBody<B>>,
+    hint: SizeHint,
+    end: bool,
+}
+
+impl<B> SyncBody<B>
+where
+    B: Body + Unpin,
+{
+    fn new(body: ReplayBody<B>) -> Self {
+        Self {
+            hint: body.size_hint(),
+            end: body.is_end_stream(),
+            body: Mutex::new(body),
+        }
+    }
+}
+
+impl<B> Body for SyncBody<B>
+where
+    B: Body + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.get_mut();
+        let body = this.body.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let frame = ready!(Pin::new(&mut *body).poll_frame(cx));
+        this.hint = body.size_hint();
+        this.end = body.is_end_stream();
+        Poll::Ready(frame)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.hint
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.end
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
+    use proptest::prelude::*;
+
+    fn sync<T: Sync>(_: &T) {}
+
+    /// What reqwest's own conversion makes of `uri`.
+    fn parsed(uri: &http::Uri) -> Option<Url> {
+        Url::parse(&uri.to_string()).ok()
+    }
+
+    #[test]
+    fn a_known_origin_gives_the_url_reqwest_would_parse() {
+        let origins = Origins::default();
+        for text in [
+            "http://127.0.0.1:3000/items/7?full=1",
+            "http://127.0.0.1:3000/",
+            "http://127.0.0.1:3000",
+            "http://127.0.0.1:3000/a/../b/./c?",
+            "http://127.0.0.1:3000/%7e%41/x%2Fy?q=%20'{}|",
+            "https://Example.COM/p",
+            "https://example.com:443/p",
+            "http://user:Secret@[::1]:8080/p?x",
+            "http://User:Secret@[::1]:8080/p?x",
+            "http://example.com./dots",
+        ] {
+            let uri: http::Uri = text.parse().unwrap();
+            assert_eq!(Origins::default().url(&uri), parsed(&uri), "{text}");
+        }
+        // User information is told apart by case, as the URL keeps it.
+        for user in ["user", "User"] {
+            let uri: http::Uri = format!("http://{user}:pw@[::1]:8080/p").parse().unwrap();
+            let url = origins.url(&uri).unwrap();
+            assert_eq!(url.username(), user);
+        }
+        // Four origins are kept; a fifth is parsed whole, by reqwest.
+        for host in ["a.example", "b.example"] {
+            let uri: http::Uri = format!("http://{host}/x").parse().unwrap();
+            assert_eq!(origins.url(&uri), parsed(&uri));
+        }
+        assert!(origins.0.iter().all(|slot| slot.get().is_some()));
+        let fifth: http::Uri = "http://b.example/y".parse().unwrap();
+        assert_eq!(
+            origins.url(&fifth),
+            parsed(&fifth),
+            "a kept origin is still found"
+        );
+        let fifth: http::Uri = "http://fifth.example/".parse().unwrap();
+        assert_eq!(origins.url(&fifth), None);
+    }
+
+    #[test]
+    fn other_schemes_relative_uris_and_the_star_take_reqwests_way() {
+        let origins = Origins::default();
+        for text in ["ftp://example.com/f", "/relative", "ws://example.com/"] {
+            let uri: http::Uri = text.parse().unwrap();
+            assert_eq!(origins.url(&uri), None, "{text}");
+        }
+        // `OPTIONS *` to an origin: printed as `http://127.0.0.1:3000*`, which reqwest
+        // refuses (a port that is no number); so does the service.
+        let star = http::Uri::builder()
+            .scheme("http")
+            .authority("127.0.0.1:3000")
+            .path_and_query("*")
+            .build()
+            .unwrap();
+        assert_eq!(origins.url(&star), None);
+        assert!(origins.0.iter().all(|slot| slot.get().is_none()));
+        let mut request = http::Request::new(::reqwest::Body::from(""));
+        *request.method_mut() = http::Method::OPTIONS;
+        *request.uri_mut() = star;
+        assert!(to_reqwest(&origins, request).unwrap_err().is_builder());
+    }
+
+    #[test]
+    fn a_request_with_extensions_reqwest_may_read_keeps_them() {
+        let origins = Origins::default();
+        let mut request = http::Request::new(::reqwest::Body::from("x"));
+        *request.uri_mut() = "http://127.0.0.1:3000/a".parse().unwrap();
+        request.extensions_mut().insert(7u8);
+        let converted = to_reqwest(&origins, request).unwrap();
+        // The long way: reqwest's conversion, which leaves the origins alone.
+        assert!(origins.0[0].get().is_none());
+        assert_eq!(converted.url().as_str(), "http://127.0.0.1:3000/a");
+
+        let mut request = http::Request::new(::reqwest::Body::from("x"));
+        *request.method_mut() = http::Method::PUT;
+        *request.uri_mut() = "http://127.0.0.1:3000/b?c".parse().unwrap();
+        *request.version_mut() = http::Version::HTTP_11;
+        request.headers_mut().insert("x-a", "1".parse().unwrap());
+        request.extensions_mut().insert(Attempt::new(2));
+        let converted = to_reqwest(&origins, request).unwrap();
+        assert!(origins.0[0].get().is_some());
+        assert_eq!(converted.method(), http::Method::PUT);
+        assert_eq!(converted.url().as_str(), "http://127.0.0.1:3000/b?c");
+        assert_eq!(converted.version(), http::Version::HTTP_11);
+        assert_eq!(converted.headers()["x-a"], "1");
+        assert_eq!(converted.body().and_then(|b| b.as_bytes()), Some(&b"x"[..]));
+    }
+
+    fn piece() -> impl Strategy<Value = String> {
+        let atoms = prop::sample::select(vec![
+            "a", "Z", "0", "-", "_", "~", ".", "..", "/", "//", "%", "%2e", "%2E", "%41", "%zz",
+            "!", "$", "&", "'", "(", ")", "*", "+", ",", ";", "=", ":", "@", "?", "[", "]", "{",
+            "}", "|", "^", "`", "%00", "%2F",
+        ]);
+        prop::collection::vec(atoms, 0..8).prop_map(|atoms| atoms.concat())
+    }
+
+    proptest! {
+        /// Any URI `http::Uri` accepts gets, through a known origin, the URL reqwest's own
+        /// conversion would parse, or is left to that conversion.
+        #[test]
+        fn the_origin_url_equals_the_parsed_one(
+            https in any::<bool>(),
+            authority in prop::sample::select(vec![
+                "127.0.0.1:3000", "localhost", "Example.COM:80", "u:p@h", "[::1]:1", "a.b.",
+            ]),
+            path in piece(),
+            query in prop::option::of(piece()),
+        ) {
+            let scheme = if https { "https" } else { "http" };
+            let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+            let text = format!("{scheme}://{authority}/{path}{query}");
+            // A URI `http` refuses never reaches the service (proptest fails the test if
+            // too many are refused to leave enough cases).
+            let uri = text.parse::<http::Uri>();
+            prop_assume!(uri.is_ok());
+            let uri = uri.unwrap();
+            match Origins::default().url(&uri) {
+                Some(url) => prop_assert_eq!(Some(url), parsed(&uri), "{}", text),
+                // Left to reqwest only where the origin itself does not parse.
+                None => prop_assert!(parsed(&uri).is_none(), "{}", text),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_send_only_body_is_made_sync_and_keeps_its_hint_and_end() {
+        let body = UnsyncBoxBody::new(Full::new(Bytes::from_static(b"hello")));
+        let mut body = SyncBody::new(ReplayBody::new(body, 1024));
+        sync(&body);
+        assert_eq!(body.size_hint().exact(), Some(5));
+        assert!(!body.is_end_stream());
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), Bytes::from_static(b"hello"));
+        assert_eq!(body.size_hint().exact(), Some(0));
+        assert!(body.is_end_stream());
+    }
+}

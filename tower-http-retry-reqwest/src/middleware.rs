@@ -1,0 +1,371 @@
+// The retry loop as a reqwest-middleware `Middleware` (feature `middleware`).
+//
+// reqwest-middleware's `Next` may be run more than once, one run after the other, so a
+// middleware can drive a retry loop; but the `reqwest::Request` it hands over can be
+// cloned only when its body is a buffer (`try_clone` gives `None` for a stream), and
+// nothing in it knows backoff, budgets, idempotency keys or `Retry-After`. So
+// [`RetryMiddleware`] does not loop itself: it turns the request into an
+// `http::Request`, runs this crate's [`Retry`](tower_http_retry::Retry) service over a small
+// `Service` that calls `Next` once per attempt, and turns the answer back. Every decision
+// (classification, keys, replay of streaming bodies, budget, deadline, `Retry-After`,
+// [`RetryInfo`](tower_http_retry::RetryInfo)) is the layer's own, made once, in one loop.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::Extensions;
+use reqwest_middleware::{Middleware, Next};
+use tower::{BoxError, Layer};
+use tower_service::Service;
+
+use super::SyncBody;
+use tower_http_retry::{
+    AttemptTimedOut, DeadlineExceeded, ReplayBody, Retry, RetryLayer, RetryPolicy,
+};
+
+/// A reqwest-middleware [`Middleware`] that runs a [`RetryLayer`]'s retry loop.
+///
+/// Middlewares added before it see one logical request; those added after it (and the
+/// client) see every attempt. It sends each attempt down the chain with a copy of the
+/// extensions it was given, and hands the last attempt's back, so a middleware below never
+/// sees what an earlier attempt left there.
+///
+/// - A [`RetryPolicy`] in the middleware extensions (`RequestBuilder::with_extension`)
+///   overrides the layer's policy for that request, as one in the request's own
+///   extensions does.
+/// - The response carries the [`RetryInfo`](tower_http_retry::RetryInfo) in its extensions, and its
+///   final URL.
+/// - Errors come back as the chain below returned them (a `reqwest::Error` as
+///   `reqwest_middleware::Error::Reqwest`, a middleware's error as it raised it); the
+///   layer's own ([`DeadlineExceeded`], [`AttemptTimedOut`],
+///   [`ServiceNotReady`](tower_http_retry::ServiceNotReady)) as `reqwest_middleware::Error::Middleware`. The classifier sees the error a middleware
+///   below raised, not its `anyhow` wrapper: an `io::Error` of kind `ConnectionReset` from
+///   a middleware is retried like one from the transport.
+/// - Request bodies are handed down as streams (replayed by the layer), so
+///   `Request::try_clone` gives `None` below this middleware: another retrying middleware
+///   below it (reqwest-retry) refuses them. One retry loop per call path is the point.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_http_retry_reqwest::RetryMiddleware;
+/// use tower_http_retry::{Backoff, RetryInfo, RetryLayer, RetryPolicy};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// # // A server on 127.0.0.1 that answers 503 once, then 200.
+/// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// # let addr = listener.local_addr()?;
+/// # let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+/// # tokio::spawn(async move {
+/// #     while let Ok((stream, _)) = listener.accept().await {
+/// #         let calls = calls.clone();
+/// #         let service = hyper::service::service_fn(move |_req| {
+/// #             let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+/// #             let status = if n == 0 { 503 } else { 200 };
+/// #             let body = http_body_util::Full::new(bytes::Bytes::from("hello"));
+/// #             async move { http::Response::builder().status(status).body(body) }
+/// #         });
+/// #         let io = hyper_util::rt::TokioIo::new(stream);
+/// #         tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+/// #     }
+/// # });
+/// let layer = RetryLayer::new().policy(
+///     RetryPolicy::default()
+///         .backoff(Backoff::exponential(Duration::from_millis(10), Duration::from_secs(1)))
+///         .deadline(Duration::from_secs(10)),
+/// );
+/// # let client = reqwest::Client::builder().no_proxy().build()?; // the server is on 127.0.0.1
+/// # /*
+/// let client = reqwest::Client::new();
+/// # */
+/// let client = reqwest_middleware::ClientBuilder::new(client)
+///     .with(RetryMiddleware::new(layer))
+///     .build();
+///
+/// let response = client.get(format!("http://{addr}/greeting")).send().await?;
+/// assert_eq!(response.status(), 200);
+/// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts(), 2); // 503, then 200
+/// assert_eq!(response.text().await?, "hello");
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Clone
+///
+/// The layer's policies are resolved once, when the layer first makes a service: every
+/// request, and every clone of the middleware, uses them, and shares the layer's budget, as
+/// the clones of one service made by the layer do.
+#[derive(Clone)]
+pub struct RetryMiddleware {
+    layer: RetryLayer,
+}
+
+impl fmt::Debug for RetryMiddleware {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryMiddleware")
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+impl RetryMiddleware {
+    /// Runs `layer`'s retry loop around the rest of the middleware chain.
+    pub fn new(layer: RetryLayer) -> Self {
+        Self { layer }
+    }
+
+    /// The layer.
+    pub fn get_ref(&self) -> &RetryLayer {
+        &self.layer
+    }
+
+    async fn run<'a>(
+        &'a self,
+        request: ::reqwest::Request,
+        extensions: &'a mut Extensions,
+        next: Next<'a>,
+    ) -> reqwest_middleware::Result<::reqwest::Response> {
+        let url = request.url().clone();
+        let timeout = request.timeout().copied();
+        let mut request = to_http(request)?;
+        if let Some(policy) = extensions.get::<RetryPolicy>() {
+            request.extensions_mut().insert(policy.clone());
+        }
+        let last = Mutex::new(None);
+        let chain = Chain {
+            next,
+            extensions: extensions.clone(),
+            last: &last,
+            url: &url,
+            timeout,
+        };
+        let mut service: Retry<Chain<'_>> = Layer::layer(&self.layer, chain);
+        // The chain is always ready: `poll_ready` only asks it. Called without `oneshot`,
+        // whose state machine would move the request and the response future again.
+        let result = match std::future::poll_fn(|cx| service.poll_ready(cx)).await {
+            Ok(()) => service.call(request).await,
+            Err(error) => Err(error),
+        };
+        if let Some(last) = last.into_inner().unwrap_or_else(PoisonError::into_inner) {
+            *extensions = last;
+        }
+        match result {
+            Ok(response) => Ok(uncarry(response)),
+            Err(error) => Err(from_box(error)),
+        }
+    }
+}
+
+impl From<RetryLayer> for RetryMiddleware {
+    fn from(layer: RetryLayer) -> Self {
+        Self::new(layer)
+    }
+}
+
+// Written out as `async_trait` expands it, to need no macro crate of our own.
+impl Middleware for RetryMiddleware {
+    fn handle<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        req: ::reqwest::Request,
+        extensions: &'life1 mut Extensions,
+        next: Next<'life2>,
+    ) -> Pin<
+        Box<
+            dyn Future<Output = reqwest_middleware::Result<::reqwest::Response>>
+                + Send
+                + 'async_trait,
+        >,
+    >
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(self.run(req, extensions, next))
+    }
+}
+
+/// reqwest's request as an `http::Request`, its parts moved over one by one (reqwest's own
+/// conversion goes through `http::request::Builder`, which moves them more). What reqwest
+/// keeps in a request's extensions, its timeout, is carried by the chain beside it.
+fn to_http(
+    mut request: ::reqwest::Request,
+) -> Result<http::Request<::reqwest::Body>, ::reqwest::Error> {
+    let Ok(uri) = http::Uri::try_from(request.url().as_str()) else {
+        // A URL that is no URI: reqwest's conversion, for its error.
+        return http::Request::try_from(request);
+    };
+    let body = request
+        .body_mut()
+        .take()
+        .unwrap_or_else(|| ::reqwest::Body::from(bytes::Bytes::new()));
+    let mut converted = http::Request::new(body);
+    *converted.method_mut() = std::mem::take(request.method_mut());
+    *converted.uri_mut() = uri;
+    *converted.version_mut() = request.version();
+    *converted.headers_mut() = std::mem::take(request.headers_mut());
+    Ok(converted)
+}
+
+/// The rest of the middleware chain as the service the layer wraps: one `Next::run` per
+/// call.
+#[derive(Clone)]
+struct Chain<'a> {
+    next: Next<'a>,
+    /// The extensions the middleware was given; every attempt starts from a copy.
+    extensions: Extensions,
+    /// The last attempt's extensions, for the caller (a local of the middleware's call,
+    /// which outlives every attempt).
+    last: &'a Mutex<Option<Extensions>>,
+    /// The request's URL as reqwest parsed it, for every attempt: the layer never changes
+    /// a request's URI (its hooks write headers), and parsing the URI again would cost more
+    /// than the rest of an attempt's conversions.
+    url: &'a ::reqwest::Url,
+    /// The request's own timeout (`RequestBuilder::timeout`), the one setting reqwest
+    /// keeps in a request's extensions.
+    timeout: Option<Duration>,
+}
+
+impl Chain<'_> {
+    /// The attempt as a `reqwest::Request`, with the URL reqwest parsed.
+    fn to_reqwest(&self, request: http::Request<::reqwest::Body>) -> ::reqwest::Request {
+        let (parts, body) = request.into_parts();
+        let mut attempt = ::reqwest::Request::new(parts.method, self.url.clone());
+        *attempt.headers_mut() = parts.headers;
+        *attempt.body_mut() = Some(body);
+        *attempt.version_mut() = parts.version;
+        *attempt.timeout_mut() = self.timeout;
+        attempt
+    }
+}
+
+type Attempt<'a> =
+    Pin<Box<dyn Future<Output = Result<http::Response<Carried>, BoxError>> + Send + 'a>>;
+
+impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
+    type Response = http::Response<Carried>;
+    type Error = BoxError;
+    type Future = Attempt<'a>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<ReplayBody<::reqwest::Body>>) -> Self::Future {
+        let request = request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body)));
+        let request = self.to_reqwest(request);
+        let next = self.next.clone();
+        let mut extensions = self.extensions.clone();
+        let last = self.last;
+        Box::pin(async move {
+            let result = next.run(request, &mut extensions).await;
+            *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(extensions);
+            match result {
+                Ok(response) => Ok(carry(response)),
+                // Unwrapped and recognised, so the classifier takes reqwest's own reading.
+                Err(reqwest_middleware::Error::Reqwest(error)) => {
+                    Err(super::recognized(error).into())
+                }
+                Err(error) => Err(FromBelow(error).into()),
+            }
+        })
+    }
+}
+
+/// reqwest's response, carried through the layer whole: the layer reads the status, the
+/// headers and the extensions from the `http::Response` around it, and never its body.
+/// Converting to an `http::Response<reqwest::Body>` and back would box the body twice
+/// (each hop's `Body::wrap`, polled through both on every read), copy the final URL and
+/// add an extension for it.
+struct Carried(::reqwest::Response);
+
+/// The head moved out of reqwest's response (nothing is copied), the response kept whole.
+fn carry(mut response: ::reqwest::Response) -> http::Response<Carried> {
+    let mut head = http::Response::new(());
+    *head.status_mut() = response.status();
+    *head.version_mut() = response.version();
+    *head.headers_mut() = std::mem::take(response.headers_mut());
+    *head.extensions_mut() = std::mem::take(response.extensions_mut());
+    head.map(|()| Carried(response))
+}
+
+/// reqwest's response with its head back, and what the layer added to it (the
+/// `RetryInfo`).
+fn uncarry(response: http::Response<Carried>) -> ::reqwest::Response {
+    let (head, Carried(mut response)) = response.into_parts();
+    *response.headers_mut() = head.headers;
+    *response.extensions_mut() = head.extensions;
+    response
+}
+
+/// What the layer returned, as reqwest-middleware carries errors.
+fn from_box(error: BoxError) -> reqwest_middleware::Error {
+    // The record has no place in reqwest-middleware's error: the last error goes back as
+    // it was raised.
+    let error = match error.downcast::<tower_http_retry::RetryError>() {
+        Ok(error) => error.into_source(),
+        Err(error) => error,
+    };
+    let error = match error.downcast::<::reqwest::Error>() {
+        Ok(error) => return reqwest_middleware::Error::Reqwest(*error),
+        Err(error) => error,
+    };
+    let error = match error.downcast::<FromBelow>() {
+        Ok(error) => return error.0,
+        Err(error) => error,
+    };
+    let error = match error.downcast::<DeadlineExceeded>() {
+        Ok(error) => return reqwest_middleware::Error::middleware(*error),
+        Err(error) => error,
+    };
+    match error.downcast::<AttemptTimedOut>() {
+        Ok(error) => reqwest_middleware::Error::middleware(*error),
+        Err(error) => reqwest_middleware::Error::middleware(Passed(error)),
+    }
+}
+
+/// A middleware's error from below, kept whole so that it comes back to the caller
+/// unchanged. Its source is the error the middleware raised (not the `anyhow` wrapper,
+/// which hides it from a walk down the chain), so the classifier sees that error.
+#[derive(Debug)]
+struct FromBelow(reqwest_middleware::Error);
+
+impl fmt::Display for FromBelow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a middleware below the retry middleware failed")
+    }
+}
+
+impl StdError for FromBelow {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match &self.0 {
+            reqwest_middleware::Error::Middleware(error) => Some(&**error),
+            reqwest_middleware::Error::Reqwest(error) => Some(error),
+        }
+    }
+}
+
+/// Any other error the layer returned, carried as a middleware error; its source is that
+/// error, so `anyhow::Error::chain` finds it.
+#[derive(Debug)]
+struct Passed(BoxError);
+
+impl fmt::Display for Passed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl StdError for Passed {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.0)
+    }
+}
