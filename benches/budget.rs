@@ -3,7 +3,7 @@
 //!
 //! Each iteration is one pair: `deposit()` then `withdraw()`, as one logical request that
 //! failed once and asks for a retry. Both budgets keep 10% of requests as retries with a
-//! floor of 10 per second (ours: `RetryBudget::builder().ratio(0.1).min_per_sec(10).max_tokens(100).build()`; tower's:
+//! floor of 10 per second (ours: `RetryBudget::builder().ratio(0.1).min_per_sec(10.0).max_tokens(100.0).build()`; tower's:
 //! `TpsBudget::new(10 s, 10, 0.1)`). Every sample gets a fresh budget, so each starts from
 //! its initial reserve and soon settles where one withdrawal in ten succeeds.
 //!
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use tower::retry::budget::{Budget, TpsBudget};
-use tower_http_retry::RetryBudget;
+use tower_http_retry::{Gate, RetryBudget};
 
 #[path = "support/mod.rs"]
 mod support;
@@ -66,16 +66,16 @@ impl Bucket for RetryBudget {
     fn fresh() -> Self {
         RetryBudget::builder()
             .ratio(0.1)
-            .min_per_sec(10)
-            .max_tokens(100)
+            .min_per_sec(10.0)
+            .max_tokens(100.0)
             .build()
     }
 
     fn with_tokens(tokens: u32) -> Self {
         RetryBudget::builder()
             .ratio(0.1)
-            .min_per_sec(10)
-            .max_tokens(tokens)
+            .min_per_sec(10.0)
+            .max_tokens(f64::from(tokens))
             .build()
     }
 
@@ -113,7 +113,7 @@ struct PerAuthority {
 }
 
 impl PerAuthority {
-    fn with(builder: tower_http_retry::BudgetBuilder) -> Self {
+    fn with(builder: tower_http_retry::GateBuilder<RetryBudget>) -> Self {
         let uris = (0..AUTHORITIES)
             .map(|i| format!("http://server-{i}.test/").parse().unwrap())
             .collect();
@@ -131,8 +131,8 @@ impl Bucket for PerAuthority {
         PerAuthority::with(
             RetryBudget::builder()
                 .ratio(0.1)
-                .min_per_sec(10)
-                .max_tokens(100),
+                .min_per_sec(10.0)
+                .max_tokens(100.0),
         )
     }
 
@@ -140,8 +140,8 @@ impl Bucket for PerAuthority {
         PerAuthority::with(
             RetryBudget::builder()
                 .ratio(0.1)
-                .min_per_sec(10)
-                .max_tokens(tokens),
+                .min_per_sec(10.0)
+                .max_tokens(f64::from(tokens)),
         )
     }
 

@@ -17,7 +17,7 @@
 //! pool: `bare`, `ours` (`RetryLayer::new()`, every default), `tower` (`tower::retry::Retry`
 //! with the policy `benches/overhead.rs` compares against, [`TowerPolicy`]: the request
 //! cloned up front, a `TpsBudget` deposit per request), and two variants that show where the
-//! layer's cost goes: `ours_no_budget` (`.no_budget()`) and `ours_never` (a
+//! layer's cost goes: `ours_no_gates` (`RetryPolicy::no_gates()`) and `ours_never` (a
 //! `RetryPolicy::never()` default: no retry state, no head or service clone).
 //!
 //! Each criterion sample reports its iterations times their median batch time (see
@@ -266,7 +266,7 @@ struct Clients {
     bare: Bare,
     ours: Ours,
     tower: Tower,
-    ours_no_budget: Ours,
+    ours_no_gates: Ours,
     ours_never: Ours,
 }
 
@@ -277,7 +277,9 @@ impl Clients {
             bare: client(proto),
             ours: RetryLayer::new().layer(client(proto)),
             tower: tower::retry::Retry::new(TowerPolicy::new(), client(proto)),
-            ours_no_budget: RetryLayer::new().no_budget().layer(client(proto)),
+            ours_no_gates: RetryLayer::new()
+                .policy(RetryPolicy::new().no_gates())
+                .layer(client(proto)),
             ours_never: RetryLayer::new()
                 .policy(RetryPolicy::never())
                 .layer(client(proto)),
@@ -308,7 +310,7 @@ impl Clients {
             case("bare", runtime, &self.bare, addr),
             case("ours", runtime, &self.ours, addr),
             case("tower", runtime, &self.tower, addr),
-            case("ours_no_budget", runtime, &self.ours_no_budget, addr),
+            case("ours_no_gates", runtime, &self.ours_no_gates, addr),
             case("ours_never", runtime, &self.ours_never, addr),
         ]
     }
@@ -450,7 +452,7 @@ fn main() {
     println!("summary, medians of the per-round ratios:");
     println!(
         "  {:<20} {:>10} {:>11} {:>11} {:>14} {:>14}",
-        "", "ours/bare", "ours/tower", "tower/bare", "no_budget/bare", "never/bare"
+        "", "ours/bare", "ours/tower", "tower/bare", "no_gates/bare", "never/bare"
     );
     for summary in &summaries {
         let get = |name: &str, tower: bool| {
@@ -467,7 +469,7 @@ fn main() {
             get("ours", false),
             get("ours", true),
             get("tower", false),
-            get("ours_no_budget", false),
+            get("ours_no_gates", false),
             get("ours_never", false),
         );
     }

@@ -24,7 +24,7 @@
 //! | `ours p0.9` and up | `max_attempts(2)` and `Hedging::percentile(p).fallback(10 ms)` (50 samples by default) |
 //! | `ours 3x after 10ms` | `max_attempts(3)` and `Hedging::after(10 ms)` (the 5% setting only) |
 //!
-//! Ours runs under `RetryLayer::new().no_budget()` in the latency settings, so that the
+//! Ours runs under `RetryPolicy::no_gates()` in the latency settings, so that the
 //! budget, which pays for every hedge, does not get in the way of what is measured; in the
 //! outage it runs with the default budget (and, for contrast, with none).
 //!
@@ -296,9 +296,13 @@ impl Spec {
                 Duration::from_secs(1),
             )))),
             Kind::Ours(policy, budget) => {
-                let layer = RetryLayer::new().policy(RetryPolicy::clone(policy));
-                let layer = if *budget { layer } else { layer.no_budget() };
-                Sender::Ours(layer.layer(self.replay[i].clone()))
+                let policy = RetryPolicy::clone(policy);
+                let policy = if *budget { policy } else { policy.no_gates() };
+                Sender::Ours(
+                    RetryLayer::new()
+                        .policy(policy)
+                        .layer(self.replay[i].clone()),
+                )
             }
         }
     }

@@ -7,7 +7,7 @@
 //! | `get/bare` | the no-op service alone |
 //! | `get/bare_info` | the no-op service inserting a `RetryInfo` itself: the price of that insert |
 //! | `get/ours` | `RetryLayer::new()` (3 attempts, shared budget, no keys) over it |
-//! | `get/ours_no_budget` | the same with `.no_budget()` |
+//! | `get/ours_no_gates` | the same with `RetryPolicy::no_gates()` |
 //! | `get/tower` | `tower::retry::Retry` with an equivalent policy (see [`TowerPolicy`]) |
 //! | `get/ours_never` | ours with `RetryPolicy::never()` |
 //! | `get_read/*` | bare, ours, tower, never, but the inner service reads the request body |
@@ -148,7 +148,7 @@ where
     }
 }
 
-/// The cases of one kind of request; the first is always the bare service. `ours_no_budget`
+/// The cases of one kind of request; the first is always the bare service. `ours_no_gates`
 /// only with `all` (criterion); `bare_info` for the plain GET.
 fn cases(kind: &Kind, all: bool) -> Vec<Case<'static>> {
     let (method, drain) = (&kind.method, kind.drain);
@@ -173,14 +173,16 @@ fn cases(kind: &Kind, all: bool) -> Vec<Case<'static>> {
         cases.push(case(
             "ours_key",
             RetryLayer::new()
-                .idempotency_key(IdempotencyKey::default())
+                .policy(RetryPolicy::new().idempotency_key(IdempotencyKey::default()))
                 .layer(noop),
         ));
     }
     if all && method == Method::GET && !drain && !kind.conn_info {
         cases.push(case(
-            "ours_no_budget",
-            RetryLayer::new().no_budget().layer(noop),
+            "ours_no_gates",
+            RetryLayer::new()
+                .policy(RetryPolicy::new().no_gates())
+                .layer(noop),
         ));
     }
     cases.push(case(

@@ -254,13 +254,12 @@ fn reqwest_client() -> reqwest::Client {
 }
 
 fn layer() -> RetryLayer {
-    RetryLayer::new()
-        .idempotency_key(IdempotencyKey::default())
-        .policy(
-            RetryPolicy::default()
-                .max_attempts(3)
-                .backoff(Backoff::exponential(Duration::ZERO, Duration::ZERO)),
-        )
+    RetryLayer::new().policy(
+        RetryPolicy::new()
+            .idempotency_key(IdempotencyKey::default())
+            .max_attempts(3)
+            .backoff(Backoff::exponential(Duration::ZERO, Duration::ZERO)),
+    )
 }
 
 /// One client of each kind, each with its own connection pool and budget.

@@ -318,13 +318,16 @@ where
 /// Ours: every default but a zero backoff and a budget with room for a retry per request.
 fn ours() -> Ours {
     RetryLayer::new()
-        .policy(RetryPolicy::new().backoff(Backoff::exponential(Duration::ZERO, Duration::ZERO)))
-        .budget(
-            RetryBudget::builder()
-                .ratio(1.0)
-                .min_per_sec(10)
-                .max_tokens(100)
-                .build(),
+        .policy(
+            RetryPolicy::new()
+                .backoff(Backoff::exponential(Duration::ZERO, Duration::ZERO))
+                .gate(
+                    RetryBudget::builder()
+                        .ratio(1.0)
+                        .min_per_sec(10.0)
+                        .max_tokens(100.0)
+                        .build(),
+                ),
         )
         .layer(client())
 }

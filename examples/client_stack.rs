@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{HeaderName, Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
@@ -114,7 +114,7 @@ async fn main() -> Result<(), BoxError> {
         .build()?;
     let retry = RetryLayer::new()
         .policy(
-            RetryPolicy::default()
+            RetryPolicy::new()
                 .max_attempts(3)
                 .backoff(Backoff::exponential(
                     Duration::from_millis(20),
@@ -122,7 +122,7 @@ async fn main() -> Result<(), BoxError> {
                 ))
                 .deadline(Duration::from_secs(2)),
         )
-        .attempt_header("retry-attempt");
+        .attempt_header(HeaderName::from_static("retry-attempt"));
     let client = Client::builder(TokioExecutor::new()).build_http();
     let mut stack = ServiceBuilder::new()
         .layer(breaker)

@@ -138,7 +138,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let addr = start_server(Arc::clone(&state)).await;
     println!("tower-http-retry demo: a flaky server on http://{addr}\n");
 
-    let policy = RetryPolicy::default()
+    let policy = RetryPolicy::new()
         .max_attempts(3)
         .deadline(Duration::from_secs(5))
         .attempt_timeout(Duration::from_secs(2));
@@ -146,13 +146,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let client = ServiceBuilder::new()
         .layer(
             RetryLayer::new()
-                .policy(policy.clone())
-                // The orders API de-duplicates on `Idempotency-Key`: keys on for it alone.
-                // Every other POST goes without one and is not repeated after a failure
-                // the server may have acted on.
+                .policy(policy)
+                // The orders API de-duplicates on `Idempotency-Key`: keys on for it alone,
+                // with the layer's attempts, deadline and timeout. Every other POST goes
+                // without one and is not repeated after a failure the server may have
+                // acted on.
                 .route(
                     RouteMatch::post().path_prefix("/orders"),
-                    policy.idempotency_key(IdempotencyKey::default()),
+                    RetryPolicy::new().idempotency_key(IdempotencyKey::default()),
                 ),
         )
         .service(hyper_client);

@@ -79,13 +79,10 @@ async fn run(
     // Hedges are paid for by a budget: one of their own here, a fifth of the requests.
     let budget = RetryBudget::builder()
         .ratio(0.2)
-        .min_per_sec(10)
-        .max_tokens(100)
+        .min_per_sec(10.0)
+        .max_tokens(100.0)
         .build();
-    let service = RetryLayer::new()
-        .budget(budget)
-        .policy(policy)
-        .layer(client);
+    let service = RetryLayer::new().policy(policy.gate(budget)).layer(client);
     let before = received.load(Ordering::Relaxed);
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -184,7 +181,7 @@ async fn main() -> Result<(), BoxError> {
         "{REQUESTS} GETs from {TASKS} tasks; the server takes about 1 ms, and {} ms for one request in a hundred.\n",
         SLOW.as_millis()
     );
-    let base = RetryPolicy::default().max_attempts(2);
+    let base = RetryPolicy::new().max_attempts(2);
     let runs = [
         ("no hedging", base.clone()),
         (

@@ -5,9 +5,9 @@
 //!   cannot drain the retries the rest of the traffic relies on.
 //! - Search POSTs: `assume_idempotent()`: a POST-based query API, retried like a GET and
 //!   sent without an idempotency key.
-//! - GETs: the layer's default policy (3 attempts) and its shared budget.
-//! - Every route starts from one base policy: a route's policy replaces the default one and
-//!   inherits nothing from it.
+//! - GETs: the layer's policy (3 attempts) and its shared budget.
+//! - Every route's policy is laid over the layer's: it inherits the layer's backoff,
+//!   deadline and shared budget, and changes only what it sets.
 //! - Health checks: `RetryPolicy::never()`: a health check that fails must say so at once.
 //! - One request overrides its route with a policy in its extensions.
 //!
@@ -92,30 +92,32 @@ async fn main() -> Result<(), BoxError> {
     let quick = Backoff::exponential(Duration::from_millis(10), Duration::from_millis(100));
     let shared = RetryBudget::builder()
         .ratio(0.1)
-        .min_per_sec(10)
-        .max_tokens(100)
+        .min_per_sec(10.0)
+        .max_tokens(100.0)
         .build();
     let payments = RetryBudget::builder()
         .ratio(0.2)
-        .min_per_sec(5)
-        .max_tokens(20)
+        .min_per_sec(5.0)
+        .max_tokens(20.0)
         .build();
-    let base = RetryPolicy::default()
-        .backoff(quick)
-        .deadline(Duration::from_secs(2));
     let layer = RetryLayer::new()
-        .budget(shared.clone())
-        .policy(base.clone())
+        .policy(
+            RetryPolicy::new()
+                .backoff(quick)
+                .deadline(Duration::from_secs(2))
+                .gate(shared.clone()),
+        )
+        // The layer's backoff and deadline; the payments budget in place of the shared one.
         .route(
             RouteMatch::post().path_prefix("/v1/payments"),
-            base.clone()
+            RetryPolicy::new()
                 .max_attempts(5)
-                .budget(payments.clone())
+                .gate(payments.clone())
                 .idempotency_key(IdempotencyKey::default()),
         )
         .route(
             RouteMatch::post().path_prefix("/v1/search"),
-            base.clone().assume_idempotent(),
+            RetryPolicy::new().assume_idempotent(),
         )
         .route(
             RouteMatch::get().path_prefix("/health"),

@@ -7,27 +7,24 @@ use std::sync::{Arc, OnceLock};
 
 use http::{HeaderName, Request};
 
-use crate::gate::{Gates, RetryBudget, RetryQuota, Throttle};
-use crate::hedge::LatencyRecord;
+use crate::gate::{Gates, RetryBudget};
+use crate::hedge::{Hedging, LatencyRecord};
 use crate::hook::{AttemptHeader, Hooks};
-use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey};
-use crate::policy::{PolicyKey, RetryPolicy};
+use crate::idempotency::IdempotencyKey;
+use crate::policy::{RetryPolicy, Settings};
 use crate::route::RouteMatch;
 
 /// Default cap on the bytes of a request body kept for replays: 64 KiB.
-pub const DEFAULT_MAX_REPLAY_BYTES: usize = 64 * 1024;
+pub(crate) const DEFAULT_MAX_REPLAY_BYTES: usize = 64 * 1024;
 
 /// Everything a [`RetryLayer`](crate::RetryLayer) is configured with.
 #[derive(Clone)]
 pub(crate) struct Config {
+    /// Beneath the layer's policy: the layer's own budget (the rest of the crate's
+    /// defaults are those of a policy that sets nothing).
+    pub(crate) base: RetryPolicy,
     pub(crate) policy: RetryPolicy,
     pub(crate) routes: Vec<(RouteMatch, RetryPolicy)>,
-    pub(crate) budget: Option<RetryBudget>,
-    pub(crate) throttle: Option<Throttle>,
-    pub(crate) quota: Option<RetryQuota>,
-    pub(crate) key: Option<IdempotencyKey>,
-    /// The header whose presence makes a non-idempotent request retryable.
-    pub(crate) key_header: HeaderName,
     pub(crate) max_replay_bytes: usize,
     pub(crate) attempt_header: Option<HeaderName>,
 }
@@ -35,14 +32,9 @@ pub(crate) struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            policy: RetryPolicy::default(),
+            base: RetryPolicy::new().gate(RetryBudget::default()),
+            policy: RetryPolicy::new(),
             routes: Vec::new(),
-            budget: Some(RetryBudget::default()),
-            throttle: None,
-            quota: None,
-            // Keys are stamped only where the server is said to de-duplicate on them.
-            key: None,
-            key_header: IDEMPOTENCY_KEY,
             max_replay_bytes: DEFAULT_MAX_REPLAY_BYTES,
             attempt_header: None,
         }
@@ -52,12 +44,9 @@ impl Default for Config {
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RetryLayer")
+            .field("base", &self.base)
             .field("policy", &self.policy)
             .field("routes", &self.routes)
-            .field("budget", &self.budget)
-            .field("throttle", &self.throttle)
-            .field("quota", &self.quota)
-            .field("idempotency_key", &self.key)
             .field("max_replay_bytes", &self.max_replay_bytes)
             .field("attempt_header", &self.attempt_header)
             .finish()
@@ -67,7 +56,10 @@ impl fmt::Debug for Config {
 /// One policy with the layer's additions resolved: all a request needs from the
 /// configuration once its policy is chosen.
 pub(crate) struct Plan {
-    pub(crate) policy: RetryPolicy,
+    /// The policy laid over everything beneath it, for a request's own policy to be laid
+    /// over in turn.
+    merged: RetryPolicy,
+    pub(crate) policy: Settings,
     /// The gates this policy's retries pass: its own budget and throttle, else the
     /// layer's.
     pub(crate) gates: Gates,
@@ -80,6 +72,8 @@ pub(crate) struct Plan {
     pub(crate) key_header: HeaderName,
     /// The layer's attempt header, then the policy's own hooks.
     pub(crate) hooks: Hooks,
+    /// How the route hedges, if it does: the policy's hedging with more than one attempt.
+    pub(crate) hedging: Option<Hedging>,
     /// Whether outcomes are classified by the default table (no custom classifier), under
     /// which every 2xx response is a success, and no gate needs telling of one.
     plain_successes: bool,
@@ -115,25 +109,21 @@ impl Plan {
         self.plain_successes && response.status().is_success()
     }
 
-    pub(crate) fn resolve(policy: RetryPolicy, config: &Config) -> Self {
-        let gates = Gates {
-            budget: policy.budget.or_layer(config.budget.as_ref()),
-            throttle: policy.throttle.or_layer(config.throttle.as_ref()),
-            quota: policy.quota.or_layer(config.quota.as_ref()),
-        };
-        let (key, key_header) = match &policy.key {
-            PolicyKey::Own(key) => (Some(key.clone()), key.get_header_name().clone()),
-            PolicyKey::Off => (None, config.key_header.clone()),
-            PolicyKey::Layer if policy.assume_idempotent => (None, config.key_header.clone()),
-            PolicyKey::Layer => (config.key.clone(), config.key_header.clone()),
-        };
+    /// The plan of `merged`, a policy laid over everything beneath it.
+    pub(crate) fn resolve(merged: RetryPolicy, config: &Config) -> Self {
+        let policy = merged.settings();
+        let hedging = merged
+            .hedging()
+            .filter(|_| !policy.never && policy.max_attempts > 1);
+        let gates = merged.gate_set().gates();
+        let (key, key_header) = merged.key();
         let mut hooks = Hooks::default();
         if let Some(name) = &config.attempt_header {
             hooks.add(AttemptHeader(name.clone()));
         }
-        let hooks = hooks.then(&policy.hooks);
+        let hooks = hooks.then(merged.hooks());
         let latency = OnceLock::new();
-        if policy.hedging.as_ref().is_some_and(|h| h.reads_latencies()) {
+        if hedging.as_ref().is_some_and(Hedging::reads_latencies) {
             let _ = latency.set(Arc::new(LatencyRecord::new()));
         }
         Self {
@@ -141,11 +131,13 @@ impl Plan {
             plain_successes: !policy.has_custom_classifier() && !gates.hears_outcomes(),
             partitioned: gates.partitioned(),
             reports_once: !policy.never && gates.hears_outcomes(),
+            merged,
             policy,
             gates,
             key,
             key_header,
             hooks,
+            hedging,
         }
     }
 }
@@ -159,15 +151,17 @@ pub(crate) struct Plans {
 
 impl Plans {
     pub(crate) fn new(config: Arc<Config>) -> Self {
+        // Each route's policy over the layer's, the layer's over its own budget.
+        let layer = config.base.then(&config.policy);
         Self {
-            default: Arc::new(Plan::resolve(config.policy.clone(), &config)),
+            default: Arc::new(Plan::resolve(layer.clone(), &config)),
             routes: config
                 .routes
                 .iter()
                 .map(|(route, policy)| {
                     (
                         route.clone(),
-                        Arc::new(Plan::resolve(policy.clone(), &config)),
+                        Arc::new(Plan::resolve(layer.then(policy), &config)),
                     )
                 })
                 .collect(),
@@ -185,17 +179,16 @@ impl Plans {
         }
     }
 
-    /// The plan of a request that carries its own policy. A percentile is read from the
-    /// latencies of the route the request matched, not from a record of its own.
+    /// The plan of a request that carries its own policy, laid over that of the route the
+    /// request matched. A percentile is read from the latencies of that route, not from a
+    /// record of its own.
     #[cold]
     #[inline(never)]
     fn own<B>(&self, policy: &RetryPolicy, request: &Request<B>) -> Arc<Plan> {
-        let plan = Plan::resolve(policy.clone(), &self.config);
+        let matched = self.matched(request);
+        let plan = Plan::resolve(matched.merged.then(policy), &self.config);
         if let Some(own) = plan.latency.get() {
-            let shared = self
-                .matched(request)
-                .latency
-                .get_or_init(|| Arc::clone(own));
+            let shared = matched.latency.get_or_init(|| Arc::clone(own));
             return Arc::new(Plan {
                 latency: OnceLock::from(Arc::clone(shared)),
                 ..plan

@@ -12,11 +12,11 @@ use crate::backoff::JitterRng;
 use crate::classify::{Classification, RetryReason};
 use crate::config::Plan;
 use crate::error::{AttemptTimedOut, DeadlineExceeded, ServiceNotReady};
-use crate::gate::{Gates, Heard, Refusal, Ticket};
+use crate::gate::{Ask, Gates, Heard, Ticket};
 use crate::hints::Hint;
-use crate::hook::{AttemptContext, AttemptKind};
+use crate::hook::{Attempt, AttemptKind};
 use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
-use crate::policy::RetryPolicy;
+use crate::policy::Settings;
 use crate::replay::NotReplayable;
 
 /// How late a tokio timer may fire: it rounds deadlines up to the next millisecond.
@@ -40,7 +40,7 @@ impl Limits {
     /// The limits of a request starting now, its deadline also at most `bound` away when
     /// given (a time limit the caller's request sets itself): the shorter applies. The
     /// clock is read only for a deadline.
-    pub(crate) fn start(policy: &RetryPolicy, bound: Option<Duration>) -> Self {
+    pub(crate) fn start(policy: &Settings, bound: Option<Duration>) -> Self {
         let deadline = match (policy.deadline, bound) {
             (Some(d), Some(b)) => Some(d.min(b)),
             (d, b) => d.or(b),
@@ -106,6 +106,49 @@ pub(crate) fn after(now: Instant, wait: Duration) -> Instant {
         .unwrap_or(now)
 }
 
+/// How a request may be sent more than once: decided once, when it is called, from its
+/// plan, its method and whether it carries an idempotency key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Repeat {
+    /// Sent once: `never()`, one attempt without a transparent retry, `CONNECT`.
+    Once,
+    /// Retried only after a failure that proves the server never saw it: a request that
+    /// may not be repeated (a POST without a key).
+    IfUnseen,
+    /// Retried after any outcome worth it: an idempotent method, a request with a key, a
+    /// policy that declares its requests repeatable.
+    Retry,
+    /// Hedged: safe to send twice at once (a safe method, or a policy that declares its
+    /// requests repeatable), under a policy that hedges.
+    Hedge,
+}
+
+impl Repeat {
+    /// Whether any retryable outcome may be retried (else only one the server never saw).
+    pub(crate) fn any_outcome(self) -> bool {
+        self != Repeat::IfUnseen
+    }
+}
+
+/// How a request of `method` under `plan` may be repeated; `keyed` when it carries an
+/// idempotency key. Idempotent is not enough for a hedge: a DELETE applied by a slow first
+/// attempt makes its hedge answer 404, and that answer would win.
+#[inline]
+pub(crate) fn repeat(plan: &Plan, method: &http::Method, keyed: bool) -> Repeat {
+    let policy = &plan.policy;
+    if policy.sends_once() || method == http::Method::CONNECT {
+        return Repeat::Once;
+    }
+    let declared = policy.assume_idempotent;
+    if plan.hedging.is_some() && (method.is_safe() || declared) {
+        return Repeat::Hedge;
+    }
+    match method.is_idempotent() || keyed || declared {
+        true => Repeat::Retry,
+        false => Repeat::IfUnseen,
+    }
+}
+
 /// What the decisions remember of one request between its attempts, from its first retry
 /// on (a request that succeeds at once never has one).
 #[derive(Debug)]
@@ -120,10 +163,10 @@ pub(crate) struct Course {
 }
 
 impl Course {
-    pub(crate) fn new(policy: &RetryPolicy) -> Self {
+    pub(crate) fn new(policy: &Settings) -> Self {
         Self {
             rng: policy.jitter_rng(),
-            previous: policy.backoff.get_base(),
+            previous: policy.backoff.base(),
             offset: 0,
             ticket: Ticket::default(),
         }
@@ -287,12 +330,7 @@ pub(crate) fn decide(
         deadline: limits.deadline(),
         transparent: transparent.is_some(),
     };
-    let ticket = &mut course.ticket;
-    let ask = || match schedule.transparent {
-        true => gates.ask_transparent_retry(ticket),
-        false => gates.ask_retry(reason.kind(), ticket),
-    };
-    let record = match schedule_retry(&schedule, ask) {
+    let record = match schedule_retry(&schedule, gates, &mut course.ticket) {
         Ok(record) => record,
         Err(refused) => {
             if refused == StopReason::BudgetExhausted {
@@ -377,7 +415,7 @@ pub(crate) fn ready(
     limits: &Limits,
     now: Instant,
     info: &mut RetryInfo,
-) -> Result<AttemptContext, BoxError> {
+) -> Result<Attempt, BoxError> {
     if limits.past_deadline(now) {
         record_stop(info, StopReason::Deadline);
         return Err(limits.deadline_exceeded(info.attempts()));
@@ -388,7 +426,7 @@ pub(crate) fn ready(
         Some(record) => record.kind,
         None => AttemptKind::Retry,
     };
-    Ok(AttemptContext {
+    Ok(Attempt {
         number: info.attempts(),
         counted_before: counted_attempts(info.attempts(), info.retries()).saturating_sub(1),
         time_left: limits.time_left(Some(now)),
@@ -419,8 +457,8 @@ pub(crate) fn ready_failed(limits: &Limits, now: impl FnOnce() -> Instant, info:
 }
 
 /// The first attempt, for the hooks: no clock is read for it.
-pub(crate) fn first_attempt(limits: &Limits) -> AttemptContext {
-    AttemptContext {
+pub(crate) fn first_attempt(limits: &Limits) -> Attempt {
+    Attempt {
         number: 1,
         counted_before: 0,
         time_left: limits.time_left(None),
@@ -532,15 +570,18 @@ pub(crate) struct Schedule {
     pub(crate) transparent: bool,
 }
 
-/// Schedules the retry, or says why it cannot happen. `ask` asks the gates, and is called
-/// only when everything else allows the retry.
+/// Schedules the retry, or says why it cannot happen. The gates are asked last, only when
+/// everything else allows the retry; what they take goes on the request's `ticket`. A gate
+/// may ask the retry to wait longer: then it waits that long, if the deadline leaves time
+/// for it, else nothing is taken and the deadline stops the request.
 ///
-/// A transparent retry waits nothing, but the deadline still applies, and so do the gates'
+/// A transparent retry waits nothing, but the deadline still applies, and so does the
 /// budget: it bounds every retry the layer sends, and one per logical request at most is
 /// transparent.
 pub(crate) fn schedule_retry(
     s: &Schedule,
-    ask: impl FnOnce() -> Result<(), Refusal>,
+    gates: &Gates,
+    ticket: &mut Ticket,
 ) -> Result<RetryRecord, StopReason> {
     let hint = s.hint.filter(|_| !s.transparent);
     if hint.is_some_and(|hint| asks_too_long(hint, s.max_hint)) {
@@ -563,13 +604,23 @@ pub(crate) fn schedule_retry(
             false => StopReason::Deadline,
         });
     }
-    match ask() {
-        Ok(()) => {}
-        Err(Refusal::Budget) => return Err(StopReason::BudgetExhausted),
-        Err(Refusal::Throttle) => return Err(StopReason::Throttled),
-        // A quota that cannot pay is a budget that ran out, as the caller sees it.
-        Err(Refusal::Quota) => return Err(StopReason::BudgetExhausted),
-    }
+    let ask = match s.transparent {
+        true => Ask::Transparent,
+        false => Ask::Retry(s.reason.kind()),
+    };
+    let admitted = gates.admit(ask)?;
+    let (wait, from_hint) = match admitted.wait > wait {
+        true if s
+            .deadline
+            .is_some_and(|deadline| leaves_no_time(s.now, admitted.wait, deadline)) =>
+        {
+            gates.release(&admitted);
+            return Err(StopReason::Deadline);
+        }
+        true => (admitted.wait, false),
+        false => (wait, from_hint),
+    };
+    gates.commit(&admitted, ticket);
     Ok(RetryRecord {
         kind: match s.transparent {
             true => AttemptKind::Transparent,

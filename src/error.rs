@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tower::BoxError;
 
-use crate::classify::{Recognized, RetryReason};
 use crate::info::RetryInfo;
+use crate::reason::{Recognized, RetryReason};
 
 /// The error a [`Retry`](crate::Retry) service returns: the last attempt's error, with the
 /// record of the whole logical request.
@@ -375,96 +375,40 @@ impl std::error::Error for ServiceNotReady {}
 /// A configuration value was refused at construction: the one error type of every `try_`
 /// constructor ([`RetryPolicy::try_max_attempts`](crate::RetryPolicy::try_max_attempts),
 /// [`Backoff::try_exponential`](crate::Backoff::try_exponential),
-/// [`BudgetBuilder::try_build`](crate::BudgetBuilder::try_build),
-/// [`ThrottleBuilder::try_build`](crate::ThrottleBuilder::try_build), the header-name
-/// setters).
-///
-/// The plain constructors panic with the same message. Its `Display` names the value at
-/// fault; the predicates tell the kinds apart:
+/// [`GateBuilder::try_build`](crate::GateBuilder::try_build), ...). The plain constructors
+/// panic with the same message, which names the value at fault and says what is accepted.
 ///
 /// ```
 /// use tower_http_retry::{RetryBudget, RetryPolicy};
 ///
-/// let error = RetryBudget::builder().ratio(f64::NAN).min_per_sec(10).max_tokens(100).try_build().unwrap_err();
-/// assert!(error.is_budget() && !error.is_attempts());
-/// let error = RetryPolicy::default().try_max_attempts(0).unwrap_err();
-/// assert!(error.is_attempts());
+/// let error = RetryBudget::builder().ratio(f64::NAN).try_build().unwrap_err();
+/// assert_eq!(
+///     error.to_string(),
+///     "invalid retry budget: ratio is NaN; it must be a finite number from 0 to 1000",
+/// );
+/// let error = RetryPolicy::new().try_max_attempts(0).unwrap_err();
+/// assert!(error.to_string().contains("max_attempts"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidConfig {
-    kind: ConfigKind,
     message: String,
 }
 
-/// Which part of the configuration was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ConfigKind {
-    Attempts,
-    Backoff,
-    HeaderName,
-    Budget,
-    Throttle,
-    Quota,
-    Hedging,
-    /// The settings of a protocol module above the core (a gRPC service config).
-    #[allow(dead_code)] // only the protocol modules make these, and they are optional
-    Protocol,
-}
-
 impl InvalidConfig {
-    pub(crate) fn new(kind: ConfigKind, message: impl Into<String>) -> Self {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
         Self {
-            kind,
             message: message.into(),
         }
-    }
-
-    /// The attempt count was refused.
-    pub fn is_attempts(&self) -> bool {
-        self.kind == ConfigKind::Attempts
-    }
-
-    /// The backoff was refused.
-    pub fn is_backoff(&self) -> bool {
-        self.kind == ConfigKind::Backoff
-    }
-
-    /// A header name (idempotency key, attempt header) was refused.
-    pub fn is_header_name(&self) -> bool {
-        self.kind == ConfigKind::HeaderName
-    }
-
-    /// A retry budget's settings were refused.
-    pub fn is_budget(&self) -> bool {
-        self.kind == ConfigKind::Budget
-    }
-
-    /// A retry throttle's settings were refused.
-    pub fn is_throttle(&self) -> bool {
-        self.kind == ConfigKind::Throttle
-    }
-
-    /// A retry quota's settings were refused.
-    pub fn is_quota(&self) -> bool {
-        self.kind == ConfigKind::Quota
-    }
-
-    /// A hedging policy's settings were refused.
-    pub fn is_hedging(&self) -> bool {
-        self.kind == ConfigKind::Hedging
-    }
-
-    /// A protocol module's settings (a gRPC service config) were refused.
-    pub fn is_protocol(&self) -> bool {
-        self.kind == ConfigKind::Protocol
     }
 }
 
 impl fmt::Display for InvalidConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind {
-            ConfigKind::Budget => write!(f, "invalid retry budget: {}", self.message),
-            _ => write!(f, "invalid retry configuration: {}", self.message),
+        // The gates' messages name their kind ("invalid retry budget: ..."); the rest say
+        // which setting.
+        match self.message.starts_with("invalid ") {
+            true => f.write_str(&self.message),
+            false => write!(f, "invalid retry configuration: {}", self.message),
         }
     }
 }

@@ -42,8 +42,8 @@ use crate::error::{DeadlineExceeded, RetryError, ServiceNotReady};
 use crate::gate::Gates;
 use crate::head::Head;
 use crate::hints::Hint;
-use crate::hook::AttemptContext;
-use crate::info::{Attempt, AttemptOutcome, RetryInfo};
+use crate::hook::Attempt;
+use crate::info::{AttemptOutcome, RetryInfo};
 use crate::replay::{BodyWatch, NotReplayable, Replay, ReplayBody};
 use crate::trace::Trace;
 
@@ -124,6 +124,9 @@ pub(crate) struct Retrying<S, B> {
     pub(crate) plan: Arc<Plan>,
     /// The gates of the request's authority, when the plan keeps gates per authority.
     pub(crate) partition: Option<Box<Gates>>,
+    /// Whether any retryable outcome may be retried, else only one the server never saw
+    /// ([`decision::repeat`]).
+    pub(crate) any_outcome: bool,
 }
 
 impl<S, B> Retrying<S, B> {
@@ -142,9 +145,9 @@ impl<S, B> Retrying<S, B> {
 
     /// The request of a later attempt (a retry or a hedge): the head's copy numbered and
     /// run through the hooks, with the body replayed for it.
-    fn attempt_request(&self, attempt: &AttemptContext) -> Request<ReplayBody<B>> {
+    fn attempt_request(&self, attempt: &Attempt) -> Request<ReplayBody<B>> {
         let mut head = self.head.to_parts();
-        head.extensions.insert(Attempt::new(attempt.number));
+        head.extensions.insert(*attempt);
         self.plan.hooks.before_attempt(attempt, &mut head.headers);
         Request::from_parts(head, self.replay.body(attempt.number - 1))
     }
@@ -294,7 +297,6 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         let now = Instant::now();
         let delay = retry
             .plan
-            .policy
             .hedging
             .as_ref()
             .and_then(|hedging| hedging.delay_at(retry.plan.latency().map(|r| &**r), || now));
@@ -613,9 +615,7 @@ where
                 _ => None,
             },
             responded: result.is_ok(),
-            may_repeat: retry.head.method().is_idempotent()
-                || self.info.idempotency_key().is_some()
-                || plan.policy.assume_idempotent,
+            may_repeat: retry.any_outcome,
             released,
         };
         let mut facts = Lookup {
@@ -733,7 +733,7 @@ impl<RB, B> Facts for Lookup<'_, Response<RB>, B> {
 
     fn server_hint(&mut self) -> Option<Hint> {
         let response = self.result.as_ref().ok()?;
-        crate::hints::server_hint(response.headers(), SystemTime::now())
+        Hint::from_headers(response.headers(), SystemTime::now())
     }
 }
 

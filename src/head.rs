@@ -50,25 +50,6 @@ impl Head {
         })
     }
 
-    pub(crate) fn method(&self) -> &Method {
-        match self {
-            Head::Parts(parts) => &parts.method,
-            Head::Compact(compact) => &compact.method,
-        }
-    }
-
-    /// The first value of the field `name`, as `HeaderMap::get` finds it. The compact form
-    /// compares names (a tag for the standard ones) instead of hashing `name`.
-    pub(crate) fn get(&self, name: &HeaderName) -> Option<&HeaderValue> {
-        match self {
-            Head::Parts(parts) => parts.headers.get(name),
-            Head::Compact(compact) => compact
-                .fields
-                .iter()
-                .find_map(|(field, value)| (field == name).then_some(value)),
-        }
-    }
-
     /// The head as `Parts`, when it is kept that way.
     pub(crate) fn as_parts(&self) -> Option<&request::Parts> {
         match self {
@@ -137,7 +118,6 @@ mod tests {
         for for_classifier in [false, true] {
             let kept = Head::copy(&original, for_classifier);
             assert_eq!(kept.as_parts().is_some(), for_classifier);
-            assert_eq!(kept.method(), Method::PUT);
             let rebuilt = kept.to_parts();
             assert_eq!(rebuilt.method, original.method);
             assert_eq!(rebuilt.uri, original.uri);
@@ -150,11 +130,6 @@ mod tests {
             );
             assert!(rebuilt.headers["authorization"].is_sensitive());
             assert_eq!(rebuilt.extensions.get::<u32>(), Some(&7));
-            // Lookups find the first value, as `HeaderMap::get` does.
-            for name in ["x-many", "accept", "authorization", "x-none"] {
-                let name = HeaderName::from_static(name);
-                assert_eq!(kept.get(&name), original.headers.get(&name));
-            }
         }
     }
 

@@ -2,18 +2,18 @@
 //! (or instead of) `Retry-After`.
 //!
 //! Rate-limited APIs often say when to come back with rate-limit fields rather than
-//! `Retry-After`. This module reads the common ones into a wait:
+//! `Retry-After`. The layer reads the common ones into a wait, on every response it may
+//! retry, and so does [`Hint::from_headers`]:
 //!
-//! * [`rate_limit`]: the IETF `RateLimit` field ([draft-ietf-httpapi-ratelimit-headers],
-//!   draft 10 and the editors' copy after it, which agree on everything read here), such
-//!   as `RateLimit: "default";r=0;t=30`;
-//! * [`x_rate_limit_reset`]: the widespread, unstandardised `X-RateLimit-Reset` together
-//!   with `X-RateLimit-Remaining: 0`;
-//! * [`server_hint`]: all of the above and `Retry-After` ([`retry_after`](crate::retry_after))
-//!   on one set of response headers, in the order of precedence described
-//!   [below](#precedence), with the [`HintSource`] that gave the wait.
+//! * the IETF `RateLimit` field ([draft-ietf-httpapi-ratelimit-headers], draft 10 and the
+//!   editors' copy after it, which agree on everything read here), such as
+//!   `RateLimit: "default";r=0;t=30`;
+//! * the widespread, unstandardised `X-RateLimit-Reset` together with
+//!   `X-RateLimit-Remaining: 0`;
+//! * and `Retry-After` ([`retry_after`](crate::retry_after)), in the order of precedence
+//!   described [below](#precedence), with the [`HintSource`] that gave the wait.
 //!
-//! Like [`retry_after::parse`](crate::retry_after::parse), every function here is pure:
+//! Like [`retry_after::parse`](crate::retry_after::parse), the reading is pure:
 //! the current time is an argument and no clock is read inside. They make no policy
 //! decision either: a huge value gives a huge [`Duration`] (saturating, never wrapping),
 //! and whether to honour it (`max_retry_after`, the deadline) is up to the caller. A value
@@ -81,13 +81,13 @@
 //!   waits [`Duration::ZERO`];
 //! * a value of at most 10^9 is a number of seconds to wait (some servers send that
 //!   instead; 10^9 seconds is over 31 years, so no real delay is mistaken for a time);
-//! * in [`server_hint`], each of the two fields must appear exactly once: with no
+//! * each of the two fields must appear exactly once: with no
 //!   specification saying how to combine repeated lines, two lines (say one from a proxy
 //!   and one from the origin) are ambiguous and give no hint.
 //!
 //! # Precedence
 //!
-//! [`server_hint`] picks one hint from the headers in this order (a custom classifier's
+//! [`Hint::from_headers`] picks one hint from the headers in this order (a custom classifier's
 //! own hint, where there is one, is meant to come before all of these; it is not read
 //! from headers, so it is not this function's business):
 //!
@@ -158,6 +158,46 @@ impl Hint {
             exact: true,
         }
     }
+
+    /// The server's wait hint in a response's headers, by the precedence described in the
+    /// [module documentation](self): a valid `Retry-After`, else the longest of the
+    /// `RateLimit` and `X-RateLimit-Reset` waits.
+    ///
+    /// `now` is the caller's current time, used only when a date or a Unix time has to be
+    /// measured and the response has no valid `Date` header. `None` when no header gives a
+    /// usable wait.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    ///
+    /// use http::HeaderMap;
+    /// use tower_http_retry::hints::{Hint, HintSource};
+    ///
+    /// let now = SystemTime::now();
+    /// let mut headers = HeaderMap::new();
+    /// headers.insert("ratelimit", r#""burst";r=0;t=5, "daily";r=0;t=60"#.parse().unwrap());
+    ///
+    /// let hint = Hint::from_headers(&headers, now).unwrap();
+    /// assert_eq!(hint.wait, Duration::from_secs(60));
+    /// assert_eq!(hint.source, HintSource::RateLimit);
+    ///
+    /// // `Retry-After` takes precedence, even when shorter.
+    /// headers.insert("retry-after", "2".parse().unwrap());
+    /// let hint = Hint::from_headers(&headers, now).unwrap();
+    /// assert_eq!((hint.wait, hint.source), (Duration::from_secs(2), HintSource::RetryAfter));
+    ///
+    /// // `X-RateLimit-Reset` with nothing remaining: a Unix time, measured against the
+    /// // response's `Date` (1700000010) when it has one.
+    /// let mut headers = HeaderMap::new();
+    /// headers.insert("x-ratelimit-remaining", "0".parse().unwrap());
+    /// headers.insert("x-ratelimit-reset", "1700000042".parse().unwrap());
+    /// headers.insert("date", "Tue, 14 Nov 2023 22:13:30 GMT".parse().unwrap());
+    /// let hint = Hint::from_headers(&headers, now).unwrap();
+    /// assert_eq!((hint.wait, hint.source), (Duration::from_secs(32), HintSource::XRateLimitReset));
+    /// ```
+    pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Option<Hint> {
+        server_hint(headers, now)
+    }
 }
 
 /// Where a [`Hint`] came from.
@@ -206,36 +246,8 @@ impl fmt::Display for HintSource {
     }
 }
 
-/// The server's wait hint in a response's headers, by the precedence described in the
-/// [module documentation](self): a valid `Retry-After`, else the longest of the
-/// `RateLimit` and `X-RateLimit-Reset` waits.
-///
-/// `now` is the caller's current time, used only when a date or a Unix time has to be
-/// measured and the response has no valid `Date` header. `None` when no header gives a
-/// usable wait.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::{Duration, SystemTime};
-///
-/// use http::HeaderMap;
-/// use tower_http_retry::hints::{server_hint, HintSource};
-///
-/// let now = SystemTime::now();
-/// let mut headers = HeaderMap::new();
-/// headers.insert("ratelimit", r#""burst";r=0;t=5, "daily";r=0;t=60"#.parse().unwrap());
-///
-/// let hint = server_hint(&headers, now).unwrap();
-/// assert_eq!(hint.wait, Duration::from_secs(60));
-/// assert_eq!(hint.source, HintSource::RateLimit);
-///
-/// // `Retry-After` takes precedence, even when shorter.
-/// headers.insert("retry-after", "2".parse().unwrap());
-/// let hint = server_hint(&headers, now).unwrap();
-/// assert_eq!((hint.wait, hint.source), (Duration::from_secs(2), HintSource::RetryAfter));
-/// ```
-pub fn server_hint(headers: &HeaderMap, now: SystemTime) -> Option<Hint> {
+/// The server's wait hint: see [`Hint::from_headers`].
+pub(crate) fn server_hint(headers: &HeaderMap, now: SystemTime) -> Option<Hint> {
     let date = headers.get(DATE);
     if let Some(wait) = headers
         .get(RETRY_AFTER)
@@ -275,33 +287,7 @@ fn single<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a HeaderValue> {
 /// gives them); they form one list. `None` when the field is not a valid Structured Field
 /// List, or when no service limit has both `r=0` and a valid `t`. See the
 /// [module documentation](self) for what is accepted.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-///
-/// use http::{HeaderMap, HeaderValue};
-/// use tower_http_retry::hints::rate_limit;
-///
-/// let value = HeaderValue::from_static(r#""default";r=0;t=30"#);
-/// assert_eq!(rate_limit([&value]), Some(Duration::from_secs(30)));
-///
-/// // Quota left: no wait.
-/// let value = HeaderValue::from_static(r#""default";r=7;t=30"#);
-/// assert_eq!(rate_limit([&value]), None);
-///
-/// // Several lines make one list; the longest wait of an exhausted policy wins.
-/// let mut headers = HeaderMap::new();
-/// headers.append("ratelimit", HeaderValue::from_static(r#""minute";r=0;t=20"#));
-/// headers.append("ratelimit", HeaderValue::from_static(r#""hour";r=0;t=1800"#));
-/// assert_eq!(rate_limit(headers.get_all("ratelimit")), Some(Duration::from_secs(1800)));
-///
-/// // `t` must be an Integer.
-/// let value = HeaderValue::from_static(r#""default";r=0;t=1.5"#);
-/// assert_eq!(rate_limit([&value]), None);
-/// ```
-pub fn rate_limit<'a, I>(lines: I) -> Option<Duration>
+pub(crate) fn rate_limit<'a, I>(lines: I) -> Option<Duration>
 where
     I: IntoIterator<Item = &'a HeaderValue>,
 {
@@ -356,38 +342,7 @@ fn rate_limit_bytes(value: &[u8]) -> Option<Duration> {
 /// `None` when `remaining` is not 0 or either value is malformed; `Some(Duration::ZERO)`
 /// for a Unix time that is not in the future. See the [module documentation](self) for
 /// the syntax accepted.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
-///
-/// use http::HeaderValue;
-/// use tower_http_retry::hints::x_rate_limit_reset;
-///
-/// let zero = HeaderValue::from_static("0");
-/// let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-///
-/// // A Unix time, measured against `now` when there is no `Date`.
-/// let reset = HeaderValue::from_static("1700000042");
-/// assert_eq!(x_rate_limit_reset(&zero, &reset, None, now), Some(Duration::from_secs(42)));
-///
-/// // Measured against the response's `Date` when it has one, whatever `now` says.
-/// let date = HeaderValue::from_static("Tue, 14 Nov 2023 22:13:30 GMT"); // 1700000010
-/// assert_eq!(
-///     x_rate_limit_reset(&zero, &reset, Some(&date), SystemTime::now()),
-///     Some(Duration::from_secs(32)),
-/// );
-///
-/// // A small number is a delay.
-/// let reset = HeaderValue::from_static("15");
-/// assert_eq!(x_rate_limit_reset(&zero, &reset, None, now), Some(Duration::from_secs(15)));
-///
-/// // Requests still left: no wait.
-/// let remaining = HeaderValue::from_static("3");
-/// assert_eq!(x_rate_limit_reset(&remaining, &reset, None, now), None);
-/// ```
-pub fn x_rate_limit_reset(
+pub(crate) fn x_rate_limit_reset(
     remaining: &HeaderValue,
     reset: &HeaderValue,
     date: Option<&HeaderValue>,

@@ -7,33 +7,50 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-/// What an attempt is, as an [`AttemptHook`] sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One attempt of a logical request: what an [`AttemptHook`] is given before it is sent,
+/// and what every retry's and hedge's request carries in its extensions (the first
+/// attempt's carries none: nothing to pay on the success path). An inner tracing or
+/// OpenTelemetry layer can record it, as the stable `http.request.resend_count` attribute
+/// ([`Attempt::resend_count`]) for instance.
+///
+/// ```
+/// use tower_http_retry::Attempt;
+///
+/// # let request = {
+/// #     let mut r = http::Request::new(());
+/// #     r.extensions_mut().insert(Attempt::new(3, 2, None, tower_http_retry::AttemptKind::Retry));
+/// #     r
+/// # };
+/// if let Some(attempt) = request.extensions().get::<Attempt>() {
+///     assert_eq!((attempt.number, attempt.resend_count()), (3, 2));
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub struct AttemptContext {
+pub struct Attempt {
     /// The attempt's number on the wire: 1 for the first, 2 for the first retry, each
     /// transparent retry included.
     pub number: u32,
     /// How many earlier attempts count against `max_attempts`: all of them but the
     /// transparent retries (what gRPC's `grpc-previous-rpc-attempts` says).
     pub counted_before: u32,
-    /// The time left before the request's deadline, if it has one. On the first attempt
-    /// it is the deadline itself (no clock is read for it).
+    /// The time left before the request's deadline when the attempt is sent, if it has
+    /// one. On the first attempt it is the deadline itself (no clock is read for it).
     pub time_left: Option<Duration>,
     /// Why this attempt is sent.
     pub kind: AttemptKind,
 }
 
-impl AttemptContext {
-    /// An attempt's context as the layer would give it, for testing a hook outside the
+impl Attempt {
+    /// An attempt as the layer would give it, for testing a hook or a service outside the
     /// layer: attempt `number` (1 for the first), `counted_before` of the earlier attempts
     /// counting against `max_attempts`, `time_left` before the deadline, and its `kind`.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_http_retry::{AttemptContext, AttemptKind};
+    /// use tower_http_retry::{Attempt, AttemptKind};
     ///
-    /// let retry = AttemptContext::new(3, 2, Some(Duration::from_secs(1)), AttemptKind::Retry);
+    /// let retry = Attempt::new(3, 2, Some(Duration::from_secs(1)), AttemptKind::Retry);
     /// assert_eq!((retry.number, retry.counted_before), (3, 2));
     /// ```
     pub fn new(
@@ -48,6 +65,11 @@ impl AttemptContext {
             time_left,
             kind,
         }
+    }
+
+    /// How many times the request was sent before this attempt: `number - 1`.
+    pub fn resend_count(&self) -> u32 {
+        self.number.saturating_sub(1)
     }
 }
 
@@ -84,13 +106,13 @@ pub enum AttemptKind {
 /// ```
 /// use std::time::Duration;
 /// use http::{HeaderMap, HeaderValue};
-/// use tower_http_retry::{AttemptContext, AttemptHook, RetryPolicy};
+/// use tower_http_retry::{Attempt, AttemptHook, RetryPolicy};
 ///
 /// /// Tells the server how long the client will wait, in milliseconds.
 /// struct TimeLeft;
 ///
 /// impl AttemptHook for TimeLeft {
-///     fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap) {
+///     fn before_attempt(&self, attempt: &Attempt, headers: &mut HeaderMap) {
 ///         if let Some(left) = attempt.time_left {
 ///             headers.insert("x-time-left-ms", HeaderValue::from(left.as_millis() as u64));
 ///         }
@@ -102,7 +124,7 @@ pub enum AttemptKind {
 /// ```
 pub trait AttemptHook: Send + Sync + 'static {
     /// Edits the headers of the attempt `attempt` before it is sent.
-    fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap);
+    fn before_attempt(&self, attempt: &Attempt, headers: &mut HeaderMap);
 
     /// A time limit the caller's request sets for itself (gRPC's `grpc-timeout`, which
     /// tonic's `Request::set_timeout` sets), read once before the first attempt: the
@@ -133,7 +155,7 @@ impl Hooks {
     }
 
     /// Runs every hook on one attempt's headers.
-    pub(crate) fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap) {
+    pub(crate) fn before_attempt(&self, attempt: &Attempt, headers: &mut HeaderMap) {
         for (_, hook) in &self.0 {
             hook.before_attempt(attempt, headers);
         }
@@ -173,7 +195,7 @@ impl fmt::Debug for Hooks {
 pub(crate) struct AttemptHeader(pub(crate) HeaderName);
 
 impl AttemptHook for AttemptHeader {
-    fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap) {
+    fn before_attempt(&self, attempt: &Attempt, headers: &mut HeaderMap) {
         let value = match attempt.number {
             1 => HeaderValue::from_static("1"),
             n => HeaderValue::from(n),
@@ -188,7 +210,7 @@ mod tests {
 
     struct Mark(&'static str);
     impl AttemptHook for Mark {
-        fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap) {
+        fn before_attempt(&self, attempt: &Attempt, headers: &mut HeaderMap) {
             headers.append("x-mark", HeaderValue::from_static(self.0));
             headers.insert("x-number", HeaderValue::from(attempt.number));
         }
@@ -199,13 +221,13 @@ mod tests {
 
     struct Other;
     impl AttemptHook for Other {
-        fn before_attempt(&self, _: &AttemptContext, headers: &mut HeaderMap) {
+        fn before_attempt(&self, _: &Attempt, headers: &mut HeaderMap) {
             headers.append("x-mark", HeaderValue::from_static("other"));
         }
     }
 
-    fn first() -> AttemptContext {
-        AttemptContext {
+    fn first() -> Attempt {
+        Attempt {
             number: 1,
             counted_before: 0,
             time_left: None,
@@ -247,7 +269,7 @@ mod tests {
         let mut headers = HeaderMap::new();
         hook.before_attempt(&first(), &mut headers);
         assert_eq!(headers["retry-attempt"], "1");
-        let third = AttemptContext {
+        let third = Attempt {
             number: 3,
             counted_before: 1,
             kind: AttemptKind::Retry,

@@ -20,30 +20,11 @@ use std::sync::Arc;
 use http::{HeaderName, HeaderValue, Method};
 use rand::Rng;
 
-use crate::error::InvalidConfig;
-
 /// The default header name, `Idempotency-Key`.
-pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
-/// Makes the token of an idempotency key. Closures `Fn() -> String` implement it.
-///
-/// The token must be unique per logical request; the layer quotes it (escaping `"` and
-/// `\`) unless [`IdempotencyKey::raw`] is set. A token that is not a valid header value is
-/// not sent (the request goes out without a key, and so is not retried unless its method
-/// is idempotent).
-pub trait MakeIdempotencyKey: Send + Sync + 'static {
-    /// A new token.
-    fn make_key(&self) -> String;
-}
-
-impl<F> MakeIdempotencyKey for F
-where
-    F: Fn() -> String + Send + Sync + 'static,
-{
-    fn make_key(&self) -> String {
-        self()
-    }
-}
+/// A generator of key tokens: `Fn() -> String`.
+type MakeKey = dyn Fn() -> String + Send + Sync;
 
 /// The default tokens: random UUID v4 from the thread's cryptographically secure generator
 /// (`rand::rng()`: ChaCha, seeded and reseeded from the operating system).
@@ -73,23 +54,22 @@ impl UuidV4 {
 #[derive(Clone)]
 enum Generator {
     Uuid,
-    Custom(Arc<dyn MakeIdempotencyKey>),
+    Custom(Arc<MakeKey>),
 }
 
-/// How the layer stamps idempotency keys on requests, where they are turned on
-/// ([`RetryLayer::idempotency_key`](crate::RetryLayer::idempotency_key) for the layer,
-/// [`RetryPolicy::idempotency_key`](crate::RetryPolicy::idempotency_key) for a route). Off
-/// unless turned on.
+/// How the layer stamps idempotency keys on requests, where a policy turns them on
+/// ([`RetryPolicy::idempotency_key`](crate::RetryPolicy::idempotency_key): on a route, or
+/// on the layer's policy for all). Off unless turned on.
 ///
 /// ```
-/// use tower_http_retry::{IdempotencyKey, RetryLayer};
+/// use http::HeaderName;
+/// use tower_http_retry::{IdempotencyKey, RetryLayer, RetryPolicy};
 ///
-/// let layer = RetryLayer::new().idempotency_key(
-///     IdempotencyKey::default()
-///         .header_name("x-request-key")
-///         .raw()
-///         .generator(|| format!("order-{}", 42)),
-/// );
+/// let key = IdempotencyKey::new()
+///     .header_name(HeaderName::from_static("x-request-key"))
+///     .raw()
+///     .generator(|| format!("order-{}", 42));
+/// let layer = RetryLayer::new().policy(RetryPolicy::new().idempotency_key(key));
 /// # let _ = layer;
 /// ```
 #[derive(Clone)]
@@ -112,88 +92,46 @@ impl Default for IdempotencyKey {
 }
 
 impl IdempotencyKey {
-    /// Keys in `Idempotency-Key`, quoted, random UUID v4, on every non-idempotent method
-    /// but `CONNECT`.
+    /// Keys in `Idempotency-Key`, a random UUID v4 written as a structured-field string
+    /// (`"8e03978e-..."`, as the IETF draft specifies), on every non-idempotent method but
+    /// `CONNECT`.
     ///
     /// ```
-    /// use tower_http_retry::{IDEMPOTENCY_KEY, IdempotencyKey};
+    /// use tower_http_retry::{IdempotencyKey, RetryPolicy};
     ///
-    /// let key = IdempotencyKey::new();
-    /// assert_eq!(key.get_header_name(), &IDEMPOTENCY_KEY);
+    /// let policy = RetryPolicy::new().idempotency_key(IdempotencyKey::new());
+    /// # let _ = policy;
     /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The header that carries the key.
+    /// The header that carries the key (default `Idempotency-Key`).
     ///
     /// ```
+    /// use http::HeaderName;
     /// use tower_http_retry::IdempotencyKey;
     ///
     /// // An API that reads its key from a header of its own.
-    /// let key = IdempotencyKey::default().header_name("X-Request-Key");
-    /// assert_eq!(key.get_header_name(), "x-request-key");
+    /// let key = IdempotencyKey::new().header_name(HeaderName::from_static("x-request-key"));
+    /// # let _ = key;
     /// ```
-    ///
-    /// # Panics
-    ///
-    /// When `name` is not a valid header name. [`IdempotencyKey::try_header_name`] returns
-    /// an error instead.
-    #[track_caller]
-    pub fn header_name(self, name: &str) -> Self {
-        match self.try_header_name(name) {
-            Ok(key) => key,
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    /// Like [`IdempotencyKey::header_name`], but refuses an invalid name with an error.
-    ///
-    /// ```
-    /// use tower_http_retry::IdempotencyKey;
-    ///
-    /// // A name read from configuration: an invalid one is an error, not a panic.
-    /// assert!(IdempotencyKey::default().try_header_name("request key").is_err());
-    /// let key = IdempotencyKey::default().try_header_name("x-request-key")?;
-    /// assert_eq!(key.get_header_name(), "x-request-key");
-    /// # Ok::<(), tower_http_retry::InvalidConfig>(())
-    /// ```
-    pub fn try_header_name(mut self, name: &str) -> Result<Self, InvalidConfig> {
-        self.header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-            InvalidConfig::new(
-                crate::error::ConfigKind::HeaderName,
-                format!("{name:?} is not a valid header name"),
-            )
-        })?;
-        Ok(self)
-    }
-
-    /// Writes the bare token (`8e03978e-...`), as Stripe documents.
-    ///
-    /// ```
-    /// use tower_http_retry::{IdempotencyKey, RetryLayer};
-    ///
-    /// // `Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324`, as Stripe documents it.
-    /// let layer = RetryLayer::new().idempotency_key(IdempotencyKey::default().raw());
-    /// # let _ = layer;
-    /// ```
-    pub fn raw(mut self) -> Self {
-        self.quoted = false;
+    pub fn header_name(mut self, name: HeaderName) -> Self {
+        self.header = name;
         self
     }
 
-    /// Writes the token as a structured-field string (`"8e03978e-..."`), as the IETF draft
-    /// specifies. The default.
+    /// Writes the bare token (`8e03978e-...`) instead of the quoted default.
     ///
     /// ```
     /// use tower_http_retry::IdempotencyKey;
     ///
-    /// // `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`, the default.
-    /// let key = IdempotencyKey::default().raw().quoted();
+    /// // `Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324`, as Stripe documents it.
+    /// let key = IdempotencyKey::new().raw();
     /// # let _ = key;
     /// ```
-    pub fn quoted(mut self) -> Self {
-        self.quoted = true;
+    pub fn raw(mut self) -> Self {
+        self.quoted = false;
         self
     }
 
@@ -202,19 +140,22 @@ impl IdempotencyKey {
     ///
     /// ```
     /// use http::Method;
-    /// use tower_http_retry::{IdempotencyKey, RetryLayer};
+    /// use tower_http_retry::IdempotencyKey;
     ///
     /// // Keys on POST and PATCH only: this API treats other methods as it documents them.
-    /// let layer = RetryLayer::new()
-    ///     .idempotency_key(IdempotencyKey::default().methods([Method::POST, Method::PATCH]));
-    /// # let _ = layer;
+    /// let key = IdempotencyKey::new().methods([Method::POST, Method::PATCH]);
+    /// # let _ = key;
     /// ```
     pub fn methods<I: IntoIterator<Item = Method>>(mut self, methods: I) -> Self {
         self.methods = Some(methods.into_iter().collect());
         self
     }
 
-    /// Replaces the UUID v4 generator.
+    /// Replaces the UUID v4 generator with `generator`, whose tokens must be unique per
+    /// logical request. The layer quotes them (escaping `"` and `\\`) unless
+    /// [`raw`](Self::raw) is set; a token that is not a valid header value is not sent (the
+    /// request goes out without a key, and so is not retried unless its method is
+    /// idempotent).
     ///
     /// ```
     /// use std::sync::atomic::{AtomicU64, Ordering};
@@ -222,24 +163,21 @@ impl IdempotencyKey {
     ///
     /// // Keys that name the client and count its requests (a closure `Fn() -> String`).
     /// let next = AtomicU64::new(1);
-    /// let key = IdempotencyKey::default()
+    /// let key = IdempotencyKey::new()
     ///     .raw()
     ///     .generator(move || format!("billing-{}", next.fetch_add(1, Ordering::Relaxed)));
     /// # let _ = key;
     /// ```
-    pub fn generator<G: MakeIdempotencyKey>(mut self, generator: G) -> Self {
+    pub fn generator<G>(mut self, generator: G) -> Self
+    where
+        G: Fn() -> String + Send + Sync + 'static,
+    {
         self.generator = Generator::Custom(Arc::new(generator));
         self
     }
 
-    /// The header that carries the key ([`IdempotencyKey::header_name`]).
-    ///
-    /// ```
-    /// use tower_http_retry::IdempotencyKey;
-    ///
-    /// assert_eq!(IdempotencyKey::default().get_header_name(), "idempotency-key");
-    /// ```
-    pub fn get_header_name(&self) -> &HeaderName {
+    /// The header that carries the key.
+    pub(crate) fn get_header_name(&self) -> &HeaderName {
         &self.header
     }
 
@@ -257,7 +195,7 @@ impl IdempotencyKey {
         match &self.generator {
             Generator::Uuid => Some(UuidV4::write(self.quoted)),
             Generator::Custom(generator) => {
-                let token = generator.make_key();
+                let token = generator();
                 let value = if self.quoted {
                     let mut quoted = String::with_capacity(token.len() + 2);
                     quoted.push('"');
@@ -396,27 +334,13 @@ mod tests {
             r#"IdempotencyKey { header: "idempotency-key", value: "<UUID v4>", methods: every non-idempotent method but CONNECT }"#
         );
         let custom = IdempotencyKey::default()
-            .header_name("x-request-key")
+            .header_name(HeaderName::from_static("x-request-key"))
             .raw()
             .methods([Method::POST, Method::PATCH])
             .generator(|| "t".to_string());
         assert_eq!(
             format!("{custom:?}"),
             r#"IdempotencyKey { header: "x-request-key", value: <custom token>, methods: [POST, PATCH] }"#
-        );
-    }
-
-    #[test]
-    fn invalid_header_name_is_refused() {
-        let err = IdempotencyKey::default()
-            .try_header_name("bad name")
-            .unwrap_err();
-        assert!(err.to_string().contains("not a valid header name"), "{err}");
-        assert_eq!(
-            IdempotencyKey::default()
-                .header_name("X-Key")
-                .get_header_name(),
-            "x-key"
         );
     }
 }

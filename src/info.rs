@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use http::{HeaderValue, StatusCode};
 
-use crate::classify::RetryReason;
 use crate::hints::HintSource;
 use crate::hook::AttemptKind;
+use crate::reason::RetryReason;
 
 /// The story of one logical request, in the extensions of the response returned to the
 /// caller (or in the [`RetryError`](crate::RetryError)), whether it succeeded, failed for
@@ -439,7 +439,7 @@ impl RetryRecord {
 ///         Response::builder().status(StatusCode::SERVICE_UNAVAILABLE).body(()).unwrap(),
 ///     )
 /// });
-/// let client = RetryLayer::new().no_idempotency_key().layer(inner);
+/// let client = RetryLayer::new().layer(inner);
 ///
 /// for (method, expected) in [
 ///     (Method::GET, StopReason::MaxAttempts),   // retried, 3 attempts in all
@@ -534,44 +534,6 @@ impl fmt::Display for StopReason {
             StopReason::ServiceNotReady => "service not ready for the retry in time",
         };
         f.write_str(text)
-    }
-}
-
-/// The number of the attempt a request is, in the extensions of every retry's request
-/// (the first attempt carries none: nothing to pay on the success path).
-///
-/// An inner tracing or OpenTelemetry layer can record it as the stable
-/// `http.request.resend_count` attribute ([`Attempt::resend_count`]).
-///
-/// ```
-/// use tower_http_retry::Attempt;
-///
-/// # let request = {
-/// #     let mut r = http::Request::new(());
-/// #     r.extensions_mut().insert(Attempt::new(3));
-/// #     r
-/// # };
-/// if let Some(attempt) = request.extensions().get::<Attempt>() {
-///     assert_eq!((attempt.number(), attempt.resend_count()), (3, 2));
-/// }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Attempt(u32);
-
-impl Attempt {
-    /// Attempt number `number` (1 is the first attempt).
-    pub fn new(number: u32) -> Self {
-        Self(number)
-    }
-
-    /// The attempt's number: 2 for the first retry.
-    pub fn number(&self) -> u32 {
-        self.0
-    }
-
-    /// How many times the request was sent before this attempt.
-    pub fn resend_count(&self) -> u32 {
-        self.0.saturating_sub(1)
     }
 }
 

@@ -8,7 +8,7 @@
 //! **A POST is never sent twice unless its server de-duplicates it**: as it comes, the
 //! layer repeats a POST only when the failure proves the server never saw it, or when the
 //! request carries an `Idempotency-Key` (set by the caller, or stamped by the layer where
-//! [keys are turned on](RetryLayer::idempotency_key) for a server that honours them).
+//! [keys are turned on](RetryPolicy::idempotency_key) for a server that honours them).
 //!
 //! - **Only safe requests.** Idempotent methods (GET, HEAD, OPTIONS, TRACE, QUERY, PUT,
 //!   DELETE), requests that carry an `Idempotency-Key`, requests whose policy declares them
@@ -23,11 +23,13 @@
 //!   (64 KiB by default) and replays them exactly; a larger body is sent once, complete.
 //! - **Waits that spread load.** Capped exponential backoff with full jitter by default
 //!   ([`Backoff`]), with the server's `Retry-After` as a floor ([`retry_after`]).
-//! - **Limits.** Max attempts, an overall deadline, per-attempt timeouts, and a token-bucket
-//!   [`RetryBudget`] shared by every clone of the service, so retries stay a small fraction
-//!   of traffic during an outage.
+//! - **Limits.** Max attempts, an overall deadline, per-attempt timeouts, and gates shared
+//!   by every clone of the service ([`Gate`]): a token-bucket [`RetryBudget`] by default, so
+//!   retries stay a small fraction of traffic during an outage; gRPC's [`Throttle`]; the
+//!   AWS SDKs' [`RetryQuota`]; each per server if wanted.
 //! - **Per-route policies** ([`RouteMatch`]) and a per-request override
-//!   ([`RetryPolicy`] in the request's extensions).
+//!   ([`RetryPolicy`] in the request's extensions), each laid over the layer's policy: a
+//!   route changes what it names and keeps the rest.
 //! - **Hedging** ([`Hedging`], [`RetryPolicy::hedge`]): a slow request that is safe to
 //!   send twice at once (a safe method, or a route that declares it repeatable) gets
 //!   another copy after a fixed delay or the route's latency percentile, and the first good
@@ -64,7 +66,7 @@
 //! // `inner` is any service taking `Request<ReplayBody<B>>`, such as a hyper-util client.
 //! let client = ServiceBuilder::new()
 //!     .layer(RetryLayer::new().policy(
-//!         RetryPolicy::default()
+//!         RetryPolicy::new()
 //!             .max_attempts(3)
 //!             .backoff(Backoff::exponential(Duration::from_millis(100), Duration::from_secs(10)))
 //!             .deadline(Duration::from_secs(10)),
@@ -127,6 +129,8 @@
 //!   `http_retry_retries_total` (label `reason`), the counter
 //!   `http_retry_budget_refusals_total` (label `reason`) and the histogram
 //!   `http_retry_wait_seconds`.
+//! - `test-util`: [`RetryPolicy::rng_seed`], seeded jitter for reproducible tests and
+//!   simulations.
 //!
 //! gRPC's retry rules for tonic clients and the layer over reqwest are crates of their own,
 //! built on this one's public API: `tower-http-retry-grpc` and `tower-http-retry-reqwest`.
@@ -158,6 +162,7 @@ mod idempotency;
 mod info;
 mod layer;
 mod policy;
+mod reason;
 mod replay;
 pub mod retry_after;
 mod route;
@@ -170,18 +175,14 @@ mod trace;
 struct ReadmeDoctests;
 
 pub use crate::backoff::{Backoff, Jitter};
-pub use crate::classify::RetryReason;
-pub use crate::config::DEFAULT_MAX_REPLAY_BYTES;
 pub use crate::error::{
     AttemptTimedOut, DeadlineExceeded, InvalidConfig, RetryError, ServiceNotReady,
 };
-pub use crate::gate::{
-    BudgetBuilder, QuotaBuilder, RetryBudget, RetryQuota, Throttle, ThrottleBuilder,
-};
+pub use crate::gate::{Gate, GateBuilder, RetryBudget, RetryQuota, Throttle};
 pub use crate::hedge::Hedging;
-pub use crate::hook::{AttemptContext, AttemptHook, AttemptKind};
-pub use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey, MakeIdempotencyKey};
-pub use crate::info::{Attempt, AttemptOutcome, RetryInfo, RetryRecord, StopReason};
+pub use crate::hook::{Attempt, AttemptHook, AttemptKind};
+pub use crate::idempotency::IdempotencyKey;
+pub use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
 pub use crate::layer::RetryLayer;
 pub use crate::policy::RetryPolicy;
 pub use crate::replay::ReplayBody;

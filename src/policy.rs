@@ -1,181 +1,136 @@
-// How one class of requests is retried: attempts, time limits, backoff, classification.
+// How one class of requests is retried: attempts, time limits, backoff, classification,
+// gates, keys, hooks, hedging. `RetryPolicy` is what a user writes, and records only what
+// was set; `Settings` is a policy laid over every policy beneath it, down to the crate's
+// defaults: what a request under it runs with.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::request;
+use http::{HeaderName, request};
 
 use crate::backoff::{Backoff, JitterRng, SeedSequence};
 use crate::classify::{Classification, Classify, Outcome};
 use crate::error::InvalidConfig;
-use crate::gate::{RetryBudget, RetryQuota, Throttle};
+use crate::gate::{Gate, GateSet};
 use crate::head::Head;
 use crate::hedge::Hedging;
 use crate::hook::{AttemptHook, Hooks};
-use crate::idempotency::IdempotencyKey;
+use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey};
 
-/// The retry rules for a class of requests.
+/// The retry rules for a class of requests: what this policy changes, and nothing else.
 ///
-/// Defaults: 3 attempts (the first included), [`Backoff::default`] (100 ms base, 10 s cap,
-/// full jitter), no deadline, no per-attempt timeout, `Retry-After` honoured up to 30 s, the
-/// [`DefaultClassifier`](crate::classify::DefaultClassifier), the layer's shared budget and
-/// the layer's idempotency-key setting (no keys, unless the layer turned them on).
-///
-/// A policy is set on the layer ([`RetryLayer::policy`](crate::RetryLayer::policy)), per
-/// route ([`RetryLayer::route`](crate::RetryLayer::route)), or per request by inserting it
-/// in the request's extensions, which overrides both.
-///
-/// A policy is complete: a route's or a request's policy replaces the layer's default
-/// policy and inherits nothing from it. What comes from the layer is what the layer itself
-/// holds: its budget, throttle and idempotency keys when the policy sets none of its own,
-/// and its attempt header always. Build the policies of a layer from one
-/// base, so a route does not silently lose the deadline or the timeouts:
+/// A policy records only the settings it was given. The layer's policy
+/// ([`RetryLayer::policy`](crate::RetryLayer::policy)) is laid over the crate's defaults; a
+/// route's policy ([`RetryLayer::route`](crate::RetryLayer::route)) over the layer's; a
+/// policy in a request's extensions over the policy of the route the request matched. So a
+/// route changes what it names and keeps the rest, the layer's deadline included:
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_http_retry::{Backoff, Jitter, RetryPolicy};
+/// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
 ///
-/// let base = RetryPolicy::default()
-///     .backoff(Backoff::exponential(Duration::from_millis(50), Duration::from_secs(2))
-///         .jitter(Jitter::Equal))
-///     .deadline(Duration::from_secs(5))
-///     .attempt_timeout(Duration::from_secs(1));
-/// let payments = base.clone().max_attempts(5);
-/// assert_eq!(payments.get_max_attempts(), 5);
-/// assert_eq!(payments.get_deadline(), Some(Duration::from_secs(5)));
+/// let layer = RetryLayer::new()
+///     .policy(RetryPolicy::new().deadline(Duration::from_secs(5)))
+///     // Five attempts for payments, within the layer's 5 s deadline.
+///     .route(RouteMatch::post().path_prefix("/v1/payments"), RetryPolicy::new().max_attempts(5));
 ///
-/// // Not so: this route keeps 5 attempts and drops the base's deadline and timeout.
-/// let bare = RetryPolicy::default().max_attempts(5);
-/// assert_eq!(bare.get_deadline(), None);
+/// // A policy shows what it sets.
+/// let payments = RetryPolicy::new().max_attempts(5);
+/// assert_eq!(format!("{payments:?}"), "RetryPolicy { max_attempts: 5 }");
+/// # let _ = layer;
 /// ```
-#[derive(Clone)]
+///
+/// The crate's defaults, under every layer: 3 attempts (the first included),
+/// [`Backoff::default`] (100 ms base, 10 s cap, full jitter), no deadline, no attempt
+/// timeout, server hints honoured up to 30 s, the default classification
+/// ([`DefaultClassifier`](crate::classify::DefaultClassifier)), a [`RetryBudget`](crate::RetryBudget)
+/// of the layer's own, no idempotency keys, no hedging, no transparent retries.
+///
+/// A policy's settings are written with its builder methods, each of which has an off
+/// switch where a policy beneath may have turned it on (`no_deadline`, `no_gates`, ...);
+/// they are not read back one by one: `{:?}` shows what a policy sets, and the record of a
+/// request ([`RetryInfo`](crate::RetryInfo)) what it did.
+#[derive(Clone, Default)]
 pub struct RetryPolicy {
-    pub(crate) max_attempts: u32,
-    pub(crate) backoff: Backoff,
-    pub(crate) deadline: Option<Duration>,
-    pub(crate) attempt_timeout: Option<Duration>,
-    pub(crate) max_retry_after: Duration,
-    pub(crate) classifier: Option<Arc<dyn Classify>>,
-    pub(crate) budget: Layered<RetryBudget>,
-    pub(crate) seed: Option<Arc<SeedSequence>>,
-    pub(crate) assume_idempotent: bool,
-    pub(crate) key: PolicyKey,
-    pub(crate) throttle: Layered<Throttle>,
-    pub(crate) quota: Layered<RetryQuota>,
-    pub(crate) hooks: Hooks,
-    pub(crate) transparent: bool,
-    pub(crate) hedging: Option<Hedging>,
-    /// Retries off altogether ([`RetryPolicy::never`]): the request is sent once and the
-    /// gates hear nothing of it but the budget's deposit.
-    pub(crate) never: bool,
+    max_attempts: Option<u32>,
+    backoff: Option<Backoff>,
+    deadline: Option<Option<Duration>>,
+    attempt_timeout: Option<Option<Duration>>,
+    max_retry_after: Option<Duration>,
+    classifier: Option<Arc<dyn Classify>>,
+    gates: GateSet,
+    seed: Option<Arc<SeedSequence>>,
+    assume_idempotent: Option<bool>,
+    key: Option<KeySetting>,
+    hooks: Hooks,
+    transparent: Option<bool>,
+    hedging: Option<Option<Hedging>>,
+    never: Option<bool>,
 }
 
-/// A setting a policy takes from the layer unless it has its own, or none at all.
-#[derive(Clone, Debug, Default)]
-pub(crate) enum Layered<T> {
-    #[default]
-    Layer,
-    Own(T),
-    Off,
-}
-
-impl<T: Clone> Layered<T> {
-    /// The policy's own, else the layer's, or none when the policy turned it off.
-    pub(crate) fn or_layer(&self, layer: Option<&T>) -> Option<T> {
-        match self {
-            Layered::Layer => layer.cloned(),
-            Layered::Own(own) => Some(own.clone()),
-            Layered::Off => None,
-        }
-    }
-}
-
-/// A policy's own idempotency-key configuration.
-#[derive(Clone, Debug, Default)]
-pub(crate) enum PolicyKey {
-    /// The layer's, unless the policy assumes its requests idempotent.
-    #[default]
-    Layer,
-    Own(IdempotencyKey),
-    Off,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        Self {
-            max_attempts: 3,
-            backoff: Backoff::default(),
-            deadline: None,
-            attempt_timeout: None,
-            max_retry_after: Duration::from_secs(30),
-            classifier: None,
-            budget: Layered::Layer,
-            seed: None,
-            assume_idempotent: false,
-            key: PolicyKey::Layer,
-            throttle: Layered::Layer,
-            quota: Layered::Layer,
-            hooks: Hooks::default(),
-            transparent: false,
-            hedging: None,
-            never: false,
-        }
-    }
+/// A policy's idempotency-key setting.
+#[derive(Clone, Debug)]
+enum KeySetting {
+    Stamp(IdempotencyKey),
+    /// No keys stamped; a caller's key is still looked for under this header, the last
+    /// one a policy beneath stamped (else `Idempotency-Key`).
+    Off(Option<HeaderName>),
 }
 
 impl RetryPolicy {
-    /// The defaults listed on [`RetryPolicy`].
+    /// A policy that sets nothing: laid over another, it changes nothing.
     ///
     /// ```
     /// use tower_http_retry::RetryPolicy;
     ///
-    /// let policy = RetryPolicy::new();
-    /// assert_eq!(policy.get_max_attempts(), 3);
+    /// assert_eq!(format!("{:?}", RetryPolicy::new()), "RetryPolicy");
     /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// A policy that never retries: the request is sent once, nothing is kept for a replay,
-    /// and the gates hear nothing of it but the budget's deposit (no throttle or quota is
-    /// told its outcome). Put it in a request's extensions to switch retries off for that
-    /// request, or give it to a route.
+    /// A policy that never retries, wherever it is laid: one attempt, no hedges, no
+    /// transparent retry. The request is sent once, nothing is kept for a replay, and the
+    /// gates hear nothing of it but the budget's deposit (no throttle or quota is told its
+    /// outcome). Put it in a request's extensions to switch retries off for that request, or
+    /// give it to a route.
     ///
     /// It is not the same as [`max_attempts(1)`](Self::max_attempts): a policy with one
     /// attempt sends each request once too, but still reports its outcome to its gates (a
-    /// first-try success refills a [`RetryQuota`], a failure the classifier would have
-    /// retried drains a [`Throttle`]), so that traffic without retries still counts.
-    /// [`max_attempts`](Self::max_attempts) or [`transparent_retry`](Self::transparent_retry)
-    /// on a `never()` policy turns retries back on.
+    /// first-try success refills a [`RetryQuota`](crate::RetryQuota), a failure the
+    /// classifier would have retried drains a [`Throttle`](crate::Throttle)), so that traffic
+    /// without retries still counts. [`max_attempts`](Self::max_attempts) or
+    /// [`transparent_retry`](Self::transparent_retry) after `never()` turns retries back on.
     ///
     /// ```
     /// use bytes::Bytes;
     /// use http_body_util::Full;
     /// use tower_http_retry::RetryPolicy;
     ///
-    /// // This one request is sent once, whatever the layer's policy.
+    /// // This one request is sent once, whatever the layer's and the route's policies.
     /// let mut request = http::Request::post("http://h/charge").body(Full::new(Bytes::new())).unwrap();
     /// request.extensions_mut().insert(RetryPolicy::never());
-    /// assert!(RetryPolicy::never().is_never());
-    /// assert!(!RetryPolicy::default().max_attempts(1).is_never());
     /// ```
     pub fn never() -> Self {
         Self {
-            max_attempts: 1,
-            never: true,
+            max_attempts: Some(1),
+            hedging: Some(None),
+            transparent: Some(false),
+            never: Some(true),
             ..Self::default()
         }
     }
 
-    /// Attempts per logical request, the first included; 1 disables retries (the gates
-    /// still hear each request's outcome: see [`RetryPolicy::never`] for the difference).
+    /// Attempts per logical request, the first included (default 3); 1 disables retries
+    /// (the gates still hear each request's outcome: see [`RetryPolicy::never`] for the
+    /// difference).
     ///
     /// ```
     /// use tower_http_retry::RetryPolicy;
     ///
-    /// let policy = RetryPolicy::default().max_attempts(5); // the first and up to 4 retries
-    /// assert_eq!(policy.get_max_attempts(), 5);
+    /// let policy = RetryPolicy::new().max_attempts(5); // the first and up to 4 retries
+    /// # let _ = policy;
     /// ```
     ///
     /// # Panics
@@ -195,20 +150,19 @@ impl RetryPolicy {
     /// use tower_http_retry::RetryPolicy;
     ///
     /// // A count read from configuration: 0 is an error, not a panic.
-    /// assert!(RetryPolicy::default().try_max_attempts(0).is_err());
-    /// let policy = RetryPolicy::default().try_max_attempts(4)?;
-    /// assert_eq!(policy.get_max_attempts(), 4);
+    /// assert!(RetryPolicy::new().try_max_attempts(0).is_err());
+    /// let policy = RetryPolicy::new().try_max_attempts(4)?;
+    /// # let _ = policy;
     /// # Ok::<(), tower_http_retry::InvalidConfig>(())
     /// ```
     pub fn try_max_attempts(mut self, attempts: u32) -> Result<Self, InvalidConfig> {
         if attempts == 0 {
             return Err(InvalidConfig::new(
-                crate::error::ConfigKind::Attempts,
                 "max_attempts must be at least 1 (the first attempt counts)",
             ));
         }
-        self.max_attempts = attempts;
-        self.never = false;
+        self.max_attempts = Some(attempts);
+        self.never = Some(false);
         Ok(self)
     }
 
@@ -218,13 +172,13 @@ impl RetryPolicy {
     /// use std::time::Duration;
     /// use tower_http_retry::{Backoff, Jitter, RetryPolicy};
     ///
-    /// let policy = RetryPolicy::default().backoff(
+    /// let policy = RetryPolicy::new().backoff(
     ///     Backoff::exponential(Duration::from_millis(50), Duration::from_secs(2)).jitter(Jitter::Equal),
     /// );
-    /// assert_eq!(policy.get_backoff().get_cap(), Duration::from_secs(2));
+    /// # let _ = policy;
     /// ```
     pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
+        self.backoff = Some(backoff);
         self
     }
 
@@ -245,27 +199,28 @@ impl RetryPolicy {
     /// use std::time::Duration;
     /// use tower_http_retry::RetryPolicy;
     ///
-    /// let policy = RetryPolicy::default().deadline(Duration::from_secs(10));
-    /// assert_eq!(policy.get_deadline(), Some(Duration::from_secs(10)));
+    /// let policy = RetryPolicy::new().deadline(Duration::from_secs(10));
+    /// # let _ = policy;
     /// ```
     pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = Some(deadline);
+        self.deadline = Some(Some(deadline));
         self
     }
 
-    /// Removes the deadline.
+    /// No deadline for this policy's requests, whatever a policy beneath set.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_http_retry::RetryPolicy;
+    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
     ///
-    /// let base = RetryPolicy::default().deadline(Duration::from_secs(10));
     /// // A long export: bounded by its attempts alone.
-    /// let export = base.clone().no_deadline();
-    /// assert_eq!(export.get_deadline(), None);
+    /// let layer = RetryLayer::new()
+    ///     .policy(RetryPolicy::new().deadline(Duration::from_secs(10)))
+    ///     .route(RouteMatch::get().path_prefix("/export"), RetryPolicy::new().no_deadline());
+    /// # let _ = layer;
     /// ```
     pub fn no_deadline(mut self) -> Self {
-        self.deadline = None;
+        self.deadline = Some(None);
         self
     }
 
@@ -277,29 +232,28 @@ impl RetryPolicy {
     /// use tower_http_retry::RetryPolicy;
     ///
     /// // Each attempt gets 2 s, and all of them together 10 s.
-    /// let policy = RetryPolicy::default()
+    /// let policy = RetryPolicy::new()
     ///     .attempt_timeout(Duration::from_secs(2))
     ///     .deadline(Duration::from_secs(10));
-    /// assert_eq!(policy.get_attempt_timeout(), Some(Duration::from_secs(2)));
+    /// # let _ = policy;
     /// ```
     pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
-        self.attempt_timeout = Some(timeout);
+        self.attempt_timeout = Some(Some(timeout));
         self
     }
 
-    /// Removes the per-attempt timeout.
+    /// No per-attempt timeout for this policy's requests, whatever a policy beneath set.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tower_http_retry::RetryPolicy;
     ///
-    /// let base = RetryPolicy::default().attempt_timeout(Duration::from_secs(2));
     /// // A streaming download: one attempt may take as long as the deadline allows.
-    /// let download = base.clone().no_attempt_timeout().deadline(Duration::from_secs(300));
-    /// assert_eq!(download.get_attempt_timeout(), None);
+    /// let download = RetryPolicy::new().no_attempt_timeout().deadline(Duration::from_secs(300));
+    /// # let _ = download;
     /// ```
     pub fn no_attempt_timeout(mut self) -> Self {
-        self.attempt_timeout = None;
+        self.attempt_timeout = Some(None);
         self
     }
 
@@ -315,11 +269,11 @@ impl RetryPolicy {
     /// use tower_http_retry::RetryPolicy;
     ///
     /// // Wait out a `Retry-After` of up to two minutes; a longer one returns the response at once.
-    /// let policy = RetryPolicy::default().max_retry_after(Duration::from_secs(120));
-    /// assert_eq!(policy.get_max_retry_after(), Duration::from_secs(120));
+    /// let policy = RetryPolicy::new().max_retry_after(Duration::from_secs(120));
+    /// # let _ = policy;
     /// ```
     pub fn max_retry_after(mut self, max: Duration) -> Self {
-        self.max_retry_after = max;
+        self.max_retry_after = Some(max);
         self
     }
 
@@ -337,7 +291,7 @@ impl RetryPolicy {
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// // Also retry a 409 Conflict on the cart, once; everything else as by default.
-    /// let policy = RetryPolicy::default().classifier(|head, outcome| match outcome {
+    /// let policy = RetryPolicy::new().classifier(|head, outcome| match outcome {
     ///     Outcome::Response { status: StatusCode::CONFLICT, .. } if head.uri.path() == "/cart" => {
     ///         Classification::RetryOnce(RetryReason::Custom("conflict"))
     ///     }
@@ -358,13 +312,6 @@ impl RetryPolicy {
     /// ```
     ///
     /// A classifier that is a type of its own goes to [`RetryPolicy::custom_classifier`].
-    ///
-    /// A custom classifier is given the request's head as `http::request::Parts`, so for
-    /// requests under this policy the layer keeps its copy of the head in that form (a
-    /// boxed `Parts` with its `HeaderMap` copy: three allocations), where the default
-    /// classifier, which looks at the outcome alone, lets it keep a plain list of the
-    /// header fields (one allocation). A classifier that does not read the head says so
-    /// with [`Classify::needs_request`](crate::classify::Classify::needs_request).
     pub fn classifier<F>(self, classifier: F) -> Self
     where
         F: Fn(&request::Parts, Outcome<'_>) -> Classification + Send + Sync + 'static,
@@ -392,14 +339,9 @@ impl RetryPolicy {
     ///             _ => DefaultClassifier.classify(head, outcome),
     ///         }
     ///     }
-    ///
-    ///     // Reads the outcome only: the layer keeps a cheaper copy of the head.
-    ///     fn needs_request(&self) -> bool {
-    ///         false
-    ///     }
     /// }
     ///
-    /// let policy = RetryPolicy::default().custom_classifier(FinalOn500);
+    /// let policy = RetryPolicy::new().custom_classifier(FinalOn500);
     /// # let _ = policy;
     /// ```
     pub fn custom_classifier<C: Classify>(mut self, classifier: C) -> Self {
@@ -407,126 +349,74 @@ impl RetryPolicy {
         self
     }
 
-    /// Spends this policy's retries from `budget` instead of the layer's shared one.
+    /// Passes this policy's retries through `gate` ([`RetryBudget`](crate::RetryBudget),
+    /// [`Throttle`](crate::Throttle) or [`RetryQuota`](crate::RetryQuota)), in place of a
+    /// gate of the same kind beneath; gates of other kinds beneath still apply. Every
+    /// layer has a budget of its own beneath its policy.
     ///
     /// ```
-    /// use tower_http_retry::{RetryBudget, RetryLayer, RetryPolicy, RouteMatch};
+    /// use tower_http_retry::{RetryBudget, RetryLayer, RetryPolicy, RouteMatch, Throttle};
     ///
-    /// // Search's retries cannot drain the budget the rest of the client relies on.
-    /// let search = RetryPolicy::default().budget(RetryBudget::builder().max_tokens(20).build());
-    /// let layer = RetryLayer::new().route(RouteMatch::get().path_prefix("/search"), search);
+    /// let layer = RetryLayer::new()
+    ///     // Every route: the layer's own budget, and a throttle per server.
+    ///     .policy(RetryPolicy::new().gate(Throttle::builder().per_authority().build()))
+    ///     // Search's retries cannot drain the budget the rest of the client relies on.
+    ///     .route(
+    ///         RouteMatch::get().path_prefix("/search"),
+    ///         RetryPolicy::new().gate(RetryBudget::builder().max_tokens(20.0).build()),
+    ///     );
     /// # let _ = layer;
     /// ```
-    pub fn budget(mut self, budget: RetryBudget) -> Self {
-        self.budget = Layered::Own(budget);
+    pub fn gate<G: Gate>(mut self, gate: G) -> Self {
+        self.gates.set(crate::gate::sealed::Sealed::into_any(gate));
         self
     }
 
-    /// No budget for this policy's retries, whatever the layer has: only the attempt
-    /// limit, the deadline (and a throttle, if any) bound them.
+    /// No gate but those this policy sets itself after this call: the gates beneath (the
+    /// layer's budget among them) do not apply to its requests. Their retries are then
+    /// bounded by the attempt limit and the deadline alone.
     ///
     /// ```
     /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
     ///
     /// // Health checks: two attempts each, never refused by the layer's budget.
-    /// let health = RetryPolicy::default().max_attempts(2).no_budget();
-    /// let layer = RetryLayer::new().route(RouteMatch::get().path_prefix("/health"), health);
-    /// # let _ = layer;
+    /// let layer = RetryLayer::new()
+    ///     .route(RouteMatch::get().path_prefix("/health"), RetryPolicy::new().max_attempts(2).no_gates());
+    /// // A layer with no budget at all.
+    /// let unbounded = RetryLayer::new().policy(RetryPolicy::new().no_gates());
+    /// # let _ = (layer, unbounded);
     /// ```
-    pub fn no_budget(mut self) -> Self {
-        self.budget = Layered::Off;
+    pub fn no_gates(mut self) -> Self {
+        self.gates.clear();
         self
     }
 
-    /// Draws jitter from generators seeded with `seed`, for tests and simulations. Every
-    /// logical request still gets its own sequence (derived from the seed and the order in
-    /// which requests first retry), so the same program replays the same waits.
+    /// Draws jitter from generators seeded with `seed`, for tests and simulations (the
+    /// `test-util` feature). Every logical request still gets its own sequence (derived
+    /// from the seed and the order in which requests first retry), so the same program
+    /// replays the same waits.
     ///
     /// ```
     /// use tower_http_retry::RetryPolicy;
     ///
     /// // The same program waits the same times, run after run.
-    /// let policy = RetryPolicy::default().rng_seed(42);
+    /// let policy = RetryPolicy::new().rng_seed(42);
     /// # let _ = policy;
     /// ```
+    #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn rng_seed(mut self, seed: u64) -> Self {
         self.seed = Some(SeedSequence::new(seed));
         self
-    }
-
-    /// Attempts per logical request, the first included.
-    ///
-    /// ```
-    /// use tower_http_retry::RetryPolicy;
-    ///
-    /// assert_eq!(RetryPolicy::default().get_max_attempts(), 3);
-    /// assert_eq!(RetryPolicy::never().get_max_attempts(), 1);
-    /// ```
-    pub fn get_max_attempts(&self) -> u32 {
-        self.max_attempts
-    }
-
-    /// The backoff.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_http_retry::{Backoff, RetryPolicy};
-    ///
-    /// let policy = RetryPolicy::default();
-    /// assert_eq!(policy.get_backoff(), &Backoff::default());
-    /// assert_eq!(policy.get_backoff().get_base(), Duration::from_millis(100));
-    /// ```
-    pub fn get_backoff(&self) -> &Backoff {
-        &self.backoff
-    }
-
-    /// The overall deadline, if any.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_http_retry::RetryPolicy;
-    ///
-    /// assert_eq!(RetryPolicy::default().get_deadline(), None); // none by default
-    /// let policy = RetryPolicy::default().deadline(Duration::from_secs(5));
-    /// assert_eq!(policy.get_deadline(), Some(Duration::from_secs(5)));
-    /// ```
-    pub fn get_deadline(&self) -> Option<Duration> {
-        self.deadline
-    }
-
-    /// The per-attempt timeout, if any.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_http_retry::RetryPolicy;
-    ///
-    /// assert_eq!(RetryPolicy::default().get_attempt_timeout(), None); // none by default
-    /// let policy = RetryPolicy::default().attempt_timeout(Duration::from_millis(500));
-    /// assert_eq!(policy.get_attempt_timeout(), Some(Duration::from_millis(500)));
-    /// ```
-    pub fn get_attempt_timeout(&self) -> Option<Duration> {
-        self.attempt_timeout
-    }
-
-    /// The longest floor hint honoured ([`RetryPolicy::max_retry_after`]).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_http_retry::RetryPolicy;
-    ///
-    /// assert_eq!(RetryPolicy::default().get_max_retry_after(), Duration::from_secs(30));
-    /// ```
-    pub fn get_max_retry_after(&self) -> Duration {
-        self.max_retry_after
     }
 
     /// Declares the requests under this policy repeatable whatever their method: the
     /// service owner says a second copy does no harm, also while the first is still in
     /// flight (a POST-based query API, gRPC methods listed in a retry or hedging policy).
     /// They are then retried as idempotent methods are, after errors and retryable
-    /// statuses alike, hedged when the policy hedges ([`RetryPolicy::hedge`]), and the layer
-    /// stamps no idempotency key on them unless this policy configures one itself
-    /// ([`RetryPolicy::idempotency_key`]).
+    /// statuses alike, hedged when the policy hedges ([`RetryPolicy::hedge`]), and get no
+    /// idempotency key from a policy beneath (only one this policy sets itself:
+    /// [`RetryPolicy::idempotency_key`]).
     ///
     /// Use it for routes whose server really does tolerate duplicates: a keyless POST under
     /// it that timed out after the server did the work is sent again. A PUT or DELETE route
@@ -538,13 +428,12 @@ impl RetryPolicy {
     /// ```
     /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
     ///
-    /// let search = RetryPolicy::default().assume_idempotent();
-    /// assert!(search.is_assumed_idempotent());
-    /// let layer = RetryLayer::new().route(RouteMatch::post().path_prefix("/v1/search"), search);
+    /// let layer = RetryLayer::new()
+    ///     .route(RouteMatch::post().path_prefix("/v1/search"), RetryPolicy::new().assume_idempotent());
     /// # let _ = layer;
     /// ```
     pub fn assume_idempotent(mut self) -> Self {
-        self.assume_idempotent = true;
+        self.assume_idempotent = Some(true);
         self
     }
 
@@ -554,37 +443,24 @@ impl RetryPolicy {
     /// request, whatever the classifier says, without counting against
     /// [`max_attempts`](Self::max_attempts), without a wait, and outside the throttle and
     /// the quota; the deadline and the budget still apply, and a second such failure is
-    /// judged by the normal rules. A refused connection is no transparent retry: the server is down,
-    /// and the policy judges that (as gRPC's clients do). The retry is in the record, of kind
-    /// [`AttemptKind::Transparent`](crate::AttemptKind::Transparent). gRPC's A6 calls it a
-    /// transparent retry, and gRPC policies have it.
+    /// judged by the normal rules. A refused connection is no transparent retry: the server
+    /// is down, and the policy judges that (as gRPC's clients do). The retry is in the
+    /// record, of kind [`AttemptKind::Transparent`](crate::AttemptKind::Transparent). gRPC's
+    /// A6 calls it a transparent retry, and gRPC policies have it.
     ///
-    /// Even with `max_attempts(1)` the body is then kept for that one replay. On a
-    /// [`never()`](Self::never) policy it turns retries back on, with one attempt.
+    /// Even with `max_attempts(1)` the body is then kept for that one replay. After
+    /// [`never()`](Self::never) it turns retries back on, with one attempt.
     ///
     /// ```
     /// use tower_http_retry::RetryPolicy;
     ///
-    /// let policy = RetryPolicy::default().max_attempts(1).transparent_retry();
-    /// assert!(policy.has_transparent_retry());
-    /// assert!(!RetryPolicy::never().transparent_retry().is_never());
+    /// let policy = RetryPolicy::new().max_attempts(1).transparent_retry();
+    /// # let _ = policy;
     /// ```
     pub fn transparent_retry(mut self) -> Self {
-        self.transparent = true;
-        self.never = false;
+        self.transparent = Some(true);
+        self.never = Some(false);
         self
-    }
-
-    /// True when [`RetryPolicy::transparent_retry`] was set.
-    ///
-    /// ```
-    /// use tower_http_retry::RetryPolicy;
-    ///
-    /// assert!(!RetryPolicy::default().has_transparent_retry());
-    /// assert!(RetryPolicy::default().transparent_retry().has_transparent_retry());
-    /// ```
-    pub fn has_transparent_retry(&self) -> bool {
-        self.transparent
     }
 
     /// Hedges the requests under this policy that are safe to send twice at once: the safe
@@ -602,102 +478,53 @@ impl RetryPolicy {
     /// use std::time::Duration;
     /// use tower_http_retry::{Hedging, RetryLayer, RetryPolicy, RouteMatch};
     ///
-    /// let search = RetryPolicy::default()
+    /// let search = RetryPolicy::new()
     ///     .max_attempts(2)
     ///     .hedge(Hedging::after(Duration::from_millis(20)));
     /// let layer = RetryLayer::new().route(RouteMatch::get().path_prefix("/search"), search);
     /// # let _ = layer;
     /// ```
     pub fn hedge(mut self, hedging: Hedging) -> Self {
-        self.hedging = Some(hedging);
+        self.hedging = Some(Some(hedging));
         self
     }
 
-    /// The policy's hedging, if it hedges.
-    pub fn get_hedging(&self) -> Option<&Hedging> {
-        self.hedging.as_ref()
-    }
-
-    /// Stops this policy's retries while its server fails more often than the throttle
-    /// tolerates (1 attempt in 11 at its default ratio): a
-    /// [`Throttle`] of its own, instead of the layer's
-    /// ([`RetryLayer::throttle`](crate::RetryLayer::throttle)).
+    /// No hedging for this policy's requests, whatever a policy beneath set: they get
+    /// ordinary retries.
     ///
     /// ```
-    /// use tower_http_retry::{RetryPolicy, Throttle};
+    /// use std::time::Duration;
+    /// use tower_http_retry::{Hedging, RetryLayer, RetryPolicy, RouteMatch};
     ///
-    /// let policy = RetryPolicy::default().throttle(Throttle::builder().max_tokens(20.0).build());
-    /// # let _ = policy;
-    /// ```
-    pub fn throttle(mut self, throttle: Throttle) -> Self {
-        self.throttle = Layered::Own(throttle);
-        self
-    }
-
-    /// No throttle for this policy's retries, whatever the layer has.
-    ///
-    /// ```
-    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch, Throttle};
-    ///
-    /// // The layer's throttle guards every server but the one this route goes to.
     /// let layer = RetryLayer::new()
-    ///     .throttle(Throttle::builder().build())
-    ///     .route(RouteMatch::any().host("backup.internal"), RetryPolicy::default().no_throttle());
+    ///     .policy(RetryPolicy::new().hedge(Hedging::after(Duration::from_millis(50))))
+    ///     // An expensive report: a second copy costs more than the wait it saves.
+    ///     .route(RouteMatch::get().path_prefix("/reports"), RetryPolicy::new().no_hedge());
     /// # let _ = layer;
     /// ```
-    pub fn no_throttle(mut self) -> Self {
-        self.throttle = Layered::Off;
-        self
-    }
-
-    /// Pays this policy's retries from a [`RetryQuota`] of its own, instead of the layer's
-    /// ([`RetryLayer::quota`](crate::RetryLayer::quota)).
-    ///
-    /// ```
-    /// use tower_http_retry::{RetryPolicy, RetryQuota};
-    ///
-    /// let policy = RetryPolicy::default().quota(RetryQuota::aws_standard());
-    /// # let _ = policy;
-    /// ```
-    pub fn quota(mut self, quota: RetryQuota) -> Self {
-        self.quota = Layered::Own(quota);
-        self
-    }
-
-    /// No quota for this policy's retries, whatever the layer has.
-    ///
-    /// ```
-    /// use tower_http_retry::{RetryLayer, RetryPolicy, RetryQuota, RouteMatch};
-    ///
-    /// // The layer's quota pays for every route's retries but this one's.
-    /// let layer = RetryLayer::new()
-    ///     .quota(RetryQuota::aws_standard())
-    ///     .route(RouteMatch::get().path_prefix("/health"), RetryPolicy::default().no_quota());
-    /// # let _ = layer;
-    /// ```
-    pub fn no_quota(mut self) -> Self {
-        self.quota = Layered::Off;
+    pub fn no_hedge(mut self) -> Self {
+        self.hedging = Some(None);
         self
     }
 
     /// Runs `hook` on every attempt's request before it is sent (see [`AttemptHook`]). A
-    /// policy has at most one hook of each type: a second one of the same type replaces
-    /// the first.
+    /// policy has at most one hook of each type: a second one of the same type, here or in
+    /// a policy laid over this one, replaces the first; hooks of other types beneath stay.
     ///
     /// ```
     /// use http::{HeaderMap, HeaderValue};
-    /// use tower_http_retry::{AttemptContext, AttemptHook, RetryPolicy};
+    /// use tower_http_retry::{Attempt, AttemptHook, RetryPolicy};
     ///
     /// /// Tells the server which attempt this is: `1`, `2`, ...
     /// struct AttemptNumber;
     ///
     /// impl AttemptHook for AttemptNumber {
-    ///     fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap) {
+    ///     fn before_attempt(&self, attempt: &Attempt, headers: &mut HeaderMap) {
     ///         headers.insert("x-attempt", HeaderValue::from(attempt.number));
     ///     }
     /// }
     ///
-    /// let policy = RetryPolicy::default().on_attempt(AttemptNumber);
+    /// let policy = RetryPolicy::new().on_attempt(AttemptNumber);
     /// # let _ = policy;
     /// ```
     pub fn on_attempt<H: AttemptHook>(mut self, hook: H) -> Self {
@@ -705,23 +532,11 @@ impl RetryPolicy {
         self
     }
 
-    /// True when [`RetryPolicy::assume_idempotent`] was set.
-    ///
-    /// ```
-    /// use tower_http_retry::RetryPolicy;
-    ///
-    /// assert!(!RetryPolicy::default().is_assumed_idempotent());
-    /// assert!(RetryPolicy::default().assume_idempotent().is_assumed_idempotent());
-    /// ```
-    pub fn is_assumed_idempotent(&self) -> bool {
-        self.assume_idempotent
-    }
-
-    /// Turns idempotency keys on for this policy's requests, as `key` says, in place of the
-    /// layer's key configuration: on a route, for the requests it matches ("this API
-    /// de-duplicates on the key"); in a request's extensions, for that request. A
-    /// non-idempotent request under it gets one stable key before its first attempt, the
-    /// same on every retry, and may be retried. Also with
+    /// Turns idempotency keys on for this policy's requests, as `key` says: on a route, for
+    /// the requests it matches ("this API de-duplicates on the key"); in a request's
+    /// extensions, for that request; on the layer's policy, for every route that does not
+    /// turn them off. A non-idempotent request under it gets one stable key before its
+    /// first attempt, the same on every retry, and may be retried. Also with
     /// [`RetryPolicy::assume_idempotent`], which on its own stamps no key.
     ///
     /// Give each API the key format it documents:
@@ -740,14 +555,12 @@ impl RetryPolicy {
     /// #     response.extensions_mut().insert(req.headers().clone());
     /// #     Ok::<_, std::convert::Infallible>(response)
     /// # });
-    /// let base = RetryPolicy::default();
     /// let client = RetryLayer::new()
-    ///     // Stripe documents the bare token; every other route keeps the quoted default.
+    ///     // Stripe documents the bare token.
     ///     .route(
     ///         RouteMatch::post().host("api.stripe.com"),
-    ///         base.clone().idempotency_key(IdempotencyKey::default().raw()),
+    ///         RetryPolicy::new().idempotency_key(IdempotencyKey::new().raw()),
     ///     )
-    ///     .policy(base)
     ///     .layer(inner);
     ///
     /// let request = Request::post("https://api.stripe.com/v1/charges")
@@ -762,15 +575,14 @@ impl RetryPolicy {
     /// # }
     /// ```
     pub fn idempotency_key(mut self, key: IdempotencyKey) -> Self {
-        self.key = PolicyKey::Own(key);
+        self.key = Some(KeySetting::Stamp(key));
         self
     }
 
-    /// Stamps no idempotency key on this policy's requests, whatever the layer does: the
-    /// switch off for a route under a layer that turned keys on
-    /// ([`RetryLayer::idempotency_key`](crate::RetryLayer::idempotency_key)). A
-    /// non-idempotent request under it is then retried only when the caller set the key
-    /// header itself, or when the failure proves the server never saw the request.
+    /// Stamps no idempotency key on this policy's requests, whatever a policy beneath set:
+    /// the switch off for a route under a layer that turned keys on. A non-idempotent
+    /// request under it is then retried only when the caller set the key header itself, or
+    /// when the failure proves the server never saw the request.
     ///
     /// For routes whose server ignores `Idempotency-Key`: a generated key there makes a POST
     /// retryable without making the retry safe.
@@ -789,13 +601,11 @@ impl RetryPolicy {
     /// #         Response::builder().status(StatusCode::SERVICE_UNAVAILABLE).body(()).unwrap(),
     /// #     )
     /// # });
-    /// let base = RetryPolicy::default();
     /// let client = RetryLayer::new()
     ///     // Every server behind this client de-duplicates on keys, but one.
-    ///     .idempotency_key(IdempotencyKey::default())
+    ///     .policy(RetryPolicy::new().idempotency_key(IdempotencyKey::new()))
     ///     // This server applies a repeated POST twice, key or no key.
-    ///     .route(RouteMatch::post().path_prefix("/legacy"), base.clone().no_idempotency_key())
-    ///     .policy(base)
+    ///     .route(RouteMatch::post().path_prefix("/legacy"), RetryPolicy::new().no_idempotency_key())
     ///     .layer(inner);
     ///
     /// let request = Request::post("http://127.0.0.1:3000/legacy/orders")
@@ -809,51 +619,198 @@ impl RetryPolicy {
     /// # }
     /// ```
     pub fn no_idempotency_key(mut self) -> Self {
-        self.key = PolicyKey::Off;
+        self.key = Some(KeySetting::Off(None));
         self
     }
 
-    /// True for [`RetryPolicy::never`]: retries off, and no gate told of the outcome. A
-    /// policy with [`max_attempts(1)`](Self::max_attempts) sends each request once too, but
-    /// is not `never()`: its gates hear its outcomes.
-    ///
-    /// ```
-    /// use tower_http_retry::RetryPolicy;
-    ///
-    /// assert!(RetryPolicy::never().is_never());
-    /// assert!(!RetryPolicy::default().max_attempts(1).is_never());
-    /// assert!(!RetryPolicy::never().max_attempts(3).is_never()); // retries back on
-    /// assert!(!RetryPolicy::default().is_never());
-    /// ```
-    pub fn is_never(&self) -> bool {
-        self.never
+    /// `over` laid over this policy: what `over` sets, and this policy's settings where it
+    /// sets nothing. Its gates replace those of their kinds (all of these after
+    /// `no_gates`), its hooks those of their types. A policy that declares its requests
+    /// repeatable without a key of its own drops a key it would inherit.
+    pub(crate) fn then(&self, over: &RetryPolicy) -> RetryPolicy {
+        fn pick<T: Clone>(over: &Option<T>, base: &Option<T>) -> Option<T> {
+            over.clone().or_else(|| base.clone())
+        }
+        let over_key = match (&over.key, over.assume_idempotent) {
+            (None, Some(true)) => Some(KeySetting::Off(None)),
+            (key, _) => key.clone(),
+        };
+        let key = match (over_key, &self.key) {
+            (Some(KeySetting::Off(None)), Some(below)) => {
+                let header = match below {
+                    KeySetting::Stamp(key) => Some(key.get_header_name().clone()),
+                    KeySetting::Off(header) => header.clone(),
+                };
+                Some(KeySetting::Off(header))
+            }
+            (over, below) => over.or_else(|| below.clone()),
+        };
+        RetryPolicy {
+            max_attempts: pick(&over.max_attempts, &self.max_attempts),
+            backoff: pick(&over.backoff, &self.backoff),
+            deadline: pick(&over.deadline, &self.deadline),
+            attempt_timeout: pick(&over.attempt_timeout, &self.attempt_timeout),
+            max_retry_after: pick(&over.max_retry_after, &self.max_retry_after),
+            classifier: pick(&over.classifier, &self.classifier),
+            gates: self.gates.then(&over.gates),
+            seed: pick(&over.seed, &self.seed),
+            assume_idempotent: pick(&over.assume_idempotent, &self.assume_idempotent),
+            key,
+            hooks: self.hooks.then(&over.hooks),
+            transparent: pick(&over.transparent, &self.transparent),
+            hedging: pick(&over.hedging, &self.hedging),
+            never: pick(&over.never, &self.never),
+        }
     }
 
-    /// True when each request is sent once (one attempt, no transparent retry), whether
-    /// or not the gates hear of it.
+    /// The settings of a request under this policy (laid over everything beneath it),
+    /// the crate's defaults where nothing set them.
+    pub(crate) fn settings(&self) -> Settings {
+        let never = self.never.unwrap_or(false);
+        Settings {
+            max_attempts: match never {
+                true => 1,
+                false => self.max_attempts.unwrap_or(3),
+            },
+            backoff: self.backoff.unwrap_or_default(),
+            deadline: self.deadline.flatten(),
+            attempt_timeout: self.attempt_timeout.flatten(),
+            max_retry_after: self.max_retry_after.unwrap_or(Duration::from_secs(30)),
+            classifier: self.classifier.clone(),
+            seed: self.seed.clone(),
+            assume_idempotent: self.assume_idempotent.unwrap_or(false),
+            transparent: !never && self.transparent.unwrap_or(false),
+            never,
+        }
+    }
+
+    /// How requests under this policy hedge, if they do (the plan resolves it with the
+    /// attempts).
+    pub(crate) fn hedging(&self) -> Option<Hedging> {
+        self.hedging.clone().flatten()
+    }
+
+    /// The gates that apply.
+    pub(crate) fn gate_set(&self) -> &GateSet {
+        &self.gates
+    }
+
+    /// The key to stamp, if any, and the header under which a caller's key is looked for.
+    pub(crate) fn key(&self) -> (Option<IdempotencyKey>, HeaderName) {
+        match &self.key {
+            Some(KeySetting::Stamp(key)) => (Some(key.clone()), key.get_header_name().clone()),
+            Some(KeySetting::Off(Some(header))) => (None, header.clone()),
+            Some(KeySetting::Off(None)) | None => (None, IDEMPOTENCY_KEY),
+        }
+    }
+
+    /// The hooks, in order.
+    pub(crate) fn hooks(&self) -> &Hooks {
+        &self.hooks
+    }
+}
+
+impl fmt::Debug for RetryPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Only what is set: a policy is what it changes.
+        let mut s = f.debug_struct("RetryPolicy");
+        let mut any = false;
+        let mut field = |name: &str, value: &dyn fmt::Debug| {
+            s.field(name, value);
+            any = true;
+        };
+        if let Some(v) = &self.max_attempts {
+            field("max_attempts", v);
+        }
+        if let Some(v) = &self.backoff {
+            field("backoff", v);
+        }
+        if let Some(v) = &self.deadline {
+            field("deadline", v);
+        }
+        if let Some(v) = &self.attempt_timeout {
+            field("attempt_timeout", v);
+        }
+        if let Some(v) = &self.max_retry_after {
+            field("max_retry_after", v);
+        }
+        if self.classifier.is_some() {
+            field("classifier", &format_args!("custom"));
+        }
+        if self.gates.is_off() {
+            field("no_gates", &true);
+        }
+        if !self.gates.own().is_empty() {
+            field("gates", &self.gates.own());
+        }
+        if self.seed.is_some() {
+            field("rng_seed", &true);
+        }
+        if let Some(v) = &self.assume_idempotent {
+            field("assume_idempotent", v);
+        }
+        match &self.key {
+            Some(KeySetting::Stamp(key)) => field("idempotency_key", key),
+            Some(KeySetting::Off(_)) => field("idempotency_key", &format_args!("None")),
+            None => {}
+        }
+        if !self.hooks.is_empty() {
+            field("hooks", &self.hooks);
+        }
+        if let Some(v) = &self.transparent {
+            field("transparent_retry", v);
+        }
+        if let Some(v) = &self.hedging {
+            field("hedging", v);
+        }
+        // `max_attempts` and `transparent_retry` turn `never()` off; only `never()` shows.
+        if self.never == Some(true) {
+            field("never", &true);
+        }
+        let _ = any;
+        s.finish()
+    }
+}
+
+/// A policy laid over the crate's defaults: the settings one request runs with. The gates,
+/// the key and the hooks are resolved beside it ([`Plan`](crate::config::Plan)).
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) max_attempts: u32,
+    pub(crate) backoff: Backoff,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) attempt_timeout: Option<Duration>,
+    pub(crate) max_retry_after: Duration,
+    pub(crate) classifier: Option<Arc<dyn Classify>>,
+    pub(crate) seed: Option<Arc<SeedSequence>>,
+    pub(crate) assume_idempotent: bool,
+    pub(crate) transparent: bool,
+    /// Retries off altogether ([`RetryPolicy::never`]): the request is sent once and the
+    /// gates hear nothing of it but the budget's deposit.
+    pub(crate) never: bool,
+}
+
+impl Settings {
+    /// Whether a request is sent once: `never()`, or one attempt with no transparent retry.
     pub(crate) fn sends_once(&self) -> bool {
         self.never || (self.max_attempts <= 1 && !self.transparent)
     }
 
-    /// True when a classifier other than the default was set.
     pub(crate) fn has_custom_classifier(&self) -> bool {
         self.classifier.is_some()
     }
 
-    /// Whether the classifier looks at the request's head, which is then kept as `Parts`.
+    /// Whether the classifier reads the request's head (the default reads the outcome
+    /// alone).
     pub(crate) fn classifier_needs_request(&self) -> bool {
-        self.classifier
-            .as_ref()
-            .is_some_and(|classifier| classifier.needs_request())
+        self.classifier.is_some()
     }
 
-    /// Classifies one outcome of the request whose head is `head`.
     pub(crate) fn classify(&self, head: &Head, outcome: Outcome<'_>) -> Classification {
         self.classify_parts(head.as_parts(), outcome)
     }
 
-    /// Classifies one outcome, given the request's head as `Parts` when it was kept so
-    /// (a classifier of the outcome alone gets an empty head).
+    /// Classifies with the request's head when one was kept.
     pub(crate) fn classify_parts(
         &self,
         parts: Option<&request::Parts>,
@@ -869,6 +826,7 @@ impl RetryPolicy {
         }
     }
 
+    /// The generator of one logical request's jitter.
     pub(crate) fn jitter_rng(&self) -> JitterRng {
         match &self.seed {
             Some(seq) => seq.rng(),
@@ -877,24 +835,18 @@ impl RetryPolicy {
     }
 }
 
-impl fmt::Debug for RetryPolicy {
+impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RetryPolicy")
+        f.debug_struct("Settings")
             .field("max_attempts", &self.max_attempts)
             .field("backoff", &self.backoff)
             .field("deadline", &self.deadline)
             .field("attempt_timeout", &self.attempt_timeout)
             .field("max_retry_after", &self.max_retry_after)
             .field("custom_classifier", &self.classifier.is_some())
-            .field("budget", &self.budget)
             .field("seeded", &self.seed.is_some())
             .field("assume_idempotent", &self.assume_idempotent)
-            .field("idempotency_key", &self.key)
-            .field("throttle", &self.throttle)
-            .field("quota", &self.quota)
-            .field("hooks", &self.hooks)
             .field("transparent_retry", &self.transparent)
-            .field("hedging", &self.hedging)
             .field("never", &self.never)
             .finish()
     }
@@ -903,60 +855,161 @@ impl fmt::Debug for RetryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::{RetryBudget, Throttle};
 
     #[test]
-    fn defaults_match_the_design() {
-        let p = RetryPolicy::default();
-        assert_eq!(p.get_max_attempts(), 3);
-        assert_eq!(p.get_backoff(), &Backoff::default());
-        assert_eq!(p.get_deadline(), None);
-        assert_eq!(p.get_attempt_timeout(), None);
-        assert_eq!(p.get_max_retry_after(), Duration::from_secs(30));
-        assert!(RetryPolicy::never().is_never());
-        assert!(!p.is_never());
+    fn an_empty_policy_has_the_crate_s_defaults() {
+        let s = RetryPolicy::new().settings();
+        assert_eq!(s.max_attempts, 3);
+        assert_eq!(s.backoff, Backoff::default());
+        assert_eq!((s.deadline, s.attempt_timeout), (None, None));
+        assert_eq!(s.max_retry_after, Duration::from_secs(30));
+        assert!(!s.never && !s.transparent && !s.assume_idempotent);
+        assert!(RetryPolicy::new().hedging().is_none() && s.classifier.is_none());
+        assert_eq!(format!("{:?}", RetryPolicy::new()), "RetryPolicy");
     }
 
     #[test]
-    fn one_attempt_with_a_transparent_retry_is_not_never() {
-        let one = RetryPolicy::default().max_attempts(1).transparent_retry();
-        assert!(!one.is_never());
-        assert!(!one.sends_once());
-        assert!(one.has_transparent_retry());
-        assert!(!RetryPolicy::default().has_transparent_retry());
-        assert!(RetryPolicy::never().is_never());
-    }
-
-    #[test]
-    fn never_is_a_setting_of_its_own() {
-        let never = RetryPolicy::never();
-        assert!(never.is_never() && never.sends_once());
-        assert_eq!(never.get_max_attempts(), 1);
-        // One attempt sends once, but its gates still hear it: not `never()`.
-        let one = RetryPolicy::default().max_attempts(1);
-        assert!(!one.is_never() && one.sends_once());
-        // Settings that turn retries on turn `never()` off.
-        let again = RetryPolicy::never().max_attempts(3);
-        assert!(!again.is_never() && !again.sends_once());
-        assert!(!RetryPolicy::never().transparent_retry().is_never());
-        // The rest of a `never()` policy's settings keep it off.
-        assert!(
-            RetryPolicy::never()
-                .no_budget()
-                .assume_idempotent()
-                .is_never()
+    fn a_policy_laid_over_another_changes_only_what_it_sets() {
+        let base = RetryPolicy::new()
+            .deadline(Duration::from_secs(5))
+            .attempt_timeout(Duration::from_secs(1))
+            .max_attempts(4)
+            .hedge(Hedging::after(Duration::from_millis(20)));
+        let route = RetryPolicy::new().max_attempts(5).no_attempt_timeout();
+        let s = base.then(&route).settings();
+        assert_eq!(s.max_attempts, 5);
+        assert_eq!(s.deadline, Some(Duration::from_secs(5)));
+        assert_eq!(s.attempt_timeout, None);
+        assert!(base.then(&route).hedging().is_some());
+        let off = base.then(&route).then(&RetryPolicy::new().no_hedge());
+        assert!(off.hedging().is_none());
+        assert_eq!(off.settings().max_attempts, 5);
+        assert_eq!(
+            format!("{route:?}"),
+            "RetryPolicy { max_attempts: 5, attempt_timeout: None }"
         );
-        assert!(!RetryPolicy::default().sends_once());
+    }
+
+    /// The plan a policy makes, as the layer resolves it.
+    fn plan(policy: RetryPolicy) -> crate::config::Plan {
+        crate::config::Plan::resolve(policy, &crate::config::Config::default())
+    }
+
+    #[test]
+    fn never_is_absolute_wherever_it_is_laid() {
+        let base = RetryPolicy::new()
+            .max_attempts(4)
+            .transparent_retry()
+            .hedge(Hedging::after(Duration::from_millis(20)));
+        assert!(plan(base.clone()).hedging.is_some());
+        let never = plan(base.then(&RetryPolicy::never()));
+        let s = &never.policy;
+        assert!(s.never && s.sends_once());
+        assert_eq!(s.max_attempts, 1);
+        assert!(never.hedging.is_none() && !s.transparent);
+        // Laid over never(), a policy that asks for retries turns them back on, without the
+        // hedging never() turned off beneath it.
+        let again = plan(
+            base.then(&RetryPolicy::never())
+                .then(&RetryPolicy::new().max_attempts(3)),
+        );
+        assert!(!again.policy.never && !again.policy.sends_once());
+        assert_eq!(again.policy.max_attempts, 3);
+        assert!(again.hedging.is_none());
+        // Other settings laid over never() leave it never.
+        let still = plan(
+            RetryPolicy::never().then(
+                &RetryPolicy::new()
+                    .deadline(Duration::from_secs(1))
+                    .hedge(Hedging::after(Duration::ZERO)),
+            ),
+        );
+        assert!(still.policy.never && still.hedging.is_none());
+        // One attempt hedges nothing.
+        let one = RetryPolicy::new().max_attempts(1);
+        assert!(
+            plan(one.hedge(Hedging::after(Duration::ZERO)))
+                .hedging
+                .is_none()
+        );
+        // Within one policy, the order of the calls decides.
+        assert!(!RetryPolicy::never().max_attempts(3).settings().never);
+        assert!(
+            RetryPolicy::new()
+                .max_attempts(3)
+                .then(&RetryPolicy::never())
+                .settings()
+                .never
+        );
+        let one = RetryPolicy::never().transparent_retry().settings();
+        assert!(!one.never && !one.sends_once() && one.transparent);
+        assert_eq!(one.max_attempts, 1);
+    }
+
+    #[test]
+    fn one_attempt_is_not_never() {
+        let one = RetryPolicy::new().max_attempts(1).settings();
+        assert!(!one.never && one.sends_once());
+    }
+
+    #[test]
+    fn keys_are_inherited_and_declaring_repeatable_drops_an_inherited_one() {
+        let keyed = RetryPolicy::new()
+            .idempotency_key(IdempotencyKey::new().header_name(HeaderName::from_static("x-key")));
+        let (key, header) = RetryPolicy::new().then(&keyed).key();
+        assert!(key.is_some());
+        assert_eq!(header, "x-key");
+        let (key, header) = keyed.then(&RetryPolicy::new()).key();
+        assert!(key.is_some());
+        assert_eq!(header, "x-key");
+        // Off under a keyed layer: no key, and a caller's key is looked for where the layer
+        // put its own.
+        let (key, header) = keyed.then(&RetryPolicy::new().no_idempotency_key()).key();
+        assert!(key.is_none());
+        assert_eq!(header, "x-key");
+        let (key, header) = keyed.then(&RetryPolicy::new().assume_idempotent()).key();
+        assert!(key.is_none());
+        assert_eq!(header, "x-key");
+        // Declared repeatable with a key of its own: that key.
+        let own = RetryPolicy::new()
+            .assume_idempotent()
+            .idempotency_key(IdempotencyKey::new());
+        let (key, header) = keyed.then(&own).key();
+        assert!(key.is_some());
+        assert_eq!(header, "idempotency-key");
+        assert_eq!(RetryPolicy::new().key().1, "idempotency-key");
+    }
+
+    #[test]
+    fn gates_replace_their_kind_and_no_gates_clears_those_beneath() {
+        let layer = RetryPolicy::new()
+            .gate(RetryBudget::default())
+            .gate(Throttle::builder().build());
+        let own = RetryPolicy::new().gate(RetryBudget::builder().max_tokens(3.0).build());
+        assert!(format!("{:?}", layer.then(&own)).contains("max_tokens: 3.0"));
+        let gates = layer.then(&own).gate_set().gates();
+        assert!(gates.hears_outcomes(), "the throttle beneath stays");
+        let none = layer
+            .then(&RetryPolicy::new().no_gates())
+            .gate_set()
+            .gates();
+        assert!(!none.hears_outcomes());
+        assert_eq!(
+            format!("{:?}", RetryPolicy::new().no_gates()),
+            "RetryPolicy { no_gates: true }"
+        );
     }
 
     #[test]
     fn zero_attempts_is_refused() {
-        let err = RetryPolicy::default().try_max_attempts(0).unwrap_err();
+        let err = RetryPolicy::new().try_max_attempts(0).unwrap_err();
         assert!(err.to_string().contains("at least 1"), "{err}");
     }
 
     #[test]
     #[should_panic(expected = "at least 1")]
     fn zero_attempts_panics() {
-        let _ = RetryPolicy::default().max_attempts(0);
+        let _ = RetryPolicy::new().max_attempts(0);
     }
 }

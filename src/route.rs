@@ -67,17 +67,16 @@ impl RouteMatch {
         Self::default()
     }
 
-    /// Matches requests with this method. Add more with [`RouteMatch::or_method`], or
-    /// start from [`RouteMatch::methods`]:
+    /// Matches requests with this method (for several, [`RouteMatch::methods`]).
     ///
     /// ```
     /// use http::Method;
     /// use tower_http_retry::RouteMatch;
     ///
-    /// let writes = RouteMatch::method(Method::POST).or_method(Method::PATCH);
-    /// let patch = http::Request::patch("http://h/items/1").body(()).unwrap();
-    /// assert!(writes.matches(&patch));
-    /// assert!(!writes.matches(&http::Request::get("http://h/items/1").body(()).unwrap()));
+    /// let queries = RouteMatch::method(Method::from_bytes(b"QUERY").unwrap());
+    /// let query = http::Request::builder().method("QUERY").uri("http://h/items").body(()).unwrap();
+    /// assert!(queries.matches(&query));
+    /// assert!(!queries.matches(&http::Request::get("http://h/items/1").body(()).unwrap()));
     /// ```
     pub fn method(method: Method) -> Self {
         Self {
@@ -103,23 +102,8 @@ impl RouteMatch {
         }
     }
 
-    /// Also matches `method`.
-    ///
-    /// ```
-    /// use http::Method;
-    /// use tower_http_retry::RouteMatch;
-    ///
-    /// let reads = RouteMatch::get().or_method(Method::HEAD);
-    /// assert!(reads.matches(&http::Request::head("http://h/").body(()).unwrap()));
-    /// ```
-    pub fn or_method(mut self, method: Method) -> Self {
-        self.methods.push(method);
-        self
-    }
-
     shorthand! {
-        get => GET, head => HEAD, post => POST, put => PUT, delete => DELETE,
-        patch => PATCH, options => OPTIONS,
+        get => GET, post => POST, put => PUT, patch => PATCH, delete => DELETE,
     }
 
     /// Matches this host exactly (ASCII case-insensitive), or, written `*.example.com`,
@@ -231,8 +215,7 @@ mod tests {
 
     #[test]
     fn routing_matrix() {
-        let route = RouteMatch::post()
-            .or_method(Method::PATCH)
+        let route = RouteMatch::methods([Method::POST, Method::PATCH])
             .host("*.example.com")
             .path_prefix("/v1/payments/");
         let cases = [

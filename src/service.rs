@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::header::Entry;
-use http::{HeaderName, Method, Request, Response};
+use http::{HeaderName, HeaderValue, Method, Request, Response};
 use http_body::Body;
 use tower::BoxError;
 use tower_service::Service;
 
-use crate::config::Plans;
-use crate::decision::{self, Limits};
+use crate::config::{Plan, Plans};
+use crate::decision::{self, Limits, Repeat};
 use crate::future::{Prototype, Report, ResponseFuture, Retrying};
+use crate::gate::Gates;
 use crate::head::Head;
 use crate::hook::Hooks;
 use crate::info::{RetryInfo, StopReason};
@@ -196,17 +197,36 @@ where
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
         let plan = self.plans.select(&request);
-        let policy = &plan.policy;
+        let start = Start::new(&plan, &mut request);
+        match decision::repeat(&plan, request.method(), start.key.is_some()) {
+            Repeat::Once => self.call_once(request, plan, start),
+            repeat => self.call_retrying(request, plan, start, repeat),
+        }
+    }
+}
+
+/// What every logical request starts with, whatever its repeatability: its limits, its
+/// trace, its gates told of it, its idempotency key.
+struct Start {
+    limits: Limits,
+    trace: Trace,
+    /// The gates of the request's authority, when the plan keeps gates per authority.
+    partition: Option<Box<Gates>>,
+    /// The key the request carries: stamped here, or the caller's own.
+    key: Option<HeaderValue>,
+}
+
+impl Start {
+    #[inline]
+    fn new<B>(plan: &Plan, request: &mut Request<B>) -> Start {
         // A time limit the caller's request sets itself (gRPC's `grpc-timeout`) bounds the
         // deadline too, across all attempts; the shorter applies.
         let bound = match plan.hooks.is_empty() {
             true => None,
             false => plan.hooks.time_limit(request.headers()),
         };
-        let limits = Limits::start(policy, bound);
-        let trace = Trace::new(&request);
-        let mut info = RetryInfo::default();
-
+        let limits = Limits::start(&plan.policy, bound);
+        let trace = Trace::new(request);
         // Every logical request is the client's traffic, retried or not; a gate kept per
         // authority is found for this request's once.
         let partition = match plan.partitioned {
@@ -216,57 +236,72 @@ where
             false => None,
         };
         partition.as_deref().unwrap_or(&plan.gates).on_request();
-        // Whether a key is stamped depends on the key configuration alone, never on
-        // whether retries are on. Where keys are stamped, the one lookup that finds or
-        // inserts it; elsewhere it is looked for in the head's copy below.
-        let stamped = match &plan.key {
-            Some(key) if key.applies_to(request.method()) => {
-                Some(match request.headers_mut().entry(key.get_header_name()) {
-                    Entry::Occupied(caller) => Some(caller.get().clone()),
-                    Entry::Vacant(slot) => match key.make_value() {
-                        Some(value) => Some(slot.insert(value).clone()),
-                        None => {
-                            #[cfg(feature = "tracing")]
-                            tracing::warn!(
-                                "idempotency key generator made an invalid header value; sending without a key"
-                            );
-                            None
-                        }
-                    },
-                })
-            }
-            _ => None,
-        };
-        if policy.sends_once() || request.method() == Method::CONNECT {
-            info.set_stop(StopReason::Disabled);
-            info.set_idempotency_key(
-                stamped
-                    .flatten()
-                    .or_else(|| field(request.headers(), &plan.key_header).cloned()),
-            );
-            // One attempt under a gate that hears outcomes (a throttle, a quota): the
-            // outcome is still reported. `never()` and CONNECT report none.
-            if plan.reports_once && request.method() != Method::CONNECT {
-                return self.call_reported(request, plan, partition, limits, info, trace);
-            }
-            first_attempt(&plan.hooks, &limits, request.headers_mut());
-            let future = self.inner.call(request.map(ReplayBody::passthrough));
-            return ResponseFuture::once(future, limits, info, trace);
+        Start {
+            limits,
+            trace,
+            partition,
+            key: key(plan, request),
         }
+    }
+}
 
+impl<S: Clone> Retry<S> {
+    /// A request sent once: as it is, its body passed through. Under a gate that hears
+    /// outcomes (a throttle, a quota) its outcome is still reported, unless it is `never()`
+    /// or a `CONNECT`.
+    #[inline]
+    fn call_once<B, RB>(
+        &mut self,
+        mut request: Request<B>,
+        plan: Arc<Plan>,
+        start: Start,
+    ) -> ResponseFuture<S::Future, S, B, Response<RB>>
+    where
+        S: InnerService<B, ResponseBody = RB>,
+        B: Body + Unpin,
+    {
+        let mut info = RetryInfo::default();
+        info.set_stop(StopReason::Disabled);
+        info.set_idempotency_key(start.key);
+        if plan.reports_once && request.method() != Method::CONNECT {
+            let Start {
+                limits,
+                trace,
+                partition,
+                ..
+            } = start;
+            return self.call_reported(request, plan, partition, limits, info, trace);
+        }
+        first_attempt(&plan.hooks, &start.limits, request.headers_mut());
+        let future = self.inner.call(request.map(ReplayBody::passthrough));
+        ResponseFuture::once(future, start.limits, info, start.trace)
+    }
+
+    /// A request that may be sent again: its head copied, its body wrapped for replays,
+    /// the first attempt sent to the service `poll_ready` readied.
+    #[inline]
+    fn call_retrying<B, RB>(
+        &mut self,
+        request: Request<B>,
+        plan: Arc<Plan>,
+        start: Start,
+        repeat: Repeat,
+    ) -> ResponseFuture<S::Future, S, B, Response<RB>>
+    where
+        S: InnerService<B, ResponseBody = RB>,
+        B: Body + Unpin,
+    {
         let (mut parts, body) = request.into_parts();
         // A hedged request's attempts share the caller's body: a hedge need not wait for a
         // first attempt that has not started sending.
-        let (body, replay) = ReplayBody::with_handle(
-            body,
-            self.plans.max_replay_bytes(),
-            hedges(policy, &parts.method),
-        );
+        let hedged = repeat == Repeat::Hedge;
+        let (body, replay) = ReplayBody::with_handle(body, self.plans.max_replay_bytes(), hedged);
         // Retries start from the caller's head (with its key): the hooks write on each
         // attempt's own copy.
-        let head = Head::copy(&parts, policy.classifier_needs_request());
-        info.set_idempotency_key(stamped.unwrap_or_else(|| head.get(&plan.key_header).cloned()));
-        first_attempt(&plan.hooks, &limits, &mut parts.headers);
+        let head = Head::copy(&parts, plan.policy.classifier_needs_request());
+        let mut info = RetryInfo::default();
+        info.set_idempotency_key(start.key);
+        first_attempt(&plan.hooks, &start.limits, &mut parts.headers);
         // The service that `poll_ready` readied takes the first attempt; retries clone
         // from the prototype, and only if they happen.
         let future = self.inner.call(Request::from_parts(parts, body));
@@ -275,16 +310,16 @@ where
             head,
             replay,
             plan,
-            partition,
+            partition: start.partition,
+            any_outcome: repeat.any_outcome(),
         };
-        if hedges(&retry.plan.policy, retry.head.method()) && !retry.replay.is_never() {
-            return ResponseFuture::hedged(future, retry, limits, info, trace);
+        // A body that can never be kept (over the cap by its size) is not hedged.
+        if hedged && !retry.replay.is_never() {
+            return ResponseFuture::hedged(future, retry, start.limits, info, start.trace);
         }
-        ResponseFuture::first(future, retry, limits, info, trace)
+        ResponseFuture::first(future, retry, start.limits, info, start.trace)
     }
-}
 
-impl<S: Clone> Retry<S> {
     /// A request of a policy of one attempt whose gates hear outcomes: sent once, its body
     /// watched (a failure of the caller's own body is the caller's, unheard), its head
     /// copied only for a classifier that reads it, and its outcome reported.
@@ -293,8 +328,8 @@ impl<S: Clone> Retry<S> {
     fn call_reported<B, RB>(
         &mut self,
         mut request: Request<B>,
-        plan: Arc<crate::config::Plan>,
-        partition: Option<Box<crate::gate::Gates>>,
+        plan: Arc<Plan>,
+        partition: Option<Box<Gates>>,
         limits: Limits,
         info: RetryInfo,
         trace: Trace,
@@ -313,22 +348,37 @@ impl<S: Clone> Retry<S> {
     }
 }
 
-/// Whether `policy` hedges a request of `method`: one that is safe to send twice at once (a
-/// safe method, or a policy that declares its requests repeatable). Idempotent is not
-/// enough: a DELETE applied by a slow first attempt makes its hedge answer 404, and that
-/// answer would win.
-#[inline]
-fn hedges(policy: &crate::policy::RetryPolicy, method: &Method) -> bool {
-    policy.hedging.is_some()
-        && policy.max_attempts > 1
-        && (method.is_safe() || policy.assume_idempotent)
-}
-
 /// Runs the hooks on the first attempt's headers.
 #[inline]
 fn first_attempt(hooks: &Hooks, limits: &Limits, headers: &mut http::HeaderMap) {
     if !hooks.is_empty() {
         hooks.before_attempt(&decision::first_attempt(limits), headers);
+    }
+}
+
+/// The request's idempotency key: where the plan stamps keys on its method, the caller's
+/// own or a new one (the one lookup that finds or inserts it); elsewhere, the caller's.
+#[inline]
+fn key<B>(plan: &Plan, request: &mut Request<B>) -> Option<HeaderValue> {
+    // Whether a key is stamped depends on the key configuration alone, never on whether
+    // retries are on.
+    match &plan.key {
+        Some(key) if key.applies_to(request.method()) => {
+            match request.headers_mut().entry(key.get_header_name()) {
+                Entry::Occupied(caller) => Some(caller.get().clone()),
+                Entry::Vacant(slot) => match key.make_value() {
+                    Some(value) => Some(slot.insert(value).clone()),
+                    None => {
+                        #[cfg(feature = "tracing")]
+                        tracing::warn!(
+                            "idempotency key generator made an invalid header value; sending without a key"
+                        );
+                        None
+                    }
+                },
+            }
+        }
+        _ => field(request.headers(), &plan.key_header).cloned(),
     }
 }
 

@@ -406,7 +406,8 @@ fn post_with_a_key_is_counted_too() {
         *request.method_mut() = http::Method::POST;
         request
     };
-    let keyed = || RetryLayer::new().idempotency_key(IdempotencyKey::default());
+    let keyed =
+        || RetryLayer::new().policy(RetryPolicy::new().idempotency_key(IdempotencyKey::default()));
     let bare = per_request("bare, POST", NOOP, post);
     let tower = per_request("tower Retry, POST (no key)", tower_retry(NOOP), post);
     let plain = per_request("ours (default), POST", RetryLayer::new().layer(NOOP), post);
@@ -442,9 +443,11 @@ fn post_with_a_key_is_counted_too() {
 #[test]
 fn one_attempt_reporting_to_its_gates_keeps_no_head_and_no_replay_state() {
     let layer = || {
-        RetryLayer::new()
-            .quota(RetryQuota::aws_standard())
-            .throttle(Throttle::builder().build())
+        RetryLayer::new().policy(
+            RetryPolicy::new()
+                .gate(RetryQuota::aws_standard())
+                .gate(Throttle::builder().build()),
+        )
     };
     let never = per_request(
         "ours (never), quota and throttle",

@@ -24,12 +24,14 @@ async fn retries_refusals_and_waits_are_recorded() {
             .jitter(Jitter::None),
     );
     // One token: the first request spends it on one retry, its second retry is refused.
-    let layer = RetryLayer::new().policy(policy).budget(
-        RetryBudget::builder()
-            .ratio(0.0)
-            .min_per_sec(0)
-            .max_tokens(1)
-            .build(),
+    let layer = RetryLayer::new().policy(
+        policy.gate(
+            RetryBudget::builder()
+                .ratio(0.0)
+                .min_per_sec(0.0)
+                .max_tokens(1.0)
+                .build(),
+        ),
     );
     let mock = Mock::new([
         common::Reply::Status(503),
@@ -60,11 +62,13 @@ async fn retries_refusals_and_waits_are_recorded() {
             },
         )
     };
-    let hedged = RetryLayer::new().no_budget().policy(
-        RetryPolicy::default()
-            .max_attempts(2)
-            .hedge(Hedging::after(Duration::from_millis(100))),
-    );
+    let hedged = RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates())
+        .policy(
+            RetryPolicy::default()
+                .max_attempts(2)
+                .hedge(Hedging::after(Duration::from_millis(100))),
+        );
     hedged
         .layer(slow_first)
         .oneshot(get("http://h/"))

@@ -216,11 +216,10 @@ fn partial_outage_table(layers: usize) {
         thousands(sim::PARTIAL_REQUESTS as f64),
         thousands(f64::from(sim::PARTIAL_PER_SECOND)),
     );
-    let backoff = sim::partial_backoff();
     println!(
         "    probability p (seeded); 3 attempts per layer, backoff {:?} base, {:?} cap, full jitter.",
-        backoff.get_base(),
-        backoff.get_cap()
+        sim::PARTIAL_BASE,
+        sim::PARTIAL_CAP
     );
     println!(
         "    goodput: share of requests that succeed; load: attempts at the server per request;"

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderName, Method, Request, Response, StatusCode};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::util::MapResponse;
@@ -100,10 +100,10 @@ impl Round {
 pub async fn jitter_spread(jitter: Jitter, clients: usize, retries: u32, seed: u64) -> Vec<Round> {
     let outage = Outage::new();
     let layer = RetryLayer::new()
-        .no_budget()
-        .attempt_header("retry-attempt")
+        .attempt_header(HeaderName::from_static("retry-attempt"))
         .policy(
-            RetryPolicy::default()
+            RetryPolicy::new()
+                .no_gates()
                 .max_attempts(retries + 1)
                 .backoff(
                     Backoff::exponential(Duration::from_millis(100), Duration::from_secs(10))
@@ -462,30 +462,27 @@ impl Storm {
     }
 
     fn layer(&self) -> RetryLayer {
-        let policy = RetryPolicy::default()
+        let policy = RetryPolicy::new()
             .max_attempts(3)
             .backoff(self.backoff)
             .rng_seed(self.seed);
-        match self.retries {
-            Retries::Off => RetryLayer::new().no_budget().policy(RetryPolicy::never()),
-            Retries::AttemptsOnly => RetryLayer::new().no_budget().policy(policy),
-            Retries::DefaultBudget => RetryLayer::new()
-                .budget(RetryBudget::default())
-                .policy(policy),
-            Retries::HedgedNoBudget => RetryLayer::new()
-                .no_budget()
-                .policy(policy.hedge(Hedging::after(Duration::from_millis(10)))),
-            Retries::HedgedBudget => RetryLayer::new()
-                .budget(RetryBudget::default())
-                .policy(policy.hedge(Hedging::after(Duration::from_millis(10)))),
+        let hedge = Hedging::after(Duration::from_millis(10));
+        let policy = match self.retries {
+            Retries::Off => RetryPolicy::never().no_gates(),
+            Retries::AttemptsOnly => policy.no_gates(),
+            // A new default budget per layer (per client), in place of the layer's own.
+            Retries::DefaultBudget => policy.gate(RetryBudget::default()),
+            Retries::HedgedNoBudget => policy.no_gates().hedge(hedge),
+            Retries::HedgedBudget => policy.gate(RetryBudget::default()).hedge(hedge),
             // A6 has no budget: the throttle alone. A new throttle per layer (per client).
-            Retries::Throttle => RetryLayer::new().no_budget().policy(policy).throttle(
+            Retries::Throttle => policy.no_gates().gate(
                 Throttle::builder()
                     .max_tokens(THROTTLE_MAX_TOKENS)
                     .token_ratio(THROTTLE_RATIO)
                     .build(),
             ),
-        }
+        };
+        RetryLayer::new().policy(policy)
     }
 
     /// What the arithmetic says this storm should measure, given the simulated time it ran
@@ -619,8 +616,13 @@ pub const PARTIAL_PER_SECOND: u32 = 1_000;
 /// The backoff of the partial-outage tables: small (10 ms base, 100 ms cap, full jitter),
 /// so retries follow soon after the failure they answer but not all in the same instant.
 pub fn partial_backoff() -> Backoff {
-    Backoff::exponential(Duration::from_millis(10), Duration::from_millis(100))
+    Backoff::exponential(PARTIAL_BASE, PARTIAL_CAP)
 }
+
+/// [`partial_backoff`]'s base.
+pub const PARTIAL_BASE: Duration = Duration::from_millis(10);
+/// [`partial_backoff`]'s cap.
+pub const PARTIAL_CAP: Duration = Duration::from_millis(100);
 
 /// One row of a partial-outage table.
 #[derive(Debug, Clone)]
@@ -699,18 +701,19 @@ impl Shared {
         }
     }
 
-    fn layer(self) -> RetryLayer {
+    /// The client's gates, as a policy: laid over the layer's, it replaces the layer's own
+    /// budget.
+    fn gates(self) -> RetryPolicy {
+        let policy = RetryPolicy::new();
         match self {
-            Shared::OneBudget => RetryLayer::new().budget(RetryBudget::default()),
+            Shared::OneBudget => policy.gate(RetryBudget::default()),
             Shared::BudgetPerAuthority => {
-                RetryLayer::new().budget(RetryBudget::builder().per_authority().build())
+                policy.gate(RetryBudget::builder().per_authority().build())
             }
-            Shared::OneQuota => RetryLayer::new()
-                .no_budget()
-                .quota(RetryQuota::aws_standard()),
-            Shared::QuotaPerAuthority => RetryLayer::new()
-                .no_budget()
-                .quota(RetryQuota::builder().per_authority().build()),
+            Shared::OneQuota => policy.no_gates().gate(RetryQuota::aws_standard()),
+            Shared::QuotaPerAuthority => policy
+                .no_gates()
+                .gate(RetryQuota::builder().per_authority().build()),
         }
     }
 }
@@ -743,11 +746,14 @@ pub async fn two_servers(gates: Shared, seed: u64) -> TwoServers {
         };
         server.call(request)
     });
-    let policy = RetryPolicy::default()
+    let policy = RetryPolicy::new()
         .max_attempts(3)
         .backoff(partial_backoff())
         .rng_seed(seed);
-    let client = gates.layer().policy(policy).layer(server);
+    let client = RetryLayer::new()
+        .policy(gates.gates())
+        .policy(policy)
+        .layer(server);
     let succeeded = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
     let gap = Duration::from_secs(1) / PARTIAL_PER_SECOND;

@@ -1,5 +1,6 @@
-//! Fuzzes the `hints` readers (`rate_limit`, `x_rate_limit_reset`, `server_hint`, with
-//! `Retry-After` through the latter): no input may panic, raw bytes keep the documented
+//! Fuzzes the `hints` readers through `Hint::from_headers`: the `RateLimit` and
+//! `X-RateLimit-Reset` fields each alone in a response, and whole responses with
+//! `Retry-After` beside them. No input may panic, raw bytes keep the documented
 //! properties, and modelled `RateLimit` and `X-RateLimit-Reset` fields give exactly the
 //! wait the model says.
 //!

@@ -7,7 +7,7 @@
 //! Three kinds of case:
 //! * [`RawCase`]: arbitrary bytes in every header the readers look at. No panic, the same
 //!   answer twice, the properties that can be judged without a second parser, and
-//!   `server_hint` agreeing with the readers under the documented precedence.
+//!   `Hint::from_headers` agreeing with the readers under the documented precedence.
 //! * [`RateLimitModel`]: a `RateLimit` field described as data (policy names, `r`, `t`,
 //!   duplicate and comment parameters, spacing, line breaks, deliberate damage), written
 //!   out by a serialiser of this file's own; the reader must return the wait the model
@@ -15,11 +15,15 @@
 //! * [`ResetModel`]: `X-RateLimit-Remaining: 0` and an `X-RateLimit-Reset` number, with or
 //!   without a `Date`, any clock; the reader must return the wait computed here in
 //!   128-bit nanoseconds.
+//!
+//! The readers of each field are the crate's own, reached through its one public entry,
+//! [`Hint::from_headers`], given a response that holds only the field under test (and
+//! `Date` where it matters): [`rate_limit`] and [`x_rate_limit_reset`] below.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
-use tower_http_retry::hints::{Hint, HintSource, rate_limit, server_hint, x_rate_limit_reset};
+use tower_http_retry::hints::{Hint, HintSource};
 use tower_http_retry::retry_after;
 
 use crate::retry_after_case::LAST_DATE_SECS;
@@ -29,6 +33,57 @@ pub const MAX_SF_INTEGER: i64 = 999_999_999_999_999;
 
 /// `X-RateLimit-Reset` above this is a Unix time.
 const UNIX_TIME_ABOVE: u64 = 1_000_000_000;
+
+// ---- the readers, one field at a time ----
+
+/// The wait the `RateLimit` field lines ask for: [`Hint::from_headers`] on a response with
+/// these lines and no other field (so the hint, if any, is the field's own).
+pub fn rate_limit<'a, I>(lines: I) -> Option<Duration>
+where
+    I: IntoIterator<Item = &'a HeaderValue>,
+{
+    let mut headers = HeaderMap::new();
+    for line in lines {
+        headers.append("ratelimit", line.clone());
+    }
+    // No date is read for a RateLimit wait: any clock gives the same answer.
+    let hint = Hint::from_headers(&headers, UNIX_EPOCH)?;
+    assert_eq!(
+        hint,
+        Hint::new(hint.wait, HintSource::RateLimit),
+        "{headers:?}"
+    );
+    Some(hint.wait)
+}
+
+/// The wait `X-RateLimit-Reset` asks for with this `X-RateLimit-Remaining` (and `Date`):
+/// [`Hint::from_headers`] on a response with these fields alone, once each.
+pub fn x_rate_limit_reset(
+    remaining: &HeaderValue,
+    reset: &HeaderValue,
+    date: Option<&HeaderValue>,
+    now: SystemTime,
+) -> Option<Duration> {
+    let mut headers = HeaderMap::new();
+    headers.insert("x-ratelimit-remaining", remaining.clone());
+    headers.insert("x-ratelimit-reset", reset.clone());
+    if let Some(date) = date {
+        headers.insert("date", date.clone());
+    }
+    let hint = Hint::from_headers(&headers, now)?;
+    assert_eq!(
+        hint,
+        Hint::new(hint.wait, HintSource::XRateLimitReset),
+        "{headers:?}"
+    );
+    Some(hint.wait)
+}
+
+/// The server's hint in a whole response: Retry-After first, else the longer of the
+/// others.
+fn server_hint(headers: &HeaderMap, now: SystemTime) -> Option<Hint> {
+    Hint::from_headers(headers, now)
+}
 
 // ---- arbitrary bytes ----
 
@@ -84,7 +139,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// Checks arbitrary bytes: no panic, purity, the readers' documented properties, and
-/// `server_hint` following the precedence. Returns `server_hint`'s answer.
+/// the whole response's hint following the precedence. Returns that hint.
 pub fn check_raw(case: &RawCase) -> Option<Hint> {
     let now = case.now;
     let rate_limit_lines = values(&case.rate_limit);
@@ -155,7 +210,8 @@ pub fn check_raw(case: &RawCase) -> Option<Hint> {
         }
     }
 
-    // server_hint: Retry-After first, else the longer of the others (RateLimit on a tie).
+    // The whole response: Retry-After first, else the longer of the others (RateLimit on a
+    // tie).
     let hint = server_hint(&headers, now);
     assert_eq!(hint, server_hint(&headers, now), "pure: {case:?}");
     let date = headers.get("date");

@@ -10,11 +10,11 @@ use super::{
     record_stop,
 };
 use crate::classify::{Classification, RetryReason};
-use crate::gate::{Gates, Heard, Refusal, Ticket};
+use crate::gate::{Ask, Gates, Heard, Ticket};
 use crate::hints::HintSource;
-use crate::hook::{AttemptContext, AttemptKind};
+use crate::hook::{Attempt, AttemptKind};
 use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
-use crate::policy::RetryPolicy;
+use crate::policy::Settings;
 use crate::replay::NotReplayable;
 
 /// What one attempt's outcome means for a hedged request.
@@ -52,7 +52,7 @@ pub(crate) struct HedgeOutcome {
 /// it. `once` holds the reasons of the "once" outcomes (the 500 once) seen so far, and
 /// gets this one's.
 pub(crate) fn outcome(
-    policy: &RetryPolicy,
+    policy: &Settings,
     gates: &Gates,
     ticket: &Ticket,
     limits: &Limits,
@@ -114,7 +114,7 @@ pub(crate) fn outcome(
 }
 
 /// Whether a hedged request may send another attempt: fewer than `max_attempts` sent.
-pub(crate) fn attempts_left(policy: &RetryPolicy, info: &RetryInfo) -> bool {
+pub(crate) fn attempts_left(policy: &Settings, info: &RetryInfo) -> bool {
     counted_attempts(info.attempts(), info.retries()) < policy.max_attempts
 }
 
@@ -130,19 +130,27 @@ pub(crate) fn send(
     now: Instant,
     previous: Instant,
     info: &mut RetryInfo,
-) -> Result<AttemptContext, StopReason> {
+) -> Result<Attempt, StopReason> {
     if limits.past_deadline(now) {
         return Err(StopReason::Deadline);
     }
     let (reason, hint) = trigger.unwrap_or((RetryReason::Hedge, None));
-    match gates.ask_hedge(reason.kind(), ticket) {
-        Ok(()) => {}
-        Err(Refusal::Throttle) => return Err(StopReason::Throttled),
-        Err(Refusal::Budget | Refusal::Quota) => {
-            crate::trace::budget_refused(info.attempts(), &reason);
-            return Err(StopReason::BudgetExhausted);
+    let admitted = match gates.admit(Ask::Hedge(reason.kind())) {
+        Ok(admitted) => admitted,
+        Err(refused) => {
+            if refused == StopReason::BudgetExhausted {
+                crate::trace::budget_refused(info.attempts(), &reason);
+            }
+            return Err(refused);
         }
+    };
+    // A hedge is sent for latency: one a gate would delay has lost its point. It is not
+    // sent, and what the gates took goes back.
+    if !admitted.wait.is_zero() {
+        gates.release(&admitted);
+        return Err(StopReason::Throttled);
     }
+    gates.commit(&admitted, ticket);
     let record = RetryRecord {
         kind: AttemptKind::Hedge,
         reason,
@@ -154,7 +162,7 @@ pub(crate) fn send(
     };
     crate::trace::retried(&record);
     record_retry(info, record);
-    Ok(AttemptContext {
+    Ok(Attempt {
         number: info.attempts(),
         counted_before: counted_attempts(info.attempts(), info.retries()).saturating_sub(1),
         time_left: limits.time_left(Some(now)),

@@ -7,8 +7,9 @@ use http::StatusCode;
 
 use crate::backoff::{Backoff, Jitter};
 use crate::config::Config;
-use crate::gate::{RetryBudget, Throttle};
+use crate::gate::{AnyGate, RetryBudget, Throttle, sealed::Sealed};
 use crate::hints::HintSource;
+use crate::policy::RetryPolicy;
 
 const S503: RetryReason = RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE);
 const S500: RetryReason = RetryReason::Status(StatusCode::INTERNAL_SERVER_ERROR);
@@ -61,12 +62,23 @@ fn plan(policy: RetryPolicy) -> Plan {
 }
 
 fn gated(policy: RetryPolicy, budget: Option<RetryBudget>, throttle: Option<Throttle>) -> Plan {
-    let config = Config {
-        budget,
-        throttle,
-        ..Config::default()
-    };
-    Plan::resolve(policy, &config)
+    let policy = budget.into_iter().fold(policy, RetryPolicy::gate);
+    let policy = throttle.into_iter().fold(policy, RetryPolicy::gate);
+    Plan::resolve(policy, &Config::default())
+}
+
+/// A budget with `tokens` and no refill, or `ratio` per request.
+fn no_refill(ratio: f64, max_tokens: f64) -> RetryBudget {
+    RetryBudget::builder()
+        .ratio(ratio)
+        .min_per_sec(0.0)
+        .max_tokens(max_tokens)
+        .build()
+}
+
+/// Gates of these kinds.
+fn gates(list: Vec<AnyGate>) -> Gates {
+    Gates::new(list)
 }
 
 fn outcome(verdict: Classification) -> Outcome {
@@ -89,7 +101,7 @@ fn sent(info: &mut RetryInfo) {
 }
 
 fn no_limits() -> Limits {
-    Limits::start(&RetryPolicy::default(), None)
+    Limits::start(&RetryPolicy::new().settings(), None)
 }
 
 /// `decide` on a first outcome; the answer and the record.
@@ -510,11 +522,7 @@ fn a_hint_too_long_or_a_wait_past_the_deadline_stops() {
 
 #[test]
 fn the_budget_is_asked_last_and_its_refusal_is_recorded() {
-    let budget = RetryBudget::builder()
-        .ratio(0.0)
-        .min_per_sec(0)
-        .max_tokens(1)
-        .build();
+    let budget = no_refill(0.0, 1.0);
     let plan = gated(policy(), Some(budget.clone()), None);
     let (answer, _) = once(
         &plan,
@@ -534,37 +542,24 @@ fn the_budget_is_asked_last_and_its_refusal_is_recorded() {
     assert_eq!(info.stop(), StopReason::BudgetExhausted);
     assert_eq!(info.stop(), StopReason::BudgetExhausted);
     // A retry that cannot happen for another reason spends nothing.
-    budget.deposit();
+    tower::retry::budget::Budget::deposit(&budget);
     let mut world = World::new();
     world.replay = Err(NotReplayable::TooLarge);
-    let refill = gated(
-        policy(),
-        Some(
-            RetryBudget::builder()
-                .ratio(1.0)
-                .min_per_sec(0)
-                .max_tokens(1)
-                .build(),
-        ),
-        None,
-    );
-    let before = refill.gates.budget.as_ref().unwrap().tokens();
+    let full = no_refill(1.0, 1.0);
+    let refill = gated(policy(), Some(full.clone()), None);
+    let before = full.tokens();
     once(
         &refill,
         &no_limits(),
         outcome(Classification::Retry(S503)),
         &mut world,
     );
-    assert_eq!(refill.gates.budget.as_ref().unwrap().tokens(), before);
+    assert_eq!(full.tokens(), before);
 }
 
 #[test]
 fn a_transparent_retry_waits_nothing_is_not_counted_and_is_paid_for() {
-    let budget = RetryBudget::builder()
-        .ratio(0.0)
-        .min_per_sec(0)
-        .max_tokens(5)
-        .build();
+    let budget = no_refill(0.0, 5.0);
     let throttle = Throttle::builder()
         .max_tokens(10.0)
         .token_ratio(1.0)
@@ -687,7 +682,7 @@ async fn an_expired_attempt_is_the_deadline_or_a_retryable_timeout() {
     let policy = RetryPolicy::default()
         .deadline(Duration::from_secs(10))
         .attempt_timeout(Duration::from_secs(3));
-    let limits = Limits::start(&policy, None);
+    let limits = Limits::start(&policy.settings(), None);
     let now = Instant::now();
     match attempt_expired(&limits, now + Duration::from_secs(3), 1) {
         Expired::Attempt(error) => {
@@ -717,7 +712,9 @@ async fn an_expired_attempt_is_the_deadline_or_a_retryable_timeout() {
 #[tokio::test(start_paused = true)]
 async fn a_body_never_released_is_the_deadline_or_not_replayable() {
     let limits = Limits::start(
-        &RetryPolicy::default().deadline(Duration::from_secs(1)),
+        &RetryPolicy::default()
+            .deadline(Duration::from_secs(1))
+            .settings(),
         None,
     );
     let now = Instant::now();
@@ -733,7 +730,7 @@ async fn readiness_sends_the_next_attempt_or_ends_the_request() {
     let policy = RetryPolicy::default()
         .deadline(Duration::from_secs(10))
         .attempt_timeout(Duration::from_secs(2));
-    let limits = Limits::start(&policy, None);
+    let limits = Limits::start(&policy.settings(), None);
     let now = Instant::now();
     // Ready in time: attempt 2, one earlier attempt counted, 7 s left.
     let mut info = first();
@@ -741,7 +738,7 @@ async fn readiness_sends_the_next_attempt_or_ends_the_request() {
     let attempt = ready(&limits, now + Duration::from_secs(3), &mut info).unwrap();
     assert_eq!(
         attempt,
-        AttemptContext {
+        Attempt {
             number: 2,
             counted_before: 1,
             time_left: Some(Duration::from_secs(7)),
@@ -784,7 +781,7 @@ async fn readiness_sends_the_next_attempt_or_ends_the_request() {
     // The first attempt: the whole deadline, no clock read.
     assert_eq!(
         first_attempt(&limits),
-        AttemptContext {
+        Attempt {
             number: 1,
             counted_before: 0,
             time_left: Some(Duration::from_secs(10)),
@@ -981,44 +978,60 @@ fn schedule(backoff: u64, hint: Option<u64>, deadline_in: Option<u64>) -> Schedu
     }
 }
 
-fn yes() -> Result<(), Refusal> {
-    Ok(())
+fn scheduled(s: &Schedule, gates: &Gates) -> Result<RetryRecord, StopReason> {
+    schedule_retry(s, gates, &mut Ticket::default())
 }
 
 #[test]
 fn within_a_millisecond_of_the_deadline_leaves_no_room_for_an_attempt() {
     assert_eq!(
-        schedule_retry(&schedule(4_000, None, Some(4_000)), yes),
+        scheduled(&schedule(4_000, None, Some(4_000)), &Gates::default()),
         Err(StopReason::Deadline)
     );
     assert_eq!(
-        schedule_retry(&schedule(3_999, None, Some(4_000)), yes),
+        scheduled(&schedule(3_999, None, Some(4_000)), &Gates::default()),
         Err(StopReason::Deadline)
     );
-    assert!(schedule_retry(&schedule(3_998, None, Some(4_000)), yes).is_ok());
+    assert!(scheduled(&schedule(3_998, None, Some(4_000)), &Gates::default()).is_ok());
     // A transparent retry keeps the deadline too.
     let at_once = Schedule {
         transparent: true,
         ..schedule(0, Some(31_000), Some(1))
     };
-    assert_eq!(schedule_retry(&at_once, yes), Err(StopReason::Deadline));
+    assert_eq!(
+        scheduled(&at_once, &Gates::default()),
+        Err(StopReason::Deadline)
+    );
 }
 
 #[test]
 fn the_gates_are_asked_last_and_only_then() {
-    let mut asked = false;
-    let stop = schedule_retry(&schedule(100, Some(31_000), None), || {
-        asked = true;
-        Ok(())
-    });
+    let one = no_refill(0.0, 1.0);
+    let stop = scheduled(
+        &schedule(100, Some(31_000), None),
+        &gates(vec![one.clone().into_any()]),
+    );
     assert_eq!(stop, Err(StopReason::HintTooLong));
-    assert!(!asked, "a retry that cannot happen spends nothing");
     assert_eq!(
-        schedule_retry(&schedule(100, None, None), || Err(Refusal::Budget)),
-        Err(StopReason::BudgetExhausted)
+        one.tokens(),
+        1.0,
+        "a retry that cannot happen spends nothing"
+    );
+    let empty = no_refill(0.0, 1.0);
+    assert!(
+        scheduled(
+            &schedule(100, None, None),
+            &gates(vec![empty.clone().into_any()])
+        )
+        .is_ok()
     );
     assert_eq!(
-        schedule_retry(&schedule(100, None, None), || Err(Refusal::Throttle)),
+        scheduled(&schedule(100, None, None), &gates(vec![empty.into_any()])),
+        Err(StopReason::BudgetExhausted)
+    );
+    let spent = crate::gate::pacer::Pacer::new(Duration::ZERO, 0);
+    assert_eq!(
+        scheduled(&schedule(100, None, None), &gates(vec![spent.into_any()])),
         Err(StopReason::Throttled)
     );
 }
@@ -1105,7 +1118,7 @@ async fn limits_pick_the_first_end() {
         .deadline(Duration::from_secs(10))
         .attempt_timeout(Duration::from_secs(3));
     let now = Instant::now();
-    let limits = Limits::start(&policy, None);
+    let limits = Limits::start(&policy.settings(), None);
     assert!(limits.bounds_attempts());
     assert_eq!(limits.attempt_end(now), Some(now + Duration::from_secs(3)));
     let late = now + Duration::from_secs(8);
@@ -1125,7 +1138,9 @@ async fn limits_pick_the_first_end() {
     assert!(limits.past_deadline(now + Duration::from_secs(10)));
 
     let timeout_only = Limits::start(
-        &RetryPolicy::default().attempt_timeout(Duration::from_secs(2)),
+        &RetryPolicy::default()
+            .attempt_timeout(Duration::from_secs(2))
+            .settings(),
         None,
     );
     assert_eq!(
@@ -1134,12 +1149,15 @@ async fn limits_pick_the_first_end() {
     );
     // A bound shortens the deadline, never lengthens it, and is one on its own.
     let ten = RetryPolicy::default().deadline(Duration::from_secs(10));
-    let bounded = Limits::start(&ten, Some(Duration::from_secs(4)));
+    let bounded = Limits::start(&ten.settings(), Some(Duration::from_secs(4)));
     assert_eq!(bounded.deadline(), Some(now + Duration::from_secs(4)));
     assert_eq!(bounded.time_left(None), Some(Duration::from_secs(4)));
-    let loose = Limits::start(&ten, Some(Duration::from_secs(40)));
+    let loose = Limits::start(&ten.settings(), Some(Duration::from_secs(40)));
     assert_eq!(loose.deadline(), Some(now + Duration::from_secs(10)));
-    let only = Limits::start(&RetryPolicy::default(), Some(Duration::from_secs(3)));
+    let only = Limits::start(
+        &RetryPolicy::default().settings(),
+        Some(Duration::from_secs(3)),
+    );
     assert_eq!(only.deadline(), Some(now + Duration::from_secs(3)));
     assert!(only.bounds_attempts());
 
@@ -1159,7 +1177,11 @@ async fn limits_pick_the_first_end() {
 
 // A hedged request's decisions (`decision::hedge`).
 
-fn judged(policy: &RetryPolicy, verdict: Classification, world: &mut World) -> hedge::Judged {
+fn judged(
+    policy: &crate::policy::Settings,
+    verdict: Classification,
+    world: &mut World,
+) -> hedge::Judged {
     let limits = Limits::start(policy, None);
     let mut once = Vec::new();
     hedge::outcome(
@@ -1188,25 +1210,29 @@ async fn a_hedged_outcome_wins_or_sends_the_next_hedge_as_its_verdict_and_facts_
     // Fatal: returned, whatever else.
     for verdict in [Classification::Success, Classification::Done] {
         assert_eq!(
-            judged(&policy, verdict, &mut World::new()),
+            judged(&policy.settings(), verdict, &mut World::new()),
             Judged::Wins(StopReason::Final)
         );
     }
     // Non-fatal, nothing else said: the next hedge at once.
     assert_eq!(
-        judged(&policy, Classification::Retry(S503), &mut World::new()),
+        judged(
+            &policy.settings(),
+            Classification::Retry(S503),
+            &mut World::new()
+        ),
         non_fatal(Next::After(Duration::ZERO), None)
     );
     // The server's floor hint sets its time; beyond `max_retry_after`, no more hedges.
     let mut world = World::new();
     world.hint = Some(Hint::new(2_000 * MS, HintSource::RetryAfter));
     assert_eq!(
-        judged(&policy, Classification::Retry(S503), &mut world),
+        judged(&policy.settings(), Classification::Retry(S503), &mut world),
         non_fatal(Next::After(2_000 * MS), Some(HintSource::RetryAfter))
     );
     world.hint = Some(Hint::new(Duration::from_secs(60), HintSource::RetryAfter));
     assert_eq!(
-        judged(&policy, Classification::Retry(S503), &mut world),
+        judged(&policy.settings(), Classification::Retry(S503), &mut world),
         non_fatal(
             Next::Freeze(StopReason::HintTooLong),
             Some(HintSource::RetryAfter)
@@ -1214,20 +1240,28 @@ async fn a_hedged_outcome_wins_or_sends_the_next_hedge_as_its_verdict_and_facts_
     );
     // A stop from the server, and a body that can never be sent again.
     assert_eq!(
-        judged(&policy, Classification::Stop(S503), &mut World::new()),
+        judged(
+            &policy.settings(),
+            Classification::Stop(S503),
+            &mut World::new()
+        ),
         non_fatal(Next::Freeze(StopReason::ServerSaidStop), None)
     );
     let mut large = World::new();
     large.replay = Err(NotReplayable::TooLarge);
     assert_eq!(
-        judged(&policy, Classification::Retry(S503), &mut large),
+        judged(&policy.settings(), Classification::Retry(S503), &mut large),
         non_fatal(Next::Freeze(StopReason::BodyNotReplayable), None)
     );
     // A body still being sent is no obstacle: the hedge waits for it.
     let mut streaming = World::new();
     streaming.replay = Err(NotReplayable::InFlight);
     assert_eq!(
-        judged(&policy, Classification::Retry(S503), &mut streaming),
+        judged(
+            &policy.settings(),
+            Classification::Retry(S503),
+            &mut streaming
+        ),
         non_fatal(Next::After(Duration::ZERO), None)
     );
     // A next hedge that could not start before the deadline.
@@ -1235,7 +1269,7 @@ async fn a_hedged_outcome_wins_or_sends_the_next_hedge_as_its_verdict_and_facts_
     let mut world = World::new();
     world.hint = Some(Hint::new(200 * MS, HintSource::RetryAfter));
     assert_eq!(
-        judged(&tight, Classification::Retry(S503), &mut world),
+        judged(&tight.settings(), Classification::Retry(S503), &mut world),
         non_fatal(
             Next::Freeze(StopReason::HintTooLong),
             Some(HintSource::RetryAfter)
@@ -1246,7 +1280,7 @@ async fn a_hedged_outcome_wins_or_sends_the_next_hedge_as_its_verdict_and_facts_
 #[tokio::test(start_paused = true)]
 async fn the_500_once_is_non_fatal_once_per_hedged_request() {
     let policy = policy();
-    let limits = Limits::start(&policy, None);
+    let limits = Limits::start(&policy.settings(), None);
     let mut once = Vec::new();
     let seen = hedge::HedgeOutcome {
         verdict: Classification::RetryOnce(S500),
@@ -1254,7 +1288,7 @@ async fn the_500_once_is_non_fatal_once_per_hedged_request() {
     };
     let mut judge = || {
         hedge::outcome(
-            &policy,
+            &policy.settings(),
             &Gates::default(),
             &Ticket::default(),
             &limits,
@@ -1270,27 +1304,14 @@ async fn the_500_once_is_non_fatal_once_per_hedged_request() {
 #[test]
 fn a_hedge_asks_the_throttle_only_then_pays_the_budget() {
     let throttle = Throttle::builder().max_tokens(4.0).token_ratio(1.0).build();
-    let gates = Gates {
-        budget: Some(
-            RetryBudget::builder()
-                .ratio(0.0)
-                .min_per_sec(0)
-                .max_tokens(1)
-                .build(),
-        ),
-        throttle: Some(throttle.clone()),
-        quota: None,
-    };
-    let mut ticket = Ticket::default();
-    assert_eq!(
-        gates.ask_hedge(crate::classify::FailureKind::Transient, &mut ticket),
-        Ok(())
-    );
+    let gates = gates(vec![
+        no_refill(0.0, 1.0).into_any(),
+        throttle.clone().into_any(),
+    ]);
+    let hedge = crate::gate::Ask::Hedge(crate::classify::FailureKind::Transient);
+    assert!(gates.admit(hedge).is_ok());
     assert_eq!(throttle.tokens(), 4.0, "checked, not drawn");
-    assert_eq!(
-        gates.ask_hedge(crate::classify::FailureKind::Transient, &mut ticket),
-        Err(Refusal::Budget)
-    );
+    assert_eq!(gates.admit(hedge).err(), Some(StopReason::BudgetExhausted));
     // At half, the throttle refuses before the budget is asked.
     assert!(
         gates
@@ -1308,8 +1329,54 @@ fn a_hedge_asks_the_throttle_only_then_pays_the_budget() {
             )
             .is_err()
     );
-    assert_eq!(
-        gates.ask_hedge(crate::classify::FailureKind::Transient, &mut ticket),
-        Err(Refusal::Throttle)
-    );
+    assert_eq!(gates.admit(hedge).err(), Some(StopReason::Throttled));
+}
+
+#[test]
+fn how_a_request_may_be_repeated_is_decided_from_its_plan_method_and_key() {
+    use crate::hedge::Hedging;
+    use http::Method;
+
+    let plain = plan(policy());
+    let declared = plan(policy().assume_idempotent());
+    let hedging = plan(policy().hedge(Hedging::after(10 * MS)));
+    let hedging_declared = plan(policy().hedge(Hedging::after(10 * MS)).assume_idempotent());
+    let once = plan(policy().max_attempts(1));
+    let never = plan(RetryPolicy::never());
+    let hedging_once = plan(policy().max_attempts(1).hedge(Hedging::after(10 * MS)));
+    let transparent_once = plan(policy().max_attempts(1).transparent_retry());
+    let query = Method::from_bytes(b"QUERY").unwrap();
+    let cases = [
+        (&plain, Method::GET, false, Repeat::Retry),
+        (&plain, Method::PUT, false, Repeat::Retry),
+        (&plain, Method::POST, false, Repeat::IfUnseen),
+        (&plain, Method::POST, true, Repeat::Retry),
+        (&plain, Method::PATCH, false, Repeat::IfUnseen),
+        (&plain, Method::CONNECT, true, Repeat::Once),
+        (&declared, Method::POST, false, Repeat::Retry),
+        (&hedging, Method::GET, false, Repeat::Hedge),
+        (&hedging, query, false, Repeat::Hedge),
+        // Idempotent is not enough for a hedge, nor is a key.
+        (&hedging, Method::DELETE, false, Repeat::Retry),
+        (&hedging, Method::PUT, true, Repeat::Retry),
+        (&hedging, Method::POST, true, Repeat::Retry),
+        (&hedging, Method::POST, false, Repeat::IfUnseen),
+        (&hedging_declared, Method::POST, false, Repeat::Hedge),
+        (&hedging_declared, Method::DELETE, false, Repeat::Hedge),
+        (&once, Method::GET, true, Repeat::Once),
+        (&never, Method::GET, true, Repeat::Once),
+        (&hedging_once, Method::GET, false, Repeat::Once),
+        // One attempt with a transparent retry is sent again when the server never saw it.
+        (&transparent_once, Method::POST, false, Repeat::IfUnseen),
+    ];
+    for (plan, method, keyed, expected) in cases {
+        assert_eq!(
+            repeat(plan, &method, keyed),
+            expected,
+            "{method} keyed={keyed} under {:?}",
+            plan.policy
+        );
+    }
+    assert!(Repeat::Retry.any_outcome() && Repeat::Hedge.any_outcome());
+    assert!(!Repeat::IfUnseen.any_outcome());
 }

@@ -103,7 +103,6 @@ impl<F, S, B, R> Flight<F, S, B, R> {
         let more = retry.plan.policy.max_attempts > 1;
         let latencies = retry
             .plan
-            .policy
             .hedging
             .as_ref()
             .filter(|hedging| hedging.reads_latencies())

@@ -106,6 +106,7 @@ impl Bucket {
         self.cap_units
     }
 
+    #[cfg(test)]
     pub(crate) fn refill_per_ms(&self) -> u64 {
         self.refill_per_ms
     }

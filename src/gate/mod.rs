@@ -1,6 +1,23 @@
-// Gates: what may stop a retry the policy allows. Every gate is told of each logical
-// request and of each outcome (a success, a failure of some kind, or neither), and is asked
-// before each retry; each kind is the one token bucket of `bucket.rs` with its own amounts.
+// Gates: what may stop a retry the policy allows. Every kind of gate is one state type
+// implementing `Kind` (its settings, their validation, its state's partitions, and what it
+// hears and answers), a public handle around it (`RetryBudget`, `Throttle`, `RetryQuota`),
+// and one line in `kinds!` below. Everything else is shared: the builder (`GateBuilder`),
+// the validation of amounts (`amount_units`), the per-authority partitions
+// (`partition.rs`), the set of gates a policy holds (`GateSet`) and the gates of one request
+// (`Gates`).
+//
+// What a gate hears and answers, in the order of a request:
+// - `on_request`: a logical request starts (the ratio budget deposits);
+// - `admit`: asked before each retry, hedge or transparent retry; it admits (having
+//   taken what it charges, and possibly asking the retry to wait longer), or refuses;
+// - `release`: another gate refused, or the wait it asked for does not fit the deadline:
+//   it gets back what it took for that retry;
+// - `on_outcome`: an attempt's outcome (a success, a failure of some kind, or neither),
+//   with what the kind took for the request's last retry (a quota refunds it on success);
+//   a failure may make it refuse any retry after it (the throttle).
+// Today's kinds use the parts they need. The first attempt is not asked: no kind charges
+// one yet (the adaptive limiter will, and needs the driver to keep the readied service
+// across its wait).
 //
 // - `RetryBudget` (request-driven, the SRE book's): a request deposits `ratio`, a retry
 //   withdraws one token or is refused, the bucket refills `min_per_sec` per second.
@@ -11,24 +28,458 @@
 //   adds a reward.
 //
 // A request carries a `Ticket` from its first retry on: what its last retry took from each
-// gate, so that a gate that refunds on success (a cost-weighted quota) can give back
+// kind, so that a gate that refunds on success (a cost-weighted quota) can give back
 // exactly that.
+
+// The gate machinery below is `pub` where the public `Gate` trait names it (its sealed
+// supertrait, the kinds' states and settings, what they hear and answer), yet unnameable
+// outside the crate: the modules are private.
+#![allow(unreachable_pub)]
 
 mod bucket;
 mod budget;
+#[cfg(test)]
+pub(crate) mod pacer;
 mod partition;
+// The per-authority partitions through the layer: how many a gate tracks is crate-private.
+#[cfg(all(test, not(tower_http_retry_loom)))]
+mod partition_tests;
 mod quota;
 mod throttle;
 
-pub use self::budget::{BudgetBuilder, RetryBudget};
-pub use self::quota::{QuotaBuilder, RetryQuota};
-pub use self::throttle::{Throttle, ThrottleBuilder};
+pub use self::budget::RetryBudget;
+pub use self::quota::RetryQuota;
+pub use self::throttle::Throttle;
 
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use self::bucket::UNITS_PER_TOKEN;
+use self::partition::{AuthorityKey, Part, Scoped};
 use crate::classify::{Classification, FailureKind};
+use crate::error::InvalidConfig;
+use crate::info::StopReason;
+
+/// A gate that a policy's retries pass: [`RetryBudget`], [`Throttle`] or [`RetryQuota`].
+/// Give one to a policy with [`RetryPolicy::gate`](crate::RetryPolicy::gate); every clone of
+/// a gate shares its state, so one gate given to several policies, layers or clients bounds
+/// their retries together.
+///
+/// Each kind is built the same way, `Kind::builder()`, its settings, then
+/// [`build`](GateBuilder::build), and each can keep its state per server
+/// ([`GateBuilder::per_authority`]).
+///
+/// The kinds are this crate's own; the trait cannot be implemented elsewhere.
+pub trait Gate: sealed::Sealed + Clone + fmt::Debug + Send + Sync + 'static {
+    /// The state this gate keeps for requests to the server `uri` names: for a gate kept
+    /// per authority, that authority's (made full if it had none); else, and for a URI
+    /// without an authority, the gate's own. A handle on the state, as the gate is, for
+    /// reading it (`tokens()`).
+    ///
+    /// ```
+    /// use tower_http_retry::{Gate, RetryBudget};
+    ///
+    /// let budget = RetryBudget::builder().per_authority().build();
+    /// let uri: http::Uri = "https://api.example.com/v1/orders".parse().unwrap();
+    /// assert_eq!(budget.partition(&uri).tokens(), 100.0); // full until its first retry
+    /// ```
+    #[must_use]
+    fn partition(&self, uri: &http::Uri) -> Self {
+        Self::from_scoped(self.scoped().partition_of(AuthorityKey::of_uri(uri)))
+    }
+}
+
+pub(crate) mod sealed {
+    use super::{AnyGate, Kind, Scoped};
+
+    /// What makes a handle a gate: its kind's state, and its place in the registry. Public
+    /// in a private module, so that [`Gate`](super::Gate) can be named but not implemented
+    /// outside the crate.
+    pub trait Sealed: Sized {
+        /// The state behind the handle.
+        type Kind: Kind;
+        /// The handle's state.
+        fn scoped(&self) -> &Scoped<Self::Kind>;
+        /// A handle on `state`.
+        fn from_scoped(state: Scoped<Self::Kind>) -> Self;
+        /// The handle as one gate of any kind.
+        fn into_any(self) -> AnyGate;
+    }
+}
+
+/// One kind of gate: its settings, and the state they make. The state is shared by every
+/// clone of the handle, and, for a gate kept per authority, one per server.
+pub trait Kind: Sized + Send + Sync + 'static {
+    /// What the builder collects.
+    type Settings: Clone + Copy + fmt::Debug + PartialEq + Send + Sync;
+    /// The kind's name in error messages ("retry budget").
+    const NAME: &'static str;
+    /// Whether the kind wants to hear outcomes (else a success needs no telling).
+    const HEARS_OUTCOMES: bool;
+    /// The settings of `Handle::builder()`.
+    fn defaults() -> Self::Settings;
+    /// The kind's own rules for its settings: `Err` with what is wrong, naming the setting.
+    fn check(settings: &Self::Settings) -> Result<(), String>;
+    /// A full state of `settings`, which [`Kind::check`] accepted.
+    fn full(settings: &Self::Settings) -> Self;
+    /// A full state with this one's settings.
+    fn fresh(&self) -> Self;
+    /// A state with this one's settings, and its balance now (a partition made from the
+    /// overflow's state starts where the overflow is).
+    fn successor(&self) -> Self;
+    /// Whether the state is back where it started, so that making it again changes nothing.
+    fn at_rest(&self) -> bool;
+
+    /// A logical request under this gate starts.
+    fn on_request(&self) {}
+    /// Asked before a retry (of any kind) is sent: admit, having taken what it charges
+    /// (`taken`: `None` when the kind has no part in this retry, else what a later
+    /// [`Kind::release`] or success gives back), possibly asking the retry to wait longer;
+    /// or refuse, saying why.
+    fn admit(&self, ask: Ask) -> Admission {
+        let _ = ask;
+        Admission::ADMIT
+    }
+    /// A retry this kind admitted is not sent after all: `taken` goes back.
+    fn release(&self, taken: u64) {
+        let _ = taken;
+    }
+    /// An attempt ended with this outcome; `last` is what this kind took for the
+    /// request's last retry (`None` before one). `Err` refuses any retry after it.
+    fn on_outcome(&self, heard: Heard, last: Option<u64>) -> Result<(), StopReason> {
+        let _ = (heard, last);
+        Ok(())
+    }
+}
+
+macro_rules! opaque_debug {
+    ($($ty:ty),*) => {
+        $(impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($ty)).finish_non_exhaustive()
+            }
+        })*
+    };
+}
+
+// The states are shown through their handles.
+opaque_debug!(budget::Budget, quota::Quota, throttle::ThrottleState);
+#[cfg(test)]
+opaque_debug!(pacer::PacerState);
+
+impl<I> fmt::Debug for Scoped<I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scoped").finish_non_exhaustive()
+    }
+}
+
+impl<K: Kind> Part for Arc<K> {
+    fn fresh(&self) -> Self {
+        Arc::new(K::fresh(self))
+    }
+
+    fn successor(&self) -> Self {
+        Arc::new(K::successor(self))
+    }
+
+    fn at_rest(&self) -> bool {
+        // Held by nothing but the map.
+        Arc::strong_count(self) == 1 && K::at_rest(self)
+    }
+}
+
+// The registry: one line per kind, in the order in which they are asked (the throttle,
+// which only looks, before those that take tokens).
+macro_rules! kinds {
+    ($($name:ident($handle:ty: $state:ty)),* $(,)?) => {
+        /// One gate of any kind.
+        #[derive(Clone, Debug)]
+        pub enum AnyGate {
+            $(
+                #[doc = concat!("A [`", stringify!($handle), "`].")]
+                $name($handle),
+            )*
+        }
+
+        /// A kind's place in the registry.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+        enum Id {
+            $($name,)*
+        }
+
+        /// How many kinds there are.
+        const KINDS: usize = [$(Id::$name),*].len();
+
+        $(
+            impl sealed::Sealed for $handle {
+                type Kind = $state;
+
+                fn scoped(&self) -> &Scoped<Self::Kind> {
+                    &self.inner
+                }
+
+                fn from_scoped(inner: Scoped<Self::Kind>) -> Self {
+                    Self { inner }
+                }
+
+                fn into_any(self) -> AnyGate {
+                    AnyGate::$name(self)
+                }
+            }
+
+            impl Gate for $handle {}
+        )*
+
+        impl AnyGate {
+            fn id(&self) -> Id {
+                match self {
+                    $(AnyGate::$name(_) => Id::$name,)*
+                }
+            }
+
+            fn is_per_authority(&self) -> bool {
+                match self {
+                    $(AnyGate::$name(gate) => gate.inner.is_per_authority(),)*
+                }
+            }
+
+            fn hears_outcomes(&self) -> bool {
+                match self {
+                    $(AnyGate::$name(_) => <$state as Kind>::HEARS_OUTCOMES,)*
+                }
+            }
+
+            fn partition_of(&self, key: Option<&AuthorityKey>) -> AnyGate {
+                match self {
+                    $(AnyGate::$name(gate) => AnyGate::$name(<$handle as sealed::Sealed>::from_scoped(
+                        gate.inner.partition_of(key.cloned()),
+                    )),)*
+                }
+            }
+
+            #[inline]
+            fn on_request(&self) {
+                match self {
+                    $(AnyGate::$name(gate) => gate.inner.on_request(),)*
+                }
+            }
+
+            fn admit(&self, ask: Ask) -> Admission {
+                match self {
+                    $(AnyGate::$name(gate) => gate.inner.admit(ask),)*
+                }
+            }
+
+            fn release(&self, taken: u64) {
+                match self {
+                    $(AnyGate::$name(gate) => gate.inner.release(taken),)*
+                }
+            }
+
+            fn on_outcome(&self, heard: Heard, last: Option<u64>) -> Result<(), StopReason> {
+                match self {
+                    $(AnyGate::$name(gate) => gate.inner.on_outcome(heard, last),)*
+                }
+            }
+        }
+    };
+}
+
+#[cfg(not(test))]
+kinds!(
+    Throttle(Throttle: throttle::ThrottleState),
+    Quota(RetryQuota: quota::Quota),
+    Budget(RetryBudget: budget::Budget),
+);
+// Tests add a kind that asks retries to wait, to check the paths no kind of today takes.
+#[cfg(test)]
+kinds!(
+    Throttle(Throttle: throttle::ThrottleState),
+    Quota(RetryQuota: quota::Quota),
+    Budget(RetryBudget: budget::Budget),
+    Pacer(pacer::Pacer: pacer::PacerState),
+);
+
+/// Builds a gate of kind `G`: `RetryBudget::builder()`, `Throttle::builder()` and
+/// `RetryQuota::builder()` start one with the kind's defaults. The settings every kind has
+/// are here; each kind's own are on `GateBuilder<ThatKind>`.
+///
+/// Every amount of tokens is an `f64`, kept in thousandths of a token (finer fractions are
+/// rounded down).
+///
+/// ```
+/// use tower_http_retry::{RetryBudget, RetryQuota, Throttle};
+///
+/// let budget = RetryBudget::builder().ratio(0.2).max_tokens(50.0).build();
+/// let throttle = Throttle::builder().max_tokens(10.0).token_ratio(0.1).per_authority().build();
+/// let quota = RetryQuota::builder().max_tokens(500.0).retry_cost(5.0).build();
+/// # let _ = (budget, throttle, quota);
+/// ```
+#[must_use = "a builder does nothing until it is built"]
+pub struct GateBuilder<G: Gate> {
+    settings: <G::Kind as Kind>::Settings,
+    authorities: Option<usize>,
+    kind: PhantomData<fn() -> G>,
+}
+
+impl<G: Gate> GateBuilder<G> {
+    pub(crate) fn new() -> Self {
+        GateBuilder {
+            settings: <G::Kind as Kind>::defaults(),
+            authorities: None,
+            kind: PhantomData,
+        }
+    }
+
+    /// Keeps one state per authority (the request URI's scheme, host and port; in origin
+    /// form, its `Host` header) instead of one for every request, so that a failing server
+    /// spends its own retries and not those the others need. At most 1 024 authorities are
+    /// tracked ([`max_authorities`](Self::max_authorities)); a server's state is forgotten
+    /// only once it is back where it started, and when every place is taken, further
+    /// authorities share one overflow state. Requests with no authority share the gate's
+    /// own.
+    ///
+    /// ```
+    /// use tower_http_retry::{Gate, RetryBudget};
+    ///
+    /// let budget = RetryBudget::builder().max_tokens(2.0).min_per_sec(0.0).per_authority().build();
+    /// let failing: http::Uri = "https://a.example/".parse().unwrap();
+    /// let healthy: http::Uri = "https://b.example/".parse().unwrap();
+    /// assert_eq!(budget.partition(&failing).tokens(), 2.0);
+    /// assert_eq!(budget.partition(&healthy).tokens(), 2.0);
+    /// ```
+    pub fn per_authority(mut self) -> Self {
+        self.authorities
+            .get_or_insert(partition::DEFAULT_MAX_AUTHORITIES);
+        self
+    }
+
+    /// Keeps one state per authority, as [`per_authority`](Self::per_authority), for at
+    /// most `max` authorities (at least 1).
+    ///
+    /// ```
+    /// use tower_http_retry::Throttle;
+    ///
+    /// let throttle = Throttle::builder().max_authorities(64).build();
+    /// # let _ = throttle;
+    /// ```
+    pub fn max_authorities(mut self, max: usize) -> Self {
+        self.authorities = Some(max);
+        self
+    }
+
+    /// The gate, full.
+    ///
+    /// # Panics
+    ///
+    /// When a setting is out of range; the message names it. [`try_build`](Self::try_build)
+    /// returns the error instead.
+    #[track_caller]
+    pub fn build(self) -> G {
+        match self.try_build() {
+            Ok(gate) => gate,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// The gate, or an error that names the setting out of range, for settings read from
+    /// configuration.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryBudget;
+    ///
+    /// let error = RetryBudget::builder().max_tokens(0.0).try_build().unwrap_err();
+    /// assert_eq!(
+    ///     error.to_string(),
+    ///     "invalid retry budget: max_tokens is 0; it must be at least 0.001",
+    /// );
+    /// ```
+    pub fn try_build(self) -> Result<G, InvalidConfig> {
+        let name = <G::Kind as Kind>::NAME;
+        let invalid = |message: String| InvalidConfig::new(format!("invalid {name}: {message}"));
+        <G::Kind as Kind>::check(&self.settings).map_err(invalid)?;
+        if self.authorities == Some(0) {
+            return Err(invalid(
+                "max_authorities is 0; it must be at least 1".to_string(),
+            ));
+        }
+        let state = <G::Kind as Kind>::full(&self.settings);
+        Ok(G::from_scoped(Scoped::new(state, self.authorities)))
+    }
+}
+
+impl<G: Gate> Clone for GateBuilder<G> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<G: Gate> Copy for GateBuilder<G> {}
+
+impl<G: Gate> PartialEq for GateBuilder<G> {
+    fn eq(&self, other: &Self) -> bool {
+        self.settings == other.settings && self.authorities == other.authorities
+    }
+}
+
+impl<G: Gate> fmt::Debug for GateBuilder<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GateBuilder")
+            .field("settings", &self.settings)
+            .field("max_authorities", &self.authorities)
+            .finish()
+    }
+}
+
+/// An amount of tokens in thousandths ("units"): finite, not negative, at most `max_units`;
+/// a positive amount below a thousandth is refused (it would be none). Finer fractions are
+/// rounded down, except floating-point noise (1.001 is stored a hair below itself), which
+/// is taken as the thousandth that was meant. The one check of every amount a gate takes.
+pub(crate) fn amount_units(name: &str, value: f64, max_units: u64) -> Result<u64, String> {
+    let max = max_units as f64 / UNITS_PER_TOKEN as f64;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!(
+            "{name} is {value}; it must be a finite number from 0 to {max}"
+        ));
+    }
+    if value > max {
+        return Err(format!("{name} is {value}; it must be at most {max}"));
+    }
+    let scaled = value * UNITS_PER_TOKEN as f64;
+    let nearest = scaled.round();
+    let units = if (scaled - nearest).abs() <= 4.0 * f64::EPSILON * nearest.max(1.0) {
+        nearest
+    } else {
+        scaled.floor()
+    };
+    if units == 0.0 && value > 0.0 {
+        return Err(format!(
+            "{name} is {value}; a positive amount must be at least 0.001, since gates count \
+             thousandths of a token"
+        ));
+    }
+    // In range: 0 <= units <= max_units.
+    Ok(units as u64)
+}
+
+/// [`amount_units`] for an amount that must not be zero.
+pub(crate) fn positive_units(name: &str, value: f64, max_units: u64) -> Result<u64, String> {
+    match amount_units(name, value, max_units)? {
+        0 => Err(format!("{name} is {value}; it must be at least 0.001")),
+        units => Ok(units),
+    }
+}
+
+/// Tokens from units.
+pub(crate) fn tokens(units: u64) -> f64 {
+    units as f64 / UNITS_PER_TOKEN as f64
+}
 
 /// What one outcome was, for the gates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Heard {
+pub enum Heard {
     Success,
     Failure(FailureKind),
     /// Final, but neither a success nor a failure (a 404, an unrecognised error).
@@ -48,159 +499,254 @@ impl Heard {
     }
 }
 
-/// Why a gate refused.
+/// What a gate is asked to admit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// The budget had no token for the retry.
-    Budget,
-    /// The throttle is at half or below.
-    Throttle,
-    /// The quota had not the retry's cost.
-    Quota,
+pub enum Ask {
+    /// A retry after a failure of this kind.
+    Retry(FailureKind),
+    /// A hedge, paid for as a retry after a failure of this kind would be.
+    Hedge(FailureKind),
+    /// A transparent retry: the server never saw the attempt before it.
+    Transparent,
 }
 
-/// What a request's retries took from its gates: the budget's and the quota's units of its
-/// last retry.
+/// A gate's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Go ahead, no sooner than `wait` from now; `taken` is what the gate took for it
+    /// (`None`: it has no part in this retry).
+    Admit { taken: Option<u64>, wait: Duration },
+    /// No retry, for this reason.
+    Refuse(StopReason),
+}
+
+impl Admission {
+    /// Admitted at once, nothing taken.
+    pub(crate) const ADMIT: Admission = Admission::Admit {
+        taken: None,
+        wait: Duration::ZERO,
+    };
+
+    /// Admitted at once, `units` taken.
+    pub(crate) fn took(units: u64) -> Admission {
+        Admission::Admit {
+            taken: Some(units),
+            wait: Duration::ZERO,
+        }
+    }
+}
+
+/// What a request's retries took from its gates: each kind's share of its last retry.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Ticket {
-    pub(crate) last_withdrawal: u64,
-    /// What the quota took for the last retry that it paid for, refunded on success (a
-    /// retry may cost nothing); `None` before one, and for transparent retries.
-    pub(crate) quota_units: Option<u64>,
+    taken: [Option<u64>; KINDS],
 }
 
-/// The gates of one policy, resolved against the layer's.
+impl Ticket {
+    /// What the kind of `gate` took for the request's last retry that it had a part in.
+    fn last(&self, gate: &AnyGate) -> Option<u64> {
+        self.taken[gate.id() as usize]
+    }
+}
+
+/// What the gates took for a retry they all admitted, until it is committed to the
+/// request's ticket (it goes ahead) or given back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Admitted {
+    taken: [Option<u64>; KINDS],
+    /// The longest wait a gate asked for.
+    pub(crate) wait: Duration,
+}
+
+/// The gates a policy sets: its own, over those it inherits unless it turned them off.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GateSet {
+    /// The inherited gates are off ([`RetryPolicy::no_gates`](crate::RetryPolicy::no_gates)).
+    off: bool,
+    /// The policy's own, at most one of each kind.
+    own: Vec<AnyGate>,
+}
+
+impl GateSet {
+    /// Sets `gate` in place of one of its kind.
+    pub(crate) fn set(&mut self, gate: AnyGate) {
+        match self.own.iter_mut().find(|own| own.id() == gate.id()) {
+            Some(slot) => *slot = gate,
+            None => self.own.push(gate),
+        }
+    }
+
+    /// Whether the inherited gates are off.
+    pub(crate) fn is_off(&self) -> bool {
+        self.off
+    }
+
+    /// The policy's own gates.
+    pub(crate) fn own(&self) -> &[AnyGate] {
+        &self.own
+    }
+
+    /// Turns every inherited gate off, and those set so far.
+    pub(crate) fn clear(&mut self) {
+        self.off = true;
+        self.own.clear();
+    }
+
+    /// `over` laid over this set: its own gates replace those of their kinds, and all of
+    /// these when it turned the inherited ones off.
+    pub(crate) fn then(&self, over: &GateSet) -> GateSet {
+        if over.off {
+            return over.clone();
+        }
+        let mut all = self.clone();
+        for gate in &over.own {
+            all.set(gate.clone());
+        }
+        all
+    }
+
+    /// The gates that apply.
+    pub(crate) fn gates(&self) -> Gates {
+        Gates::new(self.own.clone())
+    }
+}
+
+/// The gates of one policy, or of one request (with each per-authority gate's partition),
+/// in the registry's order.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Gates {
-    pub(crate) budget: Option<RetryBudget>,
-    pub(crate) throttle: Option<Throttle>,
-    pub(crate) quota: Option<RetryQuota>,
+    list: Vec<AnyGate>,
+    hears_outcomes: bool,
+    partitioned: bool,
 }
 
 impl Gates {
+    pub(crate) fn new(mut list: Vec<AnyGate>) -> Gates {
+        list.sort_by_key(AnyGate::id);
+        Gates {
+            hears_outcomes: list.iter().any(AnyGate::hears_outcomes),
+            partitioned: list.iter().any(AnyGate::is_per_authority),
+            list,
+        }
+    }
+
     /// Whether a gate keeps its state per authority, so that each request must find its
     /// own partitions first ([`Gates::for_request`]).
     pub(crate) fn partitioned(&self) -> bool {
-        self.budget
-            .as_ref()
-            .is_some_and(RetryBudget::is_per_authority)
-            || self
-                .throttle
-                .as_ref()
-                .is_some_and(Throttle::is_per_authority)
-            || self
-                .quota
-                .as_ref()
-                .is_some_and(RetryQuota::is_per_authority)
+        self.partitioned
     }
 
     /// The gates of one request to the server `uri` (or, in origin form, the `Host` header)
     /// names: each per-authority gate's partition for that authority, the others as they
     /// are. Found once per logical request.
     pub(crate) fn for_request(&self, uri: &http::Uri, headers: &http::HeaderMap) -> Gates {
-        let key = partition::AuthorityKey::of(uri, headers);
+        let key = AuthorityKey::of(uri, headers);
         Gates {
-            budget: self.budget.as_ref().map(|b| b.partition_of(key.clone())),
-            throttle: self.throttle.as_ref().map(|t| t.partition_of(key.clone())),
-            quota: self.quota.as_ref().map(|q| q.partition_of(key)),
+            list: self
+                .list
+                .iter()
+                .map(|gate| gate.partition_of(key.as_ref()))
+                .collect(),
+            hears_outcomes: self.hears_outcomes,
+            partitioned: false,
         }
     }
 
     /// A logical request starts: it is the client's traffic, retried or not.
+    #[inline]
     pub(crate) fn on_request(&self) {
-        if let Some(budget) = &self.budget {
-            budget.deposit();
+        for gate in &self.list {
+            gate.on_request();
         }
     }
 
     /// Whether any gate wants to hear of outcomes, successes included (else an outcome
-    /// needs no telling): a throttle or a quota. The ratio budget hears requests only.
+    /// needs no telling).
     pub(crate) fn hears_outcomes(&self) -> bool {
-        self.throttle.is_some() || self.quota.is_some()
+        self.hears_outcomes
     }
 
     /// Tells every gate of an outcome that was not a transparent retry's (the server never
     /// saw that one), once per outcome. `Err` when a gate refuses any retry after it.
     /// `ticket` is what this request's retries took so far (none before a first retry).
-    pub(crate) fn on_outcome(&self, heard: Heard, ticket: Option<&Ticket>) -> Result<(), Refusal> {
-        // The ratio budget counts requests, not outcomes. The quota refunds a success's
-        // last retry, or rewards a first-try success.
-        if let (Heard::Success, Some(quota)) = (heard, &self.quota) {
-            match ticket.and_then(|ticket| ticket.quota_units) {
-                None => quota.reward(),
-                Some(units) => quota.refund(units),
+    pub(crate) fn on_outcome(
+        &self,
+        heard: Heard,
+        ticket: Option<&Ticket>,
+    ) -> Result<(), StopReason> {
+        let mut verdict = Ok(());
+        for gate in &self.list {
+            let last = ticket.and_then(|ticket| ticket.last(gate));
+            if let Err(refused) = gate.on_outcome(heard, last) {
+                verdict = verdict.and(Err(refused));
             }
         }
-        match (heard, &self.throttle) {
-            (Heard::Success, Some(throttle)) => throttle.record_success(),
-            (Heard::Failure(_), Some(throttle)) if !throttle.record_failure() => {
-                return Err(Refusal::Throttle);
-            }
-            _ => {}
-        }
-        Ok(())
+        verdict
     }
 
-    /// Asks for a retry that everything else allows, last. A transparent retry is paid
-    /// for by the budget like any other (the budget bounds every retry the layer sends),
-    /// and is outside the throttle.
-    /// `kind` is the failure the retry follows (a cost-weighted gate would charge by it).
-    pub(crate) fn ask_retry(&self, kind: FailureKind, ticket: &mut Ticket) -> Result<(), Refusal> {
-        let quota = match &self.quota {
-            Some(quota) => match quota.withdraw(kind) {
-                Some(units) => Some((quota, units)),
-                None => return Err(Refusal::Quota),
-            },
-            None => None,
+    /// Asks every gate, in order, for a retry everything else allows. When one refuses,
+    /// those before it give back what they took.
+    pub(crate) fn admit(&self, ask: Ask) -> Result<Admitted, StopReason> {
+        let mut admitted = Admitted {
+            taken: [None; KINDS],
+            wait: Duration::ZERO,
         };
-        if let Err(refused) = self.ask_transparent_retry(ticket) {
-            // The budget said no: the quota's cost is given back, nothing was sent.
-            if let Some((quota, units)) = quota {
-                quota.refund(units);
+        for (i, gate) in self.list.iter().enumerate() {
+            match gate.admit(ask) {
+                Admission::Admit { taken, wait } => {
+                    admitted.taken[gate.id() as usize] = taken;
+                    admitted.wait = admitted.wait.max(wait);
+                }
+                Admission::Refuse(reason) => {
+                    self.release_upto(&admitted, i);
+                    return Err(reason);
+                }
             }
-            return Err(refused);
         }
-        if let Some((_, units)) = quota {
-            ticket.quota_units = Some(units);
-        }
-        Ok(())
+        Ok(admitted)
     }
 
-    /// Asks for a hedge: the throttle is only checked (a hedge is no failure, and the
-    /// throttle hears each attempt's own failure), then the quota and the budget pay for it
-    /// as for a retry after a failure of `kind`.
-    pub(crate) fn ask_hedge(&self, kind: FailureKind, ticket: &mut Ticket) -> Result<(), Refusal> {
-        if self
-            .throttle
-            .as_ref()
-            .is_some_and(|throttle| !throttle.allows_retry())
-        {
-            return Err(Refusal::Throttle);
+    /// The retry the gates admitted goes ahead: what it took is the request's last.
+    pub(crate) fn commit(&self, admitted: &Admitted, ticket: &mut Ticket) {
+        for (slot, taken) in ticket.taken.iter_mut().zip(admitted.taken) {
+            if taken.is_some() {
+                *slot = taken;
+            }
         }
-        self.ask_retry(kind, ticket)
     }
 
-    /// Asks for a transparent retry (of a request the server provably never saw): the
-    /// budget pays for it, as for any retry the layer sends; the throttle and the quota,
-    /// which weigh the server's failures, have no part in it.
-    pub(crate) fn ask_transparent_retry(&self, ticket: &mut Ticket) -> Result<(), Refusal> {
-        if let Some(budget) = &self.budget {
-            if !budget.withdraw() {
-                return Err(Refusal::Budget);
+    /// The retry the gates admitted is not sent: every gate gets back what it took.
+    pub(crate) fn release(&self, admitted: &Admitted) {
+        self.release_upto(admitted, self.list.len());
+    }
+
+    fn release_upto(&self, admitted: &Admitted, end: usize) {
+        for gate in &self.list[..end] {
+            if let Some(taken) = admitted.taken[gate.id() as usize] {
+                gate.release(taken);
             }
-            ticket.last_withdrawal = bucket::UNITS_PER_TOKEN;
         }
-        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::sealed::Sealed;
     use super::*;
     use crate::classify::RetryReason;
     use http::StatusCode;
 
     const S503: RetryReason = RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE);
+
+    fn gates(list: Vec<AnyGate>) -> Gates {
+        Gates::new(list)
+    }
+
+    fn ask_retry(gates: &Gates, ticket: &mut Ticket) -> Result<Duration, StopReason> {
+        let admitted = gates.admit(Ask::Retry(FailureKind::Transient))?;
+        gates.commit(&admitted, ticket);
+        Ok(admitted.wait)
+    }
 
     #[test]
     fn outcomes_are_heard_by_their_verdict() {
@@ -223,38 +769,31 @@ mod tests {
 
     #[test]
     fn the_budget_is_paid_on_request_and_on_retry_and_hears_no_outcome() {
-        let gates = Gates {
-            budget: Some(
-                RetryBudget::builder()
-                    .ratio(0.5)
-                    .min_per_sec(0)
-                    .max_tokens(1)
-                    .build(),
-            ),
-            throttle: None,
-            quota: None,
-        };
+        let budget = RetryBudget::builder()
+            .ratio(0.5)
+            .min_per_sec(0.0)
+            .max_tokens(1.0)
+            .build();
+        let gates = gates(vec![budget.clone().into_any()]);
         assert!(!gates.hears_outcomes());
         let mut ticket = Ticket::default();
-        assert_eq!(gates.ask_retry(FailureKind::Transient, &mut ticket), Ok(()));
-        assert_eq!(ticket.last_withdrawal, 1_000);
+        assert_eq!(ask_retry(&gates, &mut ticket), Ok(Duration::ZERO));
+        assert_eq!(ticket.taken[Id::Budget as usize], Some(1_000));
         assert_eq!(
-            gates.ask_retry(FailureKind::Transient, &mut ticket),
-            Err(Refusal::Budget)
+            ask_retry(&gates, &mut ticket),
+            Err(StopReason::BudgetExhausted)
         );
         for heard in [Heard::Success, Heard::Failure(FailureKind::Transient)] {
             assert_eq!(gates.on_outcome(heard, Some(&ticket)), Ok(()));
         }
         gates.on_request();
         gates.on_request();
-        assert_eq!(gates.ask_retry(FailureKind::Transient, &mut ticket), Ok(()));
+        assert_eq!(budget.tokens(), 1.0);
+        assert_eq!(ask_retry(&gates, &mut ticket), Ok(Duration::ZERO));
         // No gates: everything passes.
         let none = Gates::default();
         none.on_request();
-        assert_eq!(
-            none.ask_retry(FailureKind::Other, &mut Ticket::default()),
-            Ok(())
-        );
+        assert_eq!(ask_retry(&none, &mut Ticket::default()), Ok(Duration::ZERO));
         assert_eq!(
             none.on_outcome(Heard::Failure(FailureKind::Other), None),
             Ok(())
@@ -262,28 +801,105 @@ mod tests {
     }
 
     #[test]
-    fn the_throttle_hears_failures_and_successes_and_is_not_asked() {
+    fn the_throttle_hears_failures_and_successes_and_is_asked_only_for_hedges() {
         let throttle = Throttle::builder().max_tokens(4.0).token_ratio(1.0).build();
-        let gates = Gates {
-            budget: None,
-            throttle: Some(throttle.clone()),
-            quota: None,
-        };
+        let gates = gates(vec![throttle.clone().into_any()]);
         assert!(gates.hears_outcomes());
         let failure = Heard::Failure(FailureKind::Transient);
         // 3 tokens left: above half.
         assert_eq!(gates.on_outcome(failure, None), Ok(()));
         // 2 left: not above half.
-        assert_eq!(gates.on_outcome(failure, None), Err(Refusal::Throttle));
+        assert_eq!(gates.on_outcome(failure, None), Err(StopReason::Throttled));
         assert_eq!(gates.on_outcome(Heard::Neither, None), Ok(()));
         assert_eq!(throttle.tokens(), 2.0);
+        // A retry is not asked again (its answer came with the failure); a hedge is.
+        assert_eq!(
+            ask_retry(&gates, &mut Ticket::default()),
+            Ok(Duration::ZERO)
+        );
+        assert_eq!(
+            gates.admit(Ask::Hedge(FailureKind::Transient)).err(),
+            Some(StopReason::Throttled)
+        );
         assert_eq!(gates.on_outcome(Heard::Success, None), Ok(()));
         assert_eq!(throttle.tokens(), 3.0);
-        // Asking spends nothing of it: its answer came with the failure.
-        assert_eq!(
-            gates.ask_retry(FailureKind::Transient, &mut Ticket::default()),
-            Ok(())
-        );
+        assert!(gates.admit(Ask::Hedge(FailureKind::Transient)).is_ok());
         assert_eq!(throttle.tokens(), 3.0);
+    }
+
+    #[test]
+    fn a_refusal_gives_back_what_the_gates_before_it_took() {
+        let quota = RetryQuota::builder().max_tokens(20.0).build();
+        let budget = RetryBudget::builder()
+            .max_tokens(1.0)
+            .min_per_sec(0.0)
+            .build();
+        // Listed budget first: asked in the registry's order all the same.
+        let gates = gates(vec![budget.clone().into_any(), quota.clone().into_any()]);
+        let mut ticket = Ticket::default();
+        assert_eq!(ask_retry(&gates, &mut ticket), Ok(Duration::ZERO));
+        assert_eq!((quota.tokens(), budget.tokens()), (10.0, 0.0));
+        // The budget refuses: the quota's 10 go back, and the ticket keeps the last retry's.
+        assert_eq!(
+            ask_retry(&gates, &mut ticket),
+            Err(StopReason::BudgetExhausted)
+        );
+        assert_eq!(quota.tokens(), 10.0);
+        assert_eq!(ticket.taken[Id::Quota as usize], Some(10_000));
+        // A transparent retry is the budget's alone: the quota's part of the ticket stays.
+        let budget_again = RetryBudget::builder().max_tokens(1.0).build();
+        let gates = Gates::new(vec![budget_again.into_any(), quota.clone().into_any()]);
+        let admitted = gates.admit(Ask::Transparent).unwrap();
+        gates.commit(&admitted, &mut ticket);
+        assert_eq!(ticket.taken[Id::Quota as usize], Some(10_000));
+        // A success refunds the last retry the quota paid for.
+        assert_eq!(gates.on_outcome(Heard::Success, Some(&ticket)), Ok(()));
+        assert_eq!(quota.tokens(), 20.0);
+    }
+
+    #[test]
+    fn the_longest_wait_asked_is_the_admission_s_and_a_release_undoes_every_take() {
+        let pacer = pacer::Pacer::new(Duration::from_millis(300), 2);
+        let quota = RetryQuota::builder().max_tokens(20.0).build();
+        let gates = gates(vec![pacer.clone().into_any(), quota.clone().into_any()]);
+        let admitted = gates.admit(Ask::Retry(FailureKind::Other)).unwrap();
+        assert_eq!(admitted.wait, Duration::from_millis(300));
+        assert_eq!((pacer.permits(), quota.tokens()), (1, 15.0));
+        gates.release(&admitted);
+        assert_eq!((pacer.permits(), quota.tokens()), (2, 20.0));
+    }
+
+    #[test]
+    fn a_policy_s_gates_replace_their_kinds_and_off_clears_the_inherited() {
+        let budget = RetryBudget::builder().build();
+        let other_budget = RetryBudget::builder().max_tokens(5.0).build();
+        let throttle = Throttle::builder().build();
+        let mut base = GateSet::default();
+        base.set(budget.into_any());
+        base.set(throttle.into_any());
+        let mut over = GateSet::default();
+        over.set(other_budget.clone().into_any());
+        let both = base.then(&over).gates();
+        assert_eq!(both.list.len(), 2);
+        assert!(matches!(&both.list[1], AnyGate::Budget(b) if b.tokens() == 5.0));
+        let mut off = GateSet::default();
+        off.clear();
+        assert!(base.then(&off).gates().list.is_empty());
+        off.set(other_budget.into_any());
+        assert_eq!(base.then(&off).gates().list.len(), 1);
+        // An empty set inherits everything.
+        assert_eq!(base.then(&GateSet::default()).gates().list.len(), 2);
+    }
+
+    #[test]
+    fn amounts_are_thousandths_and_out_of_range_is_named() {
+        assert_eq!(amount_units("x", 1.001, 10_000), Ok(1_001));
+        assert_eq!(amount_units("x", 0.0019, 10_000), Ok(1));
+        assert_eq!(amount_units("x", 0.0, 10_000), Ok(0));
+        for bad in [f64::NAN, f64::INFINITY, -1.0, 10.001, 0.0001] {
+            let error = amount_units("max_tokens", bad, 10_000).unwrap_err();
+            assert!(error.starts_with("max_tokens is "), "{error}");
+        }
+        assert!(positive_units("x", 0.0, 10_000).is_err());
     }
 }

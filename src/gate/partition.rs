@@ -35,7 +35,7 @@ use http::uri::{Authority, Uri};
 pub(crate) const DEFAULT_MAX_AUTHORITIES: usize = 1_024;
 
 /// One gate state, as a partition holds it: a handle on a shared state.
-pub(crate) trait Part: Clone {
+pub trait Part: Clone {
     /// A new state with the same settings, at its full state.
     fn fresh(&self) -> Self;
     /// A new state with the same settings, at this one's balance now.
@@ -173,7 +173,7 @@ impl PartialEq for AuthorityKey {
 
 /// A gate's state: one for every request, or one per authority (and the gate's own for
 /// requests with none). Dereferences to the state requests use when not partitioned.
-pub(crate) struct Scoped<I> {
+pub struct Scoped<I> {
     inner: Arc<I>,
     partitions: Option<Arc<Partitions<Arc<I>>>>,
 }
@@ -224,6 +224,7 @@ where
     }
 
     /// How many authorities have a state of their own.
+    #[cfg(test)]
     pub(crate) fn authorities(&self) -> usize {
         self.partitions.as_ref().map_or(0, |p| p.len())
     }
@@ -322,6 +323,7 @@ impl<T: Part> Partitions<T> {
     }
 
     /// How many authorities have a partition of their own.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.map
             .read()

@@ -23,7 +23,7 @@
 // smithy-rs keeps the bucket as a tokio semaphore, the last retry's permit in the retry
 // strategy. Here the balance is the crate's atomic bucket in thousandths of a token (whole
 // tokens only, so every step is exact), and the permit is the request's `Ticket`: the units
-// its last retry withdrew, which the gate wiring gives back through `refund` on a success.
+// its last retry withdrew, which the gate wiring gives back through `release`/`on_outcome` on a success.
 // Every change is one compare-and-swap loop of `bucket.rs` (`withdraw`: all or nothing;
 // `deposit`: clipped at the cap), so the quota is lock-free and needs no primitive of its
 // own. One deliberate difference: the balance never exceeds `max_tokens`. A smithy-rs
@@ -32,28 +32,21 @@
 // as much); here the refund is clipped at the cap like any deposit.
 
 use std::fmt;
-use std::sync::Arc;
 
-use super::bucket::{BALANCE_BITS, Bucket, MAX_BALANCE_UNITS, UNITS_PER_TOKEN};
-use super::partition::{AuthorityKey, Part, Scoped};
+use super::bucket::{Bucket, MAX_BALANCE_UNITS};
+use super::partition::Scoped;
+use super::{Admission, Ask, GateBuilder, Heard, Kind, amount_units, tokens};
 use crate::classify::FailureKind;
-use crate::error::{ConfigKind, InvalidConfig};
-
-/// The most whole tokens a quota holds, and the largest value of any of its settings: what
-/// the bucket's balance of thousandths can count.
-const MAX_TOKENS: u32 = (MAX_BALANCE_UNITS / UNITS_PER_TOKEN) as u32;
+use crate::info::StopReason;
 
 /// smithy-rs's capacity: the tokens a quota holds, and starts with.
-const AWS_MAX_TOKENS: u32 = 500;
+const AWS_MAX_TOKENS: f64 = 500.0;
 /// smithy-rs's cost of a retry after a failure that is not transient.
-const AWS_RETRY_COST: u32 = 5;
+const AWS_RETRY_COST: f64 = 5.0;
 /// smithy-rs's cost of a retry after a transient failure (twice the other).
-const AWS_TRANSIENT_RETRY_COST: u32 = 10;
+const AWS_TRANSIENT_RETRY_COST: f64 = 10.0;
 /// smithy-rs's regeneration after a success that held no permit (a first-try success).
-const AWS_SUCCESS_REWARD: u32 = 1;
-
-/// The error kind the quota's settings are refused with.
-const REFUSED: ConfigKind = ConfigKind::Quota;
+const AWS_SUCCESS_REWARD: f64 = 1.0;
 
 /// A retry quota, as the AWS SDKs keep it in their standard retry mode: a shared pool of
 /// tokens that every retry spends from, at a cost set by the failure it follows, and that
@@ -113,230 +106,248 @@ const REFUSED: ConfigKind = ConfigKind::Quota;
 /// time, and a success reward in fractions of a token that, once set, replaces both the
 /// refund and the first-try token. Its opt-in newer retry behavior charges 14 tokens for a
 /// retry after a transient or other failure and 5 after throttling; here
-/// `retry_cost(14).transient_retry_cost(14)` comes closest, though throttling then costs 14
+/// `retry_cost(14.0).transient_retry_cost(14.0)` comes closest, though throttling then costs 14
 /// too: this quota has two costs, not three.
 ///
 /// The quota is kept in thousandths of a token in one atomic word updated by
 /// compare-and-swap: no lock, and no update is lost whichever threads call in.
 ///
-/// # Clone
-///
-/// `RetryQuota` is a cheap handle (a reference-counted pointer): every clone spends from and
-/// fills the same quota. The AWS SDKs for Rust share one per retry partition, by default a
-/// service in a region: give every client of one service the same handle.
-///
-/// # Example
+/// `RetryQuota` is a cheap handle: every clone spends from and fills the same quota. The
+/// AWS SDKs for Rust share one per retry partition, by default a service in a region: give
+/// every client of one service the same handle, or build it
+/// [`per_authority`](GateBuilder::per_authority).
 ///
 /// ```
-/// use tower_http_retry::RetryQuota;
+/// use tower_http_retry::{RetryLayer, RetryPolicy, RetryQuota};
 ///
 /// let quota = RetryQuota::aws_standard();
-/// let shared = quota.clone();
-/// assert_eq!((quota.tokens(), quota.max_tokens()), (500, 500));
-/// assert_eq!((quota.retry_cost(), quota.transient_retry_cost()), (5, 10));
-/// assert_eq!(quota.success_reward(), 1);
+/// let layer = RetryLayer::new().policy(RetryPolicy::new().gate(quota.clone()));
+/// assert_eq!(quota.tokens(), 500.0);
 ///
 /// // A smaller quota: two retries after transient failures, or four after others.
-/// let small = RetryQuota::builder().max_tokens(20).build();
-/// assert_eq!(small.tokens(), 20);
-/// # drop(shared);
+/// let small = RetryQuota::builder().max_tokens(20.0).build();
+/// assert_eq!(small.tokens(), 20.0);
+/// # let _ = layer;
 /// ```
 #[derive(Clone)]
 pub struct RetryQuota {
-    /// The pool: of every request, or one per authority.
-    inner: Scoped<Inner>,
+    pub(super) inner: Scoped<Quota>,
 }
 
-/// The shared part of a [`RetryQuota`].
-struct Inner {
-    /// The balance, in thousandths of a token; it starts full, at `max_tokens`, and has no
-    /// refill.
+/// What a quota is built from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QuotaSettings {
+    max_tokens: f64,
+    retry_cost: f64,
+    transient_retry_cost: f64,
+    success_reward: f64,
+}
+
+/// The state of a [`RetryQuota`]: the balance and the amounts, in thousandths of a token.
+pub struct Quota {
     bucket: Bucket,
-    /// `retry_cost` in units.
     retry_units: u64,
-    /// `transient_retry_cost` in units.
     transient_units: u64,
-    /// `success_reward` in units.
     reward_units: u64,
+    settings: QuotaSettings,
 }
 
 impl RetryQuota {
-    /// A builder of a quota, from smithy-rs's defaults: `max_tokens` 500, `retry_cost` 5,
-    /// `transient_retry_cost` 10, `success_reward` 1. Every setting is named, so none can be
-    /// swapped for another.
+    /// A builder with smithy-rs's standard-mode settings ([`RetryQuota::aws_standard`]).
     ///
     /// ```
     /// use tower_http_retry::RetryQuota;
     ///
-    /// let quota = RetryQuota::builder()
-    ///     .max_tokens(1_000)
-    ///     .retry_cost(5)
-    ///     .transient_retry_cost(20)
-    ///     .success_reward(2)
-    ///     .build();
-    /// assert_eq!(quota.tokens(), 1_000);
-    /// assert_eq!(quota.transient_retry_cost(), 20);
+    /// // The newer AWS costs, as near as two costs come: 14 after any failure.
+    /// let quota = RetryQuota::builder().retry_cost(14.0).transient_retry_cost(14.0).build();
+    /// # let _ = quota;
     /// ```
-    pub fn builder() -> QuotaBuilder {
-        QuotaBuilder {
-            max_tokens: AWS_MAX_TOKENS,
-            retry_cost: AWS_RETRY_COST,
-            transient_retry_cost: AWS_TRANSIENT_RETRY_COST,
-            success_reward: AWS_SUCCESS_REWARD,
-            authorities: None,
-        }
+    pub fn builder() -> GateBuilder<RetryQuota> {
+        GateBuilder::new()
     }
 
-    /// The AWS SDKs' standard quota, as smithy-rs sets it up: 500 tokens, a retry costs 10
-    /// after a transient failure and 5 after any other, a first-try success adds 1. The
-    /// same as [`RetryQuota::default`] and [`RetryQuota::builder`] built as it comes.
+    /// The AWS SDKs' standard retry quota: 500 tokens, a retry costs 10 after a transient
+    /// failure and 5 after any other, a first-try success adds 1.
     ///
     /// ```
     /// use tower_http_retry::RetryQuota;
     ///
-    /// let quota = RetryQuota::aws_standard();
-    /// assert_eq!(format!("{quota:?}"), format!("{:?}", RetryQuota::default()));
+    /// assert_eq!(RetryQuota::aws_standard().tokens(), 500.0);
     /// ```
     #[must_use]
     pub fn aws_standard() -> RetryQuota {
         RetryQuota::builder().build()
     }
 
-    /// The current balance, in whole tokens. A snapshot, for metrics and tests: other
-    /// clones may change it right after, so do not use it to decide whether to retry.
+    /// The tokens in the quota now (for a quota kept per authority, those of requests
+    /// without one: see [`Gate::partition`](super::Gate::partition)).
     #[must_use]
-    pub fn tokens(&self) -> u32 {
-        // At most `MAX_TOKENS`, which fits.
-        (self.inner.bucket.units() / UNITS_PER_TOKEN) as u32
-    }
-
-    /// The most tokens the quota holds, and where it starts.
-    #[must_use]
-    pub fn max_tokens(&self) -> u32 {
-        (self.inner.bucket.cap_units() / UNITS_PER_TOKEN) as u32
-    }
-
-    /// What a retry after a failure that is not transient costs (throttling included).
-    #[must_use]
-    pub fn retry_cost(&self) -> u32 {
-        (self.inner.retry_units / UNITS_PER_TOKEN) as u32
-    }
-
-    /// What a retry after a transient failure costs.
-    #[must_use]
-    pub fn transient_retry_cost(&self) -> u32 {
-        (self.inner.transient_units / UNITS_PER_TOKEN) as u32
-    }
-
-    /// What a request that succeeds on its first try adds.
-    #[must_use]
-    pub fn success_reward(&self) -> u32 {
-        (self.inner.reward_units / UNITS_PER_TOKEN) as u32
-    }
-
-    /// The units a retry after a failure of `kind` costs: the transient cost for a
-    /// transient failure, the other cost for throttling and anything else.
-    pub(crate) fn cost_units(&self, kind: FailureKind) -> u64 {
-        match kind {
-            FailureKind::Transient => self.inner.transient_units,
-            FailureKind::Throttling | FailureKind::Other => self.inner.retry_units,
-        }
-    }
-
-    /// Asks for a retry after a failure of `kind`: takes its cost and returns the units
-    /// taken (for the request's ticket, so that a success can give exactly these back), or
-    /// returns `None` and takes nothing when the quota holds less than the cost.
-    ///
-    /// Call it before each retry, after everything else has allowed it (smithy-rs asks the
-    /// quota last: a retry past the attempt limit takes nothing). Never blocks, never
-    /// allocates, never reads the clock.
-    #[must_use = "a refused withdrawal means the retry must not be sent"]
-    pub(crate) fn withdraw(&self, kind: FailureKind) -> Option<u64> {
-        let units = self.cost_units(kind);
-        self.inner.bucket.withdraw(units).then_some(units)
-    }
-
-    /// Gives back `units`, up to `max_tokens`: for a request that succeeded after retries,
-    /// what its last retry withdrew (its ticket's last withdrawal), once. The earlier
-    /// retries' tokens stay spent, as in smithy-rs, where each new retry's permit replaces
-    /// and forgets the one before.
-    pub(crate) fn refund(&self, units: u64) {
-        self.inner.bucket.deposit(units);
-    }
-
-    /// Adds `success_reward`, up to `max_tokens`: for a request that succeeded on its first
-    /// try, once.
-    pub(crate) fn reward(&self) {
-        self.inner.bucket.deposit(self.inner.reward_units);
-    }
-
-    /// True when two handles share one quota.
-    #[cfg(all(test, not(tower_http_retry_loom)))]
-    pub(crate) fn same_as(&self, other: &RetryQuota) -> bool {
-        self.inner.same_as(&other.inner)
-    }
-
-    #[cfg(all(test, not(tower_http_retry_loom)))]
-    fn units(&self) -> u64 {
-        self.inner.bucket.units()
+    pub fn tokens(&self) -> f64 {
+        tokens(self.inner.bucket.units())
     }
 }
 
-impl RetryQuota {
-    /// True when the quota keeps a pool per authority ([`QuotaBuilder::per_authority`]).
-    pub fn is_per_authority(&self) -> bool {
-        self.inner.is_per_authority()
-    }
-
-    /// The quota that requests to `uri`'s authority spend from: for a per-authority quota,
-    /// that authority's pool (made on first sight, from the overflow's balance, full unless authorities failed there; the shared overflow pool when the
-    /// authorities tracked are all in use); the quota itself otherwise, and for a URI
-    /// without an authority.
+impl GateBuilder<RetryQuota> {
+    /// The most tokens, and the balance at the start (default 500; 0 allows no retry).
     ///
     /// ```
     /// use tower_http_retry::RetryQuota;
     ///
-    /// let quota = RetryQuota::builder().per_authority().build();
-    /// let s3 = quota.partition(&"https://s3.example/".parse().unwrap());
-    /// assert_eq!(s3.tokens(), 500);
-    /// assert_eq!(quota.authorities(), 1);
+    /// let quota = RetryQuota::builder().max_tokens(100.0).build();
+    /// assert_eq!(quota.tokens(), 100.0);
     /// ```
-    pub fn partition(&self, uri: &http::Uri) -> RetryQuota {
-        self.partition_of(AuthorityKey::of_uri(uri))
+    pub fn max_tokens(mut self, max_tokens: f64) -> Self {
+        self.settings.max_tokens = max_tokens;
+        self
     }
 
-    /// The pool of the authority `key` names (see [`RetryQuota::partition`]).
-    pub(crate) fn partition_of(&self, key: Option<AuthorityKey>) -> RetryQuota {
-        RetryQuota {
-            inner: self.inner.partition_of(key),
-        }
+    /// What a retry after a failure that is not transient costs (default 5): throttling,
+    /// and every other failure a classifier retries.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryQuota;
+    ///
+    /// let quota = RetryQuota::builder().retry_cost(2.0).build();
+    /// # let _ = quota;
+    /// ```
+    pub fn retry_cost(mut self, cost: f64) -> Self {
+        self.settings.retry_cost = cost;
+        self
     }
 
-    /// How many authorities have a pool of their own: 0 for a quota not per authority.
-    pub fn authorities(&self) -> usize {
-        self.inner.authorities()
+    /// What a retry after a transient failure costs (default 10): a connection failure, a
+    /// timeout, 408, 500, 502, 503 or 504, gRPC's `UNAVAILABLE`.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryQuota;
+    ///
+    /// let quota = RetryQuota::builder().transient_retry_cost(5.0).build();
+    /// # let _ = quota;
+    /// ```
+    pub fn transient_retry_cost(mut self, cost: f64) -> Self {
+        self.settings.transient_retry_cost = cost;
+        self
+    }
+
+    /// What a first-try success adds (default 1).
+    ///
+    /// ```
+    /// use tower_http_retry::RetryQuota;
+    ///
+    /// let quota = RetryQuota::builder().success_reward(0.5).build();
+    /// # let _ = quota;
+    /// ```
+    pub fn success_reward(mut self, reward: f64) -> Self {
+        self.settings.success_reward = reward;
+        self
     }
 }
 
-impl Part for Arc<Inner> {
-    fn fresh(&self) -> Self {
-        Arc::new(Inner {
-            bucket: Bucket::full(self.bucket.cap_units(), 0),
-            retry_units: self.retry_units,
-            transient_units: self.transient_units,
-            reward_units: self.reward_units,
-        })
+impl Quota {
+    fn cost_units(&self, kind: FailureKind) -> u64 {
+        match kind {
+            FailureKind::Transient => self.transient_units,
+            FailureKind::Throttling | FailureKind::Other => self.retry_units,
+        }
     }
 
-    fn successor(&self) -> Self {
+    /// Takes the cost of a retry after a failure of `kind`, if the quota holds it: what was
+    /// taken, or `None` (nothing taken).
+    fn withdraw(&self, kind: FailureKind) -> Option<u64> {
+        let units = self.cost_units(kind);
+        self.bucket.withdraw(units).then_some(units)
+    }
+
+    /// Gives back what a retry took (clipped at the maximum, like any deposit).
+    fn refund(&self, units: u64) {
+        self.bucket.deposit(units);
+    }
+
+    /// A first-try success.
+    fn reward(&self) {
+        self.bucket.deposit(self.reward_units);
+    }
+}
+
+impl Kind for Quota {
+    type Settings = QuotaSettings;
+    const NAME: &'static str = "retry quota";
+    const HEARS_OUTCOMES: bool = true;
+
+    fn defaults() -> QuotaSettings {
+        QuotaSettings {
+            max_tokens: AWS_MAX_TOKENS,
+            retry_cost: AWS_RETRY_COST,
+            transient_retry_cost: AWS_TRANSIENT_RETRY_COST,
+            success_reward: AWS_SUCCESS_REWARD,
+        }
+    }
+
+    fn check(s: &QuotaSettings) -> Result<(), String> {
+        for (name, value) in [
+            ("max_tokens", s.max_tokens),
+            ("retry_cost", s.retry_cost),
+            ("transient_retry_cost", s.transient_retry_cost),
+            ("success_reward", s.success_reward),
+        ] {
+            amount_units(name, value, MAX_BALANCE_UNITS)?;
+        }
+        Ok(())
+    }
+
+    fn full(s: &QuotaSettings) -> Quota {
+        let units = |value| amount_units("", value, MAX_BALANCE_UNITS).unwrap_or(0);
+        Quota {
+            bucket: Bucket::full(units(s.max_tokens), 0),
+            retry_units: units(s.retry_cost),
+            transient_units: units(s.transient_retry_cost),
+            reward_units: units(s.success_reward),
+            settings: *s,
+        }
+    }
+
+    fn fresh(&self) -> Quota {
+        Quota::full(&self.settings)
+    }
+
+    fn successor(&self) -> Quota {
         let next = self.fresh();
-        let missing = self.bucket.cap_units() - self.bucket.units();
-        next.bucket.take_saturating(missing);
+        next.bucket
+            .take_saturating(self.bucket.cap_units() - self.bucket.units());
         next
     }
 
     fn at_rest(&self) -> bool {
-        Arc::strong_count(self) == 1 && self.bucket.units() == self.bucket.cap_units()
+        self.bucket.units() == self.bucket.cap_units()
+    }
+
+    fn admit(&self, ask: Ask) -> Admission {
+        // A hedge is paid for as a retry after the failure it follows; a transparent retry
+        // (the server never saw the attempt) is outside the quota.
+        let kind = match ask {
+            Ask::Retry(kind) | Ask::Hedge(kind) => kind,
+            Ask::Transparent => return Admission::ADMIT,
+        };
+        match self.withdraw(kind) {
+            Some(units) => Admission::took(units),
+            // A quota that cannot pay is a budget that ran out, as the caller sees it.
+            None => Admission::Refuse(StopReason::BudgetExhausted),
+        }
+    }
+
+    fn release(&self, taken: u64) {
+        self.refund(taken);
+    }
+
+    fn on_outcome(&self, heard: Heard, last: Option<u64>) -> Result<(), StopReason> {
+        // A success refunds its request's last retry, or rewards a first try.
+        if heard == Heard::Success {
+            match last {
+                Some(units) => self.refund(units),
+                None => self.reward(),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -349,158 +360,53 @@ impl Default for RetryQuota {
 
 impl fmt::Debug for RetryQuota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let q = &self.inner;
         let mut f = f.debug_struct("RetryQuota");
-        if let Some(max) = self.inner.max_authorities() {
+        if let Some(max) = q.max_authorities() {
             f.field("max_authorities", &max);
         }
         f.field("tokens", &self.tokens())
-            .field("max_tokens", &self.max_tokens())
-            .field("retry_cost", &self.retry_cost())
-            .field("transient_retry_cost", &self.transient_retry_cost())
-            .field("success_reward", &self.success_reward())
+            .field("max_tokens", &tokens(q.bucket.cap_units()))
+            .field("retry_cost", &tokens(q.retry_units))
+            .field("transient_retry_cost", &tokens(q.transient_units))
+            .field("success_reward", &tokens(q.reward_units))
             .finish()
     }
 }
 
-/// Builds a [`RetryQuota`]: see [`RetryQuota::builder`]. Every setting counts whole tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use = "a builder does nothing until it is built"]
-pub struct QuotaBuilder {
-    max_tokens: u32,
-    retry_cost: u32,
-    transient_retry_cost: u32,
-    success_reward: u32,
-    authorities: Option<usize>,
-}
-
-impl QuotaBuilder {
-    /// One pool per authority (the request URI's scheme, host and port; the `Host` header
-    /// for a request in origin form), each with these settings, as the AWS SDKs keep a
-    /// bucket per partition: a server that fails spends its own pool, not a healthy one's.
-    /// At most 1 024 authorities are tracked ([`max_authorities`](Self::max_authorities));
-    /// only a pool back at `max_tokens` and used by no request in flight is forgotten to
-    /// make room (a failing server's pool never is: a quota does not refill with time), and
-    /// when every one is in use, further authorities share one overflow pool. Requests with
-    /// no authority share the quota's own pool. Clones share all of them.
-    pub fn per_authority(mut self) -> Self {
-        self.authorities
-            .get_or_insert(super::partition::DEFAULT_MAX_AUTHORITIES);
-        self
+// What the layer does through the gate interface, by name, for the tests and the loom
+// models below; `whole` reads the balance in whole tokens, as the SDKs' tables give it.
+#[cfg(test)]
+impl RetryQuota {
+    fn withdraw(&self, kind: FailureKind) -> Option<u64> {
+        self.inner.withdraw(kind)
     }
 
-    /// One pool per authority ([`per_authority`](Self::per_authority)), tracking at most
-    /// `max` authorities (default 1 024; at least 1).
-    pub fn max_authorities(mut self, max: usize) -> Self {
-        self.authorities = Some(max);
-        self
+    fn refund(&self, units: u64) {
+        self.inner.refund(units);
     }
 
-    /// The most tokens the quota holds, and where it starts (default 500, smithy-rs's
-    /// capacity). 0 makes a quota that refuses every retry that costs anything.
-    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
-        self.max_tokens = max_tokens;
-        self
+    fn reward(&self) {
+        self.inner.reward();
     }
 
-    /// What a retry costs after a failure that is not transient: throttling, and anything
-    /// else a classifier retries (default 5, smithy-rs's retry cost). 0 makes those retries
-    /// free.
-    pub fn retry_cost(mut self, retry_cost: u32) -> Self {
-        self.retry_cost = retry_cost;
-        self
+    fn whole(&self) -> u32 {
+        (self.inner.bucket.units() / super::bucket::UNITS_PER_TOKEN) as u32
     }
 
-    /// What a retry costs after a transient failure: a connection failure, a timeout, 408,
-    /// 500, 502, 503, 504 (default 10, smithy-rs's timeout retry cost, which it charges for
-    /// all of its transient errors). 0 makes those retries free.
-    pub fn transient_retry_cost(mut self, transient_retry_cost: u32) -> Self {
-        self.transient_retry_cost = transient_retry_cost;
-        self
+    #[cfg(not(tower_http_retry_loom))]
+    fn cost_units(&self, kind: FailureKind) -> u64 {
+        self.inner.cost_units(kind)
     }
 
-    /// What a request that succeeds on its first try adds (default 1, smithy-rs's
-    /// regeneration); 0 for nothing, so that only refunds fill the quota.
-    pub fn success_reward(mut self, success_reward: u32) -> Self {
-        self.success_reward = success_reward;
-        self
+    #[cfg(not(tower_http_retry_loom))]
+    fn units(&self) -> u64 {
+        self.inner.bucket.units()
     }
 
-    /// The quota.
-    ///
-    /// # Panics
-    ///
-    /// When [`QuotaBuilder::try_build`] would refuse the settings, with its error's message
-    /// naming the value at fault.
-    #[must_use]
-    #[track_caller]
-    pub fn build(self) -> RetryQuota {
-        match self.try_build() {
-            Ok(quota) => quota,
-            Err(error) => panic!("{error}"),
-        }
-    }
-
-    /// The quota, or which setting is invalid and why.
-    ///
-    /// A cost above `max_tokens` is accepted: the quota then never grants a retry after
-    /// that kind of failure (nor would a smithy-rs bucket), and 0 tokens make a quota that
-    /// grants only free retries.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidConfig`] when any setting is above 67 108, the most whole tokens the quota's
-    /// 26-bit balance of thousandths can hold: no quota could hold such a balance or pay
-    /// such a cost.
-    ///
-    /// ```
-    /// use tower_http_retry::RetryQuota;
-    ///
-    /// let error = RetryQuota::builder().max_tokens(100_000).try_build().unwrap_err();
-    /// assert!(error.to_string().contains("quota max_tokens is 100000"), "{error}");
-    /// assert!(RetryQuota::builder().max_tokens(67_108).try_build().is_ok());
-    /// ```
-    pub fn try_build(self) -> Result<RetryQuota, InvalidConfig> {
-        let QuotaBuilder {
-            max_tokens,
-            retry_cost,
-            transient_retry_cost,
-            success_reward,
-            authorities,
-        } = self;
-        if authorities == Some(0) {
-            return Err(InvalidConfig::new(
-                REFUSED,
-                "quota max_authorities is 0; it must be at least 1",
-            ));
-        }
-        let settings = [
-            ("max_tokens", max_tokens),
-            ("retry_cost", retry_cost),
-            ("transient_retry_cost", transient_retry_cost),
-            ("success_reward", success_reward),
-        ];
-        for (name, value) in settings {
-            if value > MAX_TOKENS {
-                return Err(InvalidConfig::new(
-                    REFUSED,
-                    format!(
-                        "quota {name} is {value}; it must be at most {MAX_TOKENS}, the most \
-                         whole tokens the quota's {BALANCE_BITS}-bit balance of thousandths \
-                         can hold"
-                    ),
-                ));
-            }
-        }
-        let units = |tokens: u32| u64::from(tokens) * UNITS_PER_TOKEN;
-        let inner = Inner {
-            bucket: Bucket::full(units(max_tokens), 0),
-            retry_units: units(retry_cost),
-            transient_units: units(transient_retry_cost),
-            reward_units: units(success_reward),
-        };
-        Ok(RetryQuota {
-            inner: Scoped::new(inner, authorities),
-        })
+    #[cfg(not(tower_http_retry_loom))]
+    fn same_as(&self, other: &RetryQuota) -> bool {
+        self.inner.same_as(&other.inner)
     }
 }
 
@@ -517,6 +423,7 @@ impl QuotaBuilder {
 ///   `rust-runtime/aws-smithy-runtime/tests/retries.rs`.
 #[cfg(all(test, not(tower_http_retry_loom)))]
 mod tests {
+    use super::super::bucket::UNITS_PER_TOKEN;
     use super::*;
 
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -631,15 +538,19 @@ mod tests {
 
     /// Runs every case of `cases` on quotas from `builder` with its `max_tokens`, each
     /// response read through `read`; the number of cases run.
-    fn run(cases: &[Case], builder: QuotaBuilder, read: fn(Response) -> Response) -> usize {
+    fn run(
+        cases: &[Case],
+        builder: GateBuilder<RetryQuota>,
+        read: fn(Response) -> Response,
+    ) -> usize {
         for case in cases {
-            let quota = builder.max_tokens(case.max_tokens).build();
+            let quota = builder.max_tokens(f64::from(case.max_tokens)).build();
             let mut request = Request::new(&quota, case.max_attempts);
             for (step, &(response, outcome, balance)) in case.steps.iter().enumerate() {
                 let response = read(response);
                 let got = request.hear(response);
                 assert_eq!(
-                    (got, quota.tokens()),
+                    (got, quota.whole()),
                     (outcome, balance),
                     "{}: response {step} ({response:?})",
                     case.name
@@ -828,7 +739,7 @@ mod tests {
         let mut request = Request::new(&quota, 4);
         request.attempts = 4;
         assert_eq!(request.hear(TRANSIENT), MaxAttempts);
-        assert_eq!(quota.tokens(), 500);
+        assert_eq!(quota.whole(), 500);
     }
 
     /// smithy-rs `quota_replenishes_on_first_try_success`: a quota of 20 is drained by two
@@ -837,23 +748,23 @@ mod tests {
     /// each, the 20th on attempt 23 counting from the first.
     #[test]
     fn smithy_rs_quota_replenishes_on_first_try_success() {
-        let quota = RetryQuota::builder().max_tokens(20).build();
+        let quota = RetryQuota::builder().max_tokens(f64::from(20)).build();
         let mut drained = Request::new(&quota, u32::MAX);
         assert_eq!(drained.hear(TRANSIENT), Retry);
         assert_eq!(drained.hear(TRANSIENT), Retry);
-        assert_eq!(quota.tokens(), 0);
+        assert_eq!(quota.whole(), 0);
         // Two attempts so far (and one more sent after the last retry).
         let mut attempt = 3;
-        while quota.tokens() < 20 {
+        while quota.whole() < 20 {
             assert!(attempt <= 23, "not refilled by attempt 23");
             assert_eq!(Request::new(&quota, u32::MAX).hear(OK), SUCCESS);
             attempt += 1;
         }
         assert_eq!(attempt, 23);
-        assert_eq!(quota.tokens(), 20);
+        assert_eq!(quota.whole(), 20);
         // And never past the maximum.
         assert_eq!(Request::new(&quota, u32::MAX).hear(OK), SUCCESS);
-        assert_eq!(quota.tokens(), 20);
+        assert_eq!(quota.whole(), 20);
     }
 
     /// smithy-rs `should_retry_{transient,client,server,throttling}_error_result_after_2s`
@@ -869,7 +780,7 @@ mod tests {
                 Some(quota.cost_units(kind)),
                 "{kind:?}"
             );
-            assert_eq!(quota.tokens(), balance, "{kind:?}");
+            assert_eq!(quota.whole(), balance, "{kind:?}");
         }
     }
 
@@ -877,11 +788,11 @@ mod tests {
     /// two retries after throttling errors (5 each), then refuses.
     #[test]
     fn smithy_rs_bounded_permits_exhaustion() {
-        let quota = RetryQuota::builder().max_tokens(10).build();
+        let quota = RetryQuota::builder().max_tokens(f64::from(10)).build();
         let granted = (0..100).map_while(|_| quota.withdraw(Throttling)).count();
         assert_eq!(granted, 2);
         assert_eq!(quota.withdraw(Throttling), None);
-        assert_eq!(quota.tokens(), 0);
+        assert_eq!(quota.whole(), 0);
     }
 
     /// smithy-rs `token_bucket.rs` `test_unlimited_token_bucket`: with no costs, every
@@ -890,14 +801,14 @@ mod tests {
     #[test]
     fn smithy_rs_unlimited_token_bucket() {
         let quota = RetryQuota::builder()
-            .max_tokens(MAX_TOKENS)
-            .retry_cost(0)
-            .transient_retry_cost(0)
+            .max_tokens(67_108.0)
+            .retry_cost(f64::from(0))
+            .transient_retry_cost(f64::from(0))
             .build();
         for _ in 0..100 {
             assert_eq!(quota.withdraw(Throttling), Some(0));
             assert_eq!(quota.withdraw(Transient), Some(0));
-            assert_eq!(quota.tokens(), MAX_TOKENS);
+            assert_eq!(quota.whole(), 67_108);
         }
     }
 
@@ -911,7 +822,7 @@ mod tests {
         let mut request = Request::new(&quota, 100);
         assert_eq!(request.fail_until_stopped(TRANSIENT), QuotaExceeded);
         assert_eq!(request.attempts, 51);
-        assert_eq!(quota.tokens(), 0);
+        assert_eq!(quota.whole(), 0);
     }
 
     /// smithy-rs `tests/retries.rs` `token_bucket_partitioning`: a second request on the
@@ -930,7 +841,7 @@ mod tests {
         let mut third = Request::new(&other, 100);
         assert_eq!(third.fail_until_stopped(TRANSIENT), QuotaExceeded);
         assert_eq!(third.attempts, 51);
-        assert_eq!(first.tokens(), 0);
+        assert_eq!(first.whole(), 0);
     }
 
     /// The cross-SDK responses are 500s and 502s, which this crate's classifier calls
@@ -962,7 +873,7 @@ mod tests {
             2
         );
         // With the transient cost at 5, the published balances hold for them too.
-        let cheap = RetryQuota::builder().transient_retry_cost(5);
+        let cheap = RetryQuota::builder().transient_retry_cost(f64::from(5));
         let as_transient = |response| match response {
             SERVER => TRANSIENT,
             other => other,
@@ -977,145 +888,132 @@ mod tests {
         let mut request = Request::new(&quota, 5);
         assert_eq!(request.hear(TRANSIENT), Retry);
         assert_eq!(request.hear(THROTTLING), Retry);
-        assert_eq!(quota.tokens(), 485);
+        assert_eq!(quota.whole(), 485);
         assert_eq!(request.hear(OK), SUCCESS);
-        assert_eq!(quota.tokens(), 490);
+        assert_eq!(quota.whole(), 490);
         // A request that ends in a failure gives nothing back.
         let mut failed = Request::new(&quota, 2);
         assert_eq!(failed.hear(TRANSIENT), Retry);
         assert_eq!(failed.hear(TRANSIENT), MaxAttempts);
-        assert_eq!(quota.tokens(), 480);
+        assert_eq!(quota.whole(), 480);
         // A first-try success adds the reward.
         assert_eq!(Request::new(&quota, 2).hear(OK), SUCCESS);
-        assert_eq!(quota.tokens(), 481);
+        assert_eq!(quota.whole(), 481);
     }
 
     #[test]
     fn a_refused_retry_takes_nothing_and_a_cheaper_one_may_still_pass() {
-        let quota = RetryQuota::builder().max_tokens(14).build();
+        let quota = RetryQuota::builder().max_tokens(f64::from(14)).build();
         assert_eq!(quota.withdraw(Transient), Some(10 * TOKEN));
         // 4 left: neither cost is there.
         assert_eq!(quota.withdraw(Transient), None);
         assert_eq!(quota.withdraw(Other), None);
-        assert_eq!(quota.tokens(), 4);
+        assert_eq!(quota.whole(), 4);
         quota.reward();
         // 5: the lower cost is, the higher is not.
         assert_eq!(quota.withdraw(Transient), None);
         assert_eq!(quota.withdraw(Throttling), Some(5 * TOKEN));
-        assert_eq!(quota.tokens(), 0);
+        assert_eq!(quota.whole(), 0);
         // Refunds are clipped at the maximum.
         quota.refund(100 * TOKEN);
-        assert_eq!(quota.tokens(), 14);
+        assert_eq!(quota.whole(), 14);
     }
 
     #[test]
     fn a_cost_above_the_maximum_is_never_granted() {
         let quota = RetryQuota::builder()
-            .max_tokens(8)
-            .transient_retry_cost(9)
+            .max_tokens(f64::from(8))
+            .transient_retry_cost(f64::from(9))
             .build();
         assert_eq!(quota.withdraw(Transient), None);
         assert_eq!(quota.withdraw(Other), Some(5 * TOKEN));
-        assert_eq!(quota.tokens(), 3);
+        assert_eq!(quota.whole(), 3);
     }
 
     #[test]
     fn the_defaults_are_smithy_rs_standard_ones() {
         let quota = RetryQuota::aws_standard();
-        assert_eq!(
-            (
-                quota.tokens(),
-                quota.max_tokens(),
-                quota.retry_cost(),
-                quota.transient_retry_cost(),
-                quota.success_reward()
-            ),
-            (500, 500, 5, 10, 1)
-        );
+        assert_eq!(quota.whole(), 500);
         assert_eq!(quota.cost_units(Transient), 10_000);
         assert_eq!(quota.cost_units(Throttling), 5_000);
         assert_eq!(quota.cost_units(Other), 5_000);
-        assert_eq!(RetryQuota::builder(), RetryQuota::builder().max_tokens(500));
+        assert_eq!(quota.inner.reward_units, 1_000);
         assert_eq!(
-            format!("{:?}", RetryQuota::default()),
-            "RetryQuota { tokens: 500, max_tokens: 500, retry_cost: 5, \
-             transient_retry_cost: 10, success_reward: 1 }"
+            RetryQuota::builder(),
+            RetryQuota::builder().max_tokens(500.0)
         );
         assert_eq!(
-            format!("{:?}", RetryQuota::builder()),
-            "QuotaBuilder { max_tokens: 500, retry_cost: 5, transient_retry_cost: 10, \
-             success_reward: 1, authorities: None }"
+            format!("{:?}", RetryQuota::default()),
+            "RetryQuota { tokens: 500.0, max_tokens: 500.0, retry_cost: 5.0, \
+             transient_retry_cost: 10.0, success_reward: 1.0 }"
         );
     }
 
     #[test]
-    fn try_build_refuses_every_setting_too_large_to_count() {
-        let too_large = MAX_TOKENS + 1;
-        let builders = [
-            ("max_tokens", RetryQuota::builder().max_tokens(too_large)),
-            ("retry_cost", RetryQuota::builder().retry_cost(too_large)),
-            (
-                "transient_retry_cost",
-                RetryQuota::builder().transient_retry_cost(too_large),
-            ),
-            (
-                "success_reward",
-                RetryQuota::builder().success_reward(u32::MAX),
-            ),
-        ];
-        for (name, builder) in builders {
-            let error = builder.try_build().expect_err(name);
-            let value = if name == "success_reward" {
-                u32::MAX
-            } else {
-                too_large
-            };
-            assert_eq!(
-                error.to_string(),
-                format!(
-                    "invalid retry configuration: quota {name} is {value}; it must be at \
-                     most 67108, the most whole tokens the quota's 26-bit balance of \
-                     thousandths can hold"
-                )
-            );
-            assert!(error.is_quota(), "{name}: the kind quotas are refused with");
+    fn try_build_refuses_every_setting_out_of_range() {
+        let too_large = 67_108.864;
+        for name in [
+            "max_tokens",
+            "retry_cost",
+            "transient_retry_cost",
+            "success_reward",
+        ] {
+            for (value, says) in [
+                (too_large, "it must be at most 67108.863"),
+                (-1.0, "it must be a finite number from 0 to 67108.863"),
+                (f64::NAN, "it must be a finite number from 0 to 67108.863"),
+            ] {
+                let builder = RetryQuota::builder();
+                let builder = match name {
+                    "max_tokens" => builder.max_tokens(value),
+                    "retry_cost" => builder.retry_cost(value),
+                    "transient_retry_cost" => builder.transient_retry_cost(value),
+                    _ => builder.success_reward(value),
+                };
+                let error = builder.try_build().expect_err(name);
+                assert_eq!(
+                    error.to_string(),
+                    format!("invalid retry quota: {name} is {value}; {says}")
+                );
+            }
         }
         // The largest values, and the smallest, are accepted.
+        let max = 67_108.863;
         let largest = RetryQuota::builder()
-            .max_tokens(MAX_TOKENS)
-            .retry_cost(MAX_TOKENS)
-            .transient_retry_cost(MAX_TOKENS)
-            .success_reward(MAX_TOKENS)
+            .max_tokens(max)
+            .retry_cost(max)
+            .transient_retry_cost(max)
+            .success_reward(max)
             .build();
-        assert_eq!(largest.tokens(), 67_108);
-        assert_eq!(largest.withdraw(Transient), Some(67_108 * TOKEN));
+        assert_eq!(largest.whole(), 67_108);
+        assert_eq!(largest.withdraw(Transient), Some(67_108_863));
         assert_eq!(largest.withdraw(Other), None);
         largest.reward();
-        assert_eq!(largest.tokens(), 67_108);
+        assert_eq!(largest.whole(), 67_108);
         let smallest = RetryQuota::builder()
-            .max_tokens(0)
-            .retry_cost(0)
-            .transient_retry_cost(0)
-            .success_reward(0)
+            .max_tokens(0.0)
+            .retry_cost(0.0)
+            .transient_retry_cost(0.0)
+            .success_reward(0.0)
             .build();
         assert_eq!(smallest.withdraw(Transient), Some(0));
         smallest.reward();
-        assert_eq!(smallest.tokens(), 0);
+        assert_eq!(smallest.whole(), 0);
     }
 
     #[test]
-    #[should_panic(expected = "invalid retry configuration: quota max_tokens is 67109")]
+    #[should_panic(expected = "invalid retry quota: max_tokens is 67109")]
     fn build_panics_with_the_error_message() {
-        let _ = RetryQuota::builder().max_tokens(67_109).build();
+        let _ = RetryQuota::builder().max_tokens(67_109.0).build();
     }
 
     #[test]
     fn clones_share_one_balance_and_new_quotas_do_not() {
-        let quota = RetryQuota::builder().max_tokens(20).build();
+        let quota = RetryQuota::builder().max_tokens(f64::from(20)).build();
         let clone = quota.clone();
         assert!(quota.same_as(&clone));
         assert_eq!(clone.withdraw(Transient), Some(10 * TOKEN));
-        assert_eq!(quota.tokens(), 10);
+        assert_eq!(quota.whole(), 10);
         assert_eq!(quota.withdraw(Transient), Some(10 * TOKEN));
         assert_eq!(
             clone.withdraw(Other),
@@ -1124,10 +1022,10 @@ mod tests {
         );
         clone.refund(10 * TOKEN);
         quota.reward();
-        assert_eq!((quota.tokens(), clone.tokens()), (11, 11));
-        let other = RetryQuota::builder().max_tokens(20).build();
+        assert_eq!((quota.whole(), clone.whole()), (11, 11));
+        let other = RetryQuota::builder().max_tokens(f64::from(20)).build();
         assert!(!other.same_as(&quota));
-        assert_eq!(other.tokens(), 20);
+        assert_eq!(other.whole(), 20);
     }
 
     const THREADS: u64 = 4;
@@ -1142,7 +1040,7 @@ mod tests {
         const REQUESTS: u64 = 5_000;
         const MAX: u32 = 50;
         for round in 0..5 {
-            let quota = RetryQuota::builder().max_tokens(MAX).build();
+            let quota = RetryQuota::builder().max_tokens(f64::from(MAX)).build();
             let withdrawn = AtomicU64::new(0);
             let deposited = AtomicU64::new(0);
             std::thread::scope(|scope| {
@@ -1209,7 +1107,7 @@ mod tests {
             for _ in 0..25 {
                 assert!(quota.withdraw(Transient).is_some());
             }
-            assert_eq!(quota.tokens(), 250);
+            assert_eq!(quota.whole(), 250);
             std::thread::scope(|scope| {
                 for thread in 0..THREADS {
                     let quota = &quota;
@@ -1259,14 +1157,14 @@ mod loom_models {
     #[test]
     fn racing_withdrawals_never_overdraw() {
         ::loom::model(|| {
-            let quota = RetryQuota::builder().max_tokens(25).build();
+            let quota = RetryQuota::builder().max_tokens(f64::from(25)).build();
             let first = spawn(&quota, |quota| quota.withdraw(Transient));
             let second = spawn(&quota, |quota| quota.withdraw(Transient));
             let third = quota.withdraw(Transient);
             let answers = [first.join().unwrap(), second.join().unwrap(), third];
             let granted: Vec<u64> = answers.into_iter().flatten().collect();
             assert_eq!(granted, [10_000, 10_000]);
-            assert_eq!(quota.tokens(), 5);
+            assert_eq!(quota.whole(), 5);
         });
     }
 
@@ -1275,14 +1173,14 @@ mod loom_models {
     #[test]
     fn a_refund_and_a_withdrawal_match_some_sequential_order() {
         ::loom::model(|| {
-            let quota = RetryQuota::builder().max_tokens(20).build();
+            let quota = RetryQuota::builder().max_tokens(f64::from(20)).build();
             // 20 - 5 - 10: 5 left, short of a transient retry.
             let refund = quota.withdraw(Other).unwrap();
             assert!(quota.withdraw(Transient).is_some());
             let refunder = spawn(&quota, move |quota| quota.refund(refund));
             let granted = quota.withdraw(Transient).is_some();
             refunder.join().unwrap();
-            let left = quota.tokens();
+            let left = quota.whole();
             assert!(
                 matches!((granted, left), (true, 0) | (false, 10)),
                 "no sequential order gives {granted} and {left} tokens left"
@@ -1295,14 +1193,14 @@ mod loom_models {
     #[test]
     fn rewards_at_the_maximum_never_fill_past_it() {
         ::loom::model(|| {
-            let quota = RetryQuota::builder().max_tokens(10).build();
+            let quota = RetryQuota::builder().max_tokens(f64::from(10)).build();
             let first = spawn(&quota, |quota| quota.reward());
             let second = spawn(&quota, |quota| quota.reward());
             let granted = quota.withdraw(Other);
             first.join().unwrap();
             second.join().unwrap();
             assert_eq!(granted, Some(5_000));
-            let left = quota.tokens();
+            let left = quota.whole();
             // Both rewards first (clipped): 5; one before and one after: 6; both after: 7.
             assert!((5..=7).contains(&left), "{left} tokens left");
         });

@@ -7,31 +7,31 @@
 // `tokens > max_tokens / 2` is `2 * units > max_units`, with no rounding of the half.
 
 use std::fmt;
-use std::sync::Arc;
 
 use super::bucket::{Bucket, UNITS_PER_TOKEN};
-use super::partition::{AuthorityKey, Part, Scoped};
-use crate::error::{ConfigKind, InvalidConfig};
+use super::partition::Scoped;
+use super::{Admission, Ask, GateBuilder, Heard, Kind, tokens};
+use crate::info::StopReason;
 
-/// The largest `max_tokens` A6 allows.
-const MAX_TOKENS: f64 = 1_000.0;
+/// The largest `max_tokens` A6 allows, in thousandths.
+const MAX_UNITS: u64 = 1_000 * UNITS_PER_TOKEN;
 
 /// A retry throttle: retries are allowed only while more than half of `max_tokens` tokens
 /// are left; failures take tokens and successes give them back.
 ///
 /// This is gRPC's `retryThrottling` (grpc/proposal A6-client-retries), and it suits any
 /// client whose retries should stop while a server keeps failing more often than a set
-/// share of its attempts, whatever the traffic (where [`RetryBudget`](crate::RetryBudget) bounds retries relative to the
-/// requests sent):
+/// share of its attempts, whatever the traffic (where [`RetryBudget`](crate::RetryBudget)
+/// bounds retries relative to the requests sent):
 ///
 /// * the count starts at `max_tokens`, and stays between 0 and `max_tokens`;
-/// * every failed attempt takes 1 token ([`record_failure`](Self::record_failure)); a
-///   failure is an outcome the policy would retry, or one the server said not to retry.
-///   Other outcomes (a 404, gRPC's `INVALID_ARGUMENT`) do not count: they are the caller's
-///   fault, not the server's;
-/// * every success adds `token_ratio` tokens ([`record_success`](Self::record_success));
-/// * a retry is allowed only while the count is above `max_tokens / 2`
-///   ([`allows_retry`](Self::allows_retry)). The first attempt is always sent.
+/// * every failed attempt takes 1 token; a failure is an outcome the policy would retry,
+///   or one the server said not to retry. Other outcomes (a 404, gRPC's
+///   `INVALID_ARGUMENT`) do not count: they are the caller's fault, not the server's;
+/// * every success adds `token_ratio` tokens;
+/// * a retry is allowed only while the count is above `max_tokens / 2` (after the failure
+///   it follows was counted); a refused retry returns the last outcome, with
+///   [`StopReason::Throttled`] in the record. The first attempt is always sent.
 ///
 /// With A6's example of 10 tokens and a ratio of 0.1, starting full, retries stop once the
 /// failures number 5 more than a tenth of the successes (roughly: more than one attempt in
@@ -47,306 +47,180 @@ const MAX_TOKENS: f64 = 1_000.0;
 /// [`RetryPolicy::never`](crate::RetryPolicy::never) or a `CONNECT`. A hedge only checks
 /// it; each hedge's own outcome is heard like any attempt's.
 ///
-/// Give it to a layer with [`RetryLayer::throttle`](crate::RetryLayer::throttle) or to a
-/// policy with [`RetryPolicy::throttle`](crate::RetryPolicy::throttle). The count is kept in
-/// thousandths of a token (A6 supports three decimal places in `tokenRatio`), in one atomic
-/// word updated by compare-and-swap: no lock, and no update is lost whichever threads call
-/// in.
-///
-/// # Clone
-///
-/// `Throttle` is a cheap handle (a reference-counted pointer): every clone shares the same
-/// count. A6 throttles per server, so give every client of one server the same handle,
-/// and each server its own.
-///
-/// # Example
+/// The count is kept in thousandths of a token (A6 supports three decimal places in
+/// `tokenRatio`), in one atomic word updated by compare-and-swap: no lock, and no update is
+/// lost whichever threads call in. `Throttle` is a cheap handle: every clone shares the
+/// same count. A6 throttles per server: build it [`per_authority`](GateBuilder::per_authority),
+/// or give each server's clients their own.
 ///
 /// ```
-/// use tower_http_retry::Throttle;
+/// use tower_http_retry::{RetryLayer, RetryPolicy, Throttle};
 ///
-/// let throttle = Throttle::builder().max_tokens(10.0).token_ratio(0.1).build();
-/// let shared = throttle.clone();
-/// assert!(throttle.allows_retry());
-///
-/// // Four failures leave 6 tokens, above the threshold of 5: retries still allowed.
-/// for _ in 0..4 {
-///     assert!(shared.record_failure());
-/// }
-/// // The fifth leaves 5, which is not above it.
-/// assert!(!throttle.record_failure());
-/// assert!(!shared.allows_retry());
-///
-/// // Ten successes at 0.1 earn one token back.
-/// for _ in 0..10 {
-///     throttle.record_success();
-/// }
-/// assert_eq!(throttle.tokens(), 6.0);
-/// assert!(shared.allows_retry());
+/// let throttle = Throttle::builder().max_tokens(10.0).token_ratio(0.1).per_authority().build();
+/// let layer = RetryLayer::new().policy(RetryPolicy::new().gate(throttle.clone()));
+/// assert_eq!(throttle.tokens(), 10.0);
+/// # let _ = layer;
 /// ```
 #[derive(Clone)]
 pub struct Throttle {
-    /// The count: of every request, or one per authority.
-    inner: Scoped<Inner>,
+    pub(super) inner: Scoped<ThrottleState>,
 }
 
-struct Inner {
+/// What a throttle is built from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThrottleSettings {
+    max_tokens: f64,
+    token_ratio: f64,
+}
+
+/// The state of a [`Throttle`].
+pub struct ThrottleState {
     /// The token count, in thousandths of a token; it starts full, at `max_tokens`.
     bucket: Bucket,
     /// `token_ratio` in thousandths, at most the maximum.
     ratio_units: u64,
+    settings: ThrottleSettings,
 }
 
 impl Throttle {
     /// A builder of a throttle, from A6's example: `max_tokens` 10, `token_ratio` 0.1.
-    /// Both settings are named, so neither can be swapped for the other.
     ///
     /// ```
     /// use tower_http_retry::Throttle;
     ///
     /// let throttle = Throttle::builder().max_tokens(20.0).token_ratio(0.5).build();
-    /// assert_eq!((throttle.max_tokens(), throttle.token_ratio()), (20.0, 0.5));
+    /// assert_eq!(throttle.tokens(), 20.0);
     /// ```
-    pub fn builder() -> ThrottleBuilder {
-        ThrottleBuilder {
-            max_tokens: 10.0,
-            token_ratio: 0.1,
-            authorities: None,
-        }
+    pub fn builder() -> GateBuilder<Throttle> {
+        GateBuilder::new()
     }
 
-    fn from_units(max_units: u32, ratio_units: u32, authorities: Option<usize>) -> Throttle {
-        let inner = Inner {
-            bucket: Bucket::full(u64::from(max_units), 0),
-            ratio_units: u64::from(ratio_units),
-        };
-        Throttle {
-            inner: Scoped::new(inner, authorities),
-        }
-    }
-
-    /// True when the throttle keeps a count per authority
-    /// ([`ThrottleBuilder::per_authority`]).
-    pub fn is_per_authority(&self) -> bool {
-        self.inner.is_per_authority()
-    }
-
-    /// The throttle of requests to `uri`'s authority: for a per-authority throttle, that
-    /// authority's count (made on first sight, from the overflow's balance, full unless authorities failed there; the shared overflow count when the
-    /// authorities tracked are all in use); the throttle itself otherwise, and for a URI
-    /// without an authority.
-    ///
-    /// ```
-    /// use tower_http_retry::Throttle;
-    ///
-    /// let throttle = Throttle::builder().max_tokens(4.0).per_authority().build();
-    /// let down = throttle.partition(&"http://down.example/".parse().unwrap());
-    /// down.record_failure();
-    /// down.record_failure();
-    /// assert!(!down.allows_retry());
-    /// let up = throttle.partition(&"http://up.example/".parse().unwrap());
-    /// assert!(up.allows_retry());
-    /// ```
-    pub fn partition(&self, uri: &http::Uri) -> Throttle {
-        self.partition_of(AuthorityKey::of_uri(uri))
-    }
-
-    /// The count of the authority `key` names (see [`Throttle::partition`]).
-    pub(crate) fn partition_of(&self, key: Option<AuthorityKey>) -> Throttle {
-        Throttle {
-            inner: self.inner.partition_of(key),
-        }
-    }
-
-    /// How many authorities have a count of their own: 0 for a throttle not per authority.
-    pub fn authorities(&self) -> usize {
-        self.inner.authorities()
-    }
-
-    /// Records a failed attempt: takes one token (the count never goes below 0) and says
-    /// whether a retry is still allowed, that is whether more than `max_tokens / 2` tokens
-    /// are left after this one was taken.
-    ///
-    /// Call it once for every attempt that failed in a way the policy retries, or that the
-    /// server said not to retry, before deciding on the retry; when it returns `false`, do
-    /// not retry. Never for a transparent retry. It never blocks and never allocates.
-    pub fn record_failure(&self) -> bool {
-        self.above_threshold(self.inner.bucket.take_saturating(UNITS_PER_TOKEN))
-    }
-
-    /// Records a success: adds `token_ratio` tokens (the count never goes above
-    /// `max_tokens`).
-    ///
-    /// Call it once per request that succeeded (a gRPC call that ended with `OK`), not once
-    /// per attempt. It never blocks and never allocates.
-    pub fn record_success(&self) {
-        self.inner.bucket.deposit(self.inner.ratio_units);
-    }
-
-    /// Whether a retry would be allowed now: more than `max_tokens / 2` tokens are left.
-    ///
-    /// A snapshot: other clones may change the count right after. The retry decision
-    /// itself should use the result of [`Throttle::record_failure`], which takes the
-    /// failure's token and answers in one step, as A6 does.
-    #[must_use]
-    pub fn allows_retry(&self) -> bool {
-        self.above_threshold(self.inner.bucket.units())
-    }
-
-    /// The current count of tokens, to a thousandth. A snapshot, for metrics and tests.
+    /// The tokens counted now (for a throttle kept per authority, those of requests without
+    /// one: see [`Gate::partition`](super::Gate::partition)).
     #[must_use]
     pub fn tokens(&self) -> f64 {
-        self.inner.bucket.units() as f64 / UNITS_PER_TOKEN as f64
-    }
-
-    /// The most tokens the count holds (A6's `maxTokens`, to a thousandth).
-    #[must_use]
-    pub fn max_tokens(&self) -> f64 {
-        self.inner.bucket.cap_units() as f64 / UNITS_PER_TOKEN as f64
-    }
-
-    /// The tokens a success adds (A6's `tokenRatio`, to a thousandth, at most
-    /// `max_tokens`).
-    #[must_use]
-    pub fn token_ratio(&self) -> f64 {
-        self.inner.ratio_units as f64 / UNITS_PER_TOKEN as f64
-    }
-
-    /// True when two handles share one count.
-    #[cfg(all(test, not(tower_http_retry_loom)))]
-    pub(crate) fn same_as(&self, other: &Throttle) -> bool {
-        self.inner.same_as(&other.inner)
-    }
-
-    fn above_threshold(&self, units: u64) -> bool {
-        // tokens > max / 2, in units and without halving.
-        units * 2 > self.inner.bucket.cap_units()
-    }
-
-    #[cfg(all(test, not(tower_http_retry_loom)))]
-    fn units(&self) -> u64 {
-        self.inner.bucket.units()
+        tokens(self.inner.bucket.units())
     }
 }
 
-/// Builds a [`Throttle`]: see [`Throttle::builder`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[must_use = "a builder does nothing until it is built"]
-pub struct ThrottleBuilder {
-    max_tokens: f64,
-    token_ratio: f64,
-    authorities: Option<usize>,
-}
-
-impl ThrottleBuilder {
-    /// One count per authority (the request URI's scheme, host and port; the `Host` header
-    /// for a request in origin form), as A6 throttles per server, each with these settings.
-    /// At most 1 024 authorities are tracked ([`max_authorities`](Self::max_authorities));
-    /// only a count back at `max_tokens` and used by no request in flight is forgotten to
-    /// make room (a failing server's count never is, so it cannot reset itself), and when
-    /// every one is in use, further authorities share one overflow count. Requests with no
-    /// authority share the throttle's own count. Clones share all of them.
-    pub fn per_authority(mut self) -> Self {
-        self.authorities
-            .get_or_insert(super::partition::DEFAULT_MAX_AUTHORITIES);
-        self
-    }
-
-    /// One count per authority ([`per_authority`](Self::per_authority)), tracking at most
-    /// `max` authorities (default 1 024; at least 1).
-    pub fn max_authorities(mut self, max: usize) -> Self {
-        self.authorities = Some(max);
-        self
-    }
-
-    /// The tokens the throttle holds, and starts with (A6's `maxTokens`, default 10). Counted
-    /// in thousandths: digits past the third decimal place are dropped, as A6 allows.
-    pub fn max_tokens(mut self, max_tokens: f64) -> Self {
-        self.max_tokens = max_tokens;
-        self
-    }
-
-    /// The tokens a success gives back (A6's `tokenRatio`, default 0.1), in thousandths.
-    pub fn token_ratio(mut self, token_ratio: f64) -> Self {
-        self.token_ratio = token_ratio;
-        self
-    }
-
-    /// The throttle.
-    ///
-    /// # Panics
-    ///
-    /// When [`ThrottleBuilder::try_build`] refuses the settings, with its error's message.
-    #[must_use]
-    #[track_caller]
-    pub fn build(self) -> Throttle {
-        match self.try_build() {
-            Ok(throttle) => throttle,
-            Err(error) => panic!("{error}"),
-        }
-    }
-
-    /// The throttle, or which setting is invalid and why.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidConfig`] when `max_tokens` is not in `(0, 1000]` (A6's range; NaN and
-    /// infinities are outside it) or is below 0.001, or when `token_ratio` is not a finite
-    /// number greater than 0, or is below 0.001 (it would round to no tokens at all). A
-    /// ratio above `max_tokens` is accepted: one success then fills the count.
+impl GateBuilder<Throttle> {
+    /// The most tokens, and the count at the start (default 10; more than 0, at most
+    /// 1000, as A6 allows). Retries stop at half of it.
     ///
     /// ```
     /// use tower_http_retry::Throttle;
     ///
-    /// let error = Throttle::builder().max_tokens(0.0).try_build().unwrap_err();
-    /// assert!(error.to_string().contains("max_tokens is 0"), "{error}");
-    /// let error = Throttle::builder().token_ratio(f64::NAN).try_build().unwrap_err();
-    /// assert!(error.to_string().contains("token_ratio is NaN"), "{error}");
-    /// assert!(Throttle::builder().max_tokens(1000.0).token_ratio(0.001).try_build().is_ok());
+    /// let throttle = Throttle::builder().max_tokens(100.0).build();
+    /// # let _ = throttle;
     /// ```
-    pub fn try_build(self) -> Result<Throttle, InvalidConfig> {
-        let ThrottleBuilder {
-            max_tokens,
-            token_ratio,
-            authorities,
-        } = self;
-        let refuse = |message: String| {
-            Err(InvalidConfig::new(
-                ConfigKind::Throttle,
-                format!("throttle {message}"),
-            ))
-        };
-        if max_tokens.is_nan() || max_tokens <= 0.0 || max_tokens > MAX_TOKENS {
-            return refuse(format!(
-                "max_tokens is {max_tokens}; it must be greater than 0 and at most {MAX_TOKENS}"
+    pub fn max_tokens(mut self, max_tokens: f64) -> Self {
+        self.settings.max_tokens = max_tokens;
+        self
+    }
+
+    /// Tokens each success gives back (default 0.1; at least 0.001; a ratio above
+    /// `max_tokens` refills the count at once).
+    ///
+    /// ```
+    /// use tower_http_retry::Throttle;
+    ///
+    /// // Each token lost takes two successes to win back.
+    /// let throttle = Throttle::builder().token_ratio(0.5).build();
+    /// # let _ = throttle;
+    /// ```
+    pub fn token_ratio(mut self, token_ratio: f64) -> Self {
+        self.settings.token_ratio = token_ratio;
+        self
+    }
+}
+
+impl ThrottleState {
+    /// Takes one token (never below 0) and says whether a retry is still allowed: more
+    /// than half left after it.
+    fn record_failure(&self) -> bool {
+        self.above_threshold(self.bucket.take_saturating(UNITS_PER_TOKEN))
+    }
+
+    fn record_success(&self) {
+        self.bucket.deposit(self.ratio_units);
+    }
+
+    fn allows_retry(&self) -> bool {
+        self.above_threshold(self.bucket.units())
+    }
+
+    /// `tokens > max_tokens / 2`, as `2 * units > max_units`: no rounding of the half.
+    fn above_threshold(&self, units: u64) -> bool {
+        units * 2 > self.bucket.cap_units()
+    }
+}
+
+impl Kind for ThrottleState {
+    type Settings = ThrottleSettings;
+    const NAME: &'static str = "retry throttle";
+    const HEARS_OUTCOMES: bool = true;
+
+    fn defaults() -> ThrottleSettings {
+        ThrottleSettings {
+            max_tokens: 10.0,
+            token_ratio: 0.1,
+        }
+    }
+
+    fn check(s: &ThrottleSettings) -> Result<(), String> {
+        super::positive_units("max_tokens", s.max_tokens, MAX_UNITS)?;
+        // Any positive ratio: one above the maximum refills the count at once.
+        let ratio = s.token_ratio.min(s.max_tokens);
+        if !s.token_ratio.is_finite() || s.token_ratio <= 0.0 {
+            return Err(format!(
+                "token_ratio is {}; it must be a finite number greater than 0",
+                s.token_ratio
             ));
         }
-        let max_units = thousandths(max_tokens);
-        if max_units == 0 {
-            return refuse(format!(
-                "max_tokens is {max_tokens}; it must be at least 0.001, since the throttle \
-                 counts thousandths of a token"
-            ));
+        super::positive_units("token_ratio", ratio, MAX_UNITS).map(|_| ())
+    }
+
+    fn full(s: &ThrottleSettings) -> ThrottleState {
+        let units = |value| super::amount_units("", value, MAX_UNITS).unwrap_or(0);
+        let max_units = units(s.max_tokens);
+        ThrottleState {
+            bucket: Bucket::full(max_units, 0),
+            ratio_units: units(s.token_ratio.min(s.max_tokens)).min(max_units),
+            settings: *s,
         }
-        if !token_ratio.is_finite() || token_ratio <= 0.0 {
-            return refuse(format!(
-                "token_ratio is {token_ratio}; it must be a finite number greater than 0"
-            ));
+    }
+
+    fn fresh(&self) -> ThrottleState {
+        ThrottleState::full(&self.settings)
+    }
+
+    fn successor(&self) -> ThrottleState {
+        let next = self.fresh();
+        next.bucket
+            .take_saturating(self.bucket.cap_units() - self.bucket.units());
+        next
+    }
+
+    fn at_rest(&self) -> bool {
+        self.bucket.units() == self.bucket.cap_units()
+    }
+
+    fn admit(&self, ask: Ask) -> Admission {
+        match ask {
+            // A hedge is no failure: it only looks. A retry's answer came with the failure
+            // it follows; a transparent retry is outside the throttle.
+            Ask::Hedge(_) if !self.allows_retry() => Admission::Refuse(StopReason::Throttled),
+            _ => Admission::ADMIT,
         }
-        let ratio_units = thousandths(token_ratio);
-        if ratio_units == 0 {
-            return refuse(format!(
-                "token_ratio is {token_ratio}; it must be at least 0.001, since the throttle \
-                 counts thousandths of a token"
-            ));
+    }
+
+    fn on_outcome(&self, heard: Heard, _: Option<u64>) -> Result<(), StopReason> {
+        match heard {
+            Heard::Success => self.record_success(),
+            Heard::Failure(_) if !self.record_failure() => return Err(StopReason::Throttled),
+            _ => {}
         }
-        if authorities == Some(0) {
-            return refuse("max_authorities is 0; it must be at least 1".to_string());
-        }
-        Ok(Throttle::from_units(
-            max_units,
-            ratio_units.min(max_units),
-            authorities,
-        ))
+        Ok(())
     }
 }
 
@@ -357,50 +231,46 @@ impl fmt::Debug for Throttle {
             f.field("max_authorities", &max);
         }
         f.field("tokens", &self.tokens())
-            .field("max_tokens", &self.max_tokens())
-            .field("token_ratio", &self.token_ratio())
+            .field("max_tokens", &tokens(self.inner.bucket.cap_units()))
+            .field("token_ratio", &tokens(self.inner.ratio_units))
             .finish()
     }
-}
-
-impl Part for Arc<Inner> {
-    fn fresh(&self) -> Self {
-        Arc::new(Inner {
-            bucket: Bucket::full(self.bucket.cap_units(), 0),
-            ratio_units: self.ratio_units,
-        })
-    }
-
-    fn successor(&self) -> Self {
-        let next = self.fresh();
-        let missing = self.bucket.cap_units() - self.bucket.units();
-        next.bucket.take_saturating(missing);
-        next
-    }
-
-    fn at_rest(&self) -> bool {
-        Arc::strong_count(self) == 1 && self.bucket.units() == self.bucket.cap_units()
-    }
-}
-
-/// `value` in whole thousandths, dropping further digits. A decimal such as 0.57, stored a
-/// hair below itself, counts as the thousandths it was written as. `value` is finite and
-/// positive; anything above `u32::MAX` thousandths saturates.
-fn thousandths(value: f64) -> u32 {
-    let scaled = value * UNITS_PER_TOKEN as f64;
-    let nearest = scaled.round();
-    let units = if (scaled - nearest).abs() <= 4.0 * f64::EPSILON * nearest.max(1.0) {
-        nearest
-    } else {
-        scaled.floor()
-    };
-    // `as` saturates, which is what a ratio far above the maximum wants.
-    units as u32
 }
 
 #[cfg(all(test, not(tower_http_retry_loom)))]
 mod tests {
     use super::*;
+
+    // What the layer does through the gate interface, by name, for these tests.
+    impl Throttle {
+        fn record_failure(&self) -> bool {
+            self.inner.record_failure()
+        }
+
+        fn record_success(&self) {
+            self.inner.record_success();
+        }
+
+        fn allows_retry(&self) -> bool {
+            self.inner.allows_retry()
+        }
+
+        fn max_tokens(&self) -> f64 {
+            tokens(self.inner.bucket.cap_units())
+        }
+
+        fn token_ratio(&self) -> f64 {
+            tokens(self.inner.ratio_units)
+        }
+
+        fn same_as(&self, other: &Throttle) -> bool {
+            self.inner.same_as(&other.inner)
+        }
+
+        fn units(&self) -> u64 {
+            self.inner.bucket.units()
+        }
+    }
 
     use proptest::prelude::*;
 
@@ -656,7 +526,7 @@ mod tests {
                     prop_assert!(throttle.tokens() <= throttle.max_tokens());
                 }
                 Err(error) => prop_assert!(error.to_string().starts_with(
-                    "invalid retry configuration: throttle ")),
+                    "invalid retry throttle: ")),
             }
         }
     }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
+use tower::retry::budget::Budget as _;
 use tower_http_retry::RetryBudget;
 
 #[derive(Debug, Clone)]
@@ -37,8 +38,8 @@ fn check(
     runtime.block_on(async {
         let budget = RetryBudget::builder()
             .ratio(f64::from(ratio_milli) / 1000.0)
-            .min_per_sec(per_sec)
-            .max_tokens(max_tokens)
+            .min_per_sec(f64::from(per_sec))
+            .max_tokens(f64::from(max_tokens))
             .build();
         let (mut deposits, mut granted, mut elapsed_ms) = (0u64, 0u64, 0u64);
         for step in steps {

@@ -153,15 +153,17 @@ type ResponseFut = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, tow
 
 /// 3 attempts, 5 s per attempt, waits of exactly 2 s then 4 s, no budget.
 async fn start(probe: &Probe, body: &'static [u8]) -> ResponseFut {
-    let layer = RetryLayer::new().no_budget().policy(
-        RetryPolicy::default()
-            .max_attempts(3)
-            .attempt_timeout(Duration::from_secs(5))
-            .backoff(
-                Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60))
-                    .jitter(Jitter::None),
-            ),
-    );
+    let layer = RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates())
+        .policy(
+            RetryPolicy::default()
+                .max_attempts(3)
+                .attempt_timeout(Duration::from_secs(5))
+                .backoff(
+                    Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60))
+                        .jitter(Jitter::None),
+                ),
+        );
     let mut service = layer.layer(probe.clone());
     service.ready().await.expect("the probe is ready");
     let request = Request::put("http://127.0.0.1/items/1")

@@ -5,6 +5,7 @@ use std::any::Any;
 use std::panic::{UnwindSafe, catch_unwind};
 use std::time::Duration;
 
+use http::HeaderName;
 use tower_http_retry::{
     Backoff, IdempotencyKey, InvalidConfig, RetryBudget, RetryLayer, RetryPolicy, Throttle,
 };
@@ -70,7 +71,11 @@ fn backoff_exponential_panics_on_a_base_above_its_cap() {
 fn a_backoff_multiplier_that_is_not_a_positive_number_is_refused() {
     for bad in [f64::NAN, 0.0, -0.0, -2.0, f64::INFINITY, f64::NEG_INFINITY] {
         let err: InvalidConfig = Backoff::default().try_multiplier(bad).unwrap_err();
-        assert!(err.is_backoff(), "{bad}");
+        assert!(
+            err.to_string()
+                .starts_with("invalid retry configuration: backoff multiplier is "),
+            "{bad}: {err}"
+        );
         assert_mentions(&err.to_string(), &[&["multiplier"], &["greater than zero"]]);
         let panicked = panic_message(move || Backoff::default().multiplier(bad));
         assert_eq!(panicked, err.to_string(), "{bad}");
@@ -90,11 +95,8 @@ fn zero_attempts_are_refused() {
         &[&["max_attempts", "attempts"], &["at least 1"]],
     );
     assert_eq!(
-        RetryPolicy::default()
-            .try_max_attempts(1)
-            .unwrap()
-            .get_max_attempts(),
-        1
+        format!("{:?}", RetryPolicy::default().try_max_attempts(1).unwrap()),
+        "RetryPolicy { max_attempts: 1 }"
     );
 }
 
@@ -104,59 +106,28 @@ fn max_attempts_panics_on_zero() {
     let _ = RetryPolicy::default().max_attempts(0);
 }
 
-// ---- IdempotencyKey::try_header_name ----
+// ---- header names: `IdempotencyKey::header_name`, `RetryLayer::attempt_header` ----
 
+/// Both take an `http::HeaderName`: a bad name is refused where it is made, before either
+/// sees it, and a good one is taken as it is.
 #[test]
-fn invalid_idempotency_key_header_names_are_refused() {
+fn invalid_header_names_cannot_reach_the_layer() {
     for name in BAD_HEADER_NAMES {
-        let err: InvalidConfig = match IdempotencyKey::default().try_header_name(name) {
-            Ok(_) => panic!("{name:?} was accepted"),
-            Err(err) => err,
-        };
-        // The message quotes the name as written, escapes included, so that a stray
-        // newline or space is visible.
-        assert_mentions(
-            &err.to_string(),
-            &[&[&format!("{name:?}")], &["header name"]],
+        assert!(
+            HeaderName::from_bytes(name.as_bytes()).is_err(),
+            "{name:?} was accepted"
         );
     }
-    let key = IdempotencyKey::default()
-        .try_header_name("x-request-key")
-        .unwrap();
-    assert_eq!(key.get_header_name().as_str(), "x-request-key");
-}
-
-#[test]
-#[should_panic(expected = "\"bad name\" is not a valid header name")]
-fn idempotency_key_header_name_panics_on_a_bad_name() {
-    let _ = IdempotencyKey::default().header_name("bad name");
-}
-
-// ---- RetryLayer::try_attempt_header ----
-
-#[test]
-fn invalid_attempt_header_names_are_refused() {
-    for name in BAD_HEADER_NAMES {
-        let err: InvalidConfig = match RetryLayer::new().try_attempt_header(name) {
-            Ok(_) => panic!("{name:?} was accepted"),
-            Err(err) => err,
-        };
-        assert_mentions(
-            &err.to_string(),
-            &[&[&format!("{name:?}")], &["header name"]],
-        );
-    }
+    let key = IdempotencyKey::default().header_name(HeaderName::from_static("x-request-key"));
     assert!(
-        RetryLayer::new()
-            .try_attempt_header("retry-attempt")
-            .is_ok()
+        format!("{key:?}").contains(r#"header: "x-request-key""#),
+        "{key:?}"
     );
-}
-
-#[test]
-#[should_panic(expected = "\"bad\\nname\" is not a valid header name")]
-fn attempt_header_panics_on_a_bad_name() {
-    let _ = RetryLayer::new().attempt_header("bad\nname");
+    let layer = RetryLayer::new().attempt_header(HeaderName::from_static("retry-attempt"));
+    assert!(
+        format!("{layer:?}").contains(r#"attempt_header: Some("retry-attempt")"#),
+        "{layer:?}"
+    );
 }
 
 // ---- RetryBudget::builder().try_build() ----
@@ -165,8 +136,8 @@ fn attempt_header_panics_on_a_bad_name() {
 struct BadBudget {
     what: &'static str,
     ratio: f64,
-    min_per_sec: u32,
-    max_tokens: u32,
+    min_per_sec: f64,
+    max_tokens: f64,
     mentions: &'static [&'static [&'static str]],
 }
 
@@ -174,36 +145,36 @@ const BAD_BUDGETS: [BadBudget; 5] = [
     BadBudget {
         what: "NaN ratio",
         ratio: f64::NAN,
-        min_per_sec: 10,
-        max_tokens: 100,
+        min_per_sec: 10.0,
+        max_tokens: 100.0,
         mentions: &[&["ratio"], &["nan"]],
     },
     BadBudget {
         what: "infinite ratio",
         ratio: f64::INFINITY,
-        min_per_sec: 10,
-        max_tokens: 100,
+        min_per_sec: 10.0,
+        max_tokens: 100.0,
         mentions: &[&["ratio"], &["inf"]],
     },
     BadBudget {
         what: "negative infinite ratio",
         ratio: f64::NEG_INFINITY,
-        min_per_sec: 10,
-        max_tokens: 100,
+        min_per_sec: 10.0,
+        max_tokens: 100.0,
         mentions: &[&["ratio"], &["inf"]],
     },
     BadBudget {
         what: "negative ratio",
         ratio: -0.5,
-        min_per_sec: 10,
-        max_tokens: 100,
+        min_per_sec: 10.0,
+        max_tokens: 100.0,
         mentions: &[&["ratio"], &["-0.5", "negative"]],
     },
     BadBudget {
         what: "zero max tokens",
         ratio: 0.1,
-        min_per_sec: 10,
-        max_tokens: 0,
+        min_per_sec: 10.0,
+        max_tokens: 0.0,
         mentions: &[&["max_tokens", "max tokens"], &["0", "zero"]],
     },
 ];
@@ -232,10 +203,10 @@ fn bad_budgets_are_refused_with_a_message_that_names_the_value() {
 #[test]
 fn sound_budgets_are_accepted() {
     for (ratio, min_per_sec, max_tokens) in [
-        (0.1, 10, 100),
-        (0.0, 10, 100),
-        (1.0, 0, 1),
-        (1.0, 1_000, 10_000),
+        (0.1, 10.0, 100.0),
+        (0.0, 10.0, 100.0),
+        (1.0, 0.0, 1.0),
+        (1.0, 1_000.0, 10_000.0),
     ] {
         assert!(
             RetryBudget::builder()
@@ -254,8 +225,8 @@ fn sound_budgets_are_accepted() {
 fn budget_build_panics_on_a_nan_ratio() {
     let _ = RetryBudget::builder()
         .ratio(f64::NAN)
-        .min_per_sec(10)
-        .max_tokens(100)
+        .min_per_sec(10.0)
+        .max_tokens(100.0)
         .build();
 }
 
@@ -264,8 +235,8 @@ fn budget_build_panics_on_a_nan_ratio() {
 fn budget_build_panics_on_an_infinite_ratio() {
     let _ = RetryBudget::builder()
         .ratio(f64::INFINITY)
-        .min_per_sec(10)
-        .max_tokens(100)
+        .min_per_sec(10.0)
+        .max_tokens(100.0)
         .build();
 }
 
@@ -274,8 +245,8 @@ fn budget_build_panics_on_an_infinite_ratio() {
 fn budget_build_panics_on_a_negative_ratio() {
     let _ = RetryBudget::builder()
         .ratio(-0.5)
-        .min_per_sec(10)
-        .max_tokens(100)
+        .min_per_sec(10.0)
+        .max_tokens(100.0)
         .build();
 }
 
@@ -284,8 +255,8 @@ fn budget_build_panics_on_a_negative_ratio() {
 fn budget_build_panics_on_zero_max_tokens() {
     let _ = RetryBudget::builder()
         .ratio(0.1)
-        .min_per_sec(10)
-        .max_tokens(0)
+        .min_per_sec(10.0)
+        .max_tokens(0.0)
         .build();
 }
 
@@ -305,24 +276,6 @@ fn every_panic_message_is_the_error_message() {
             .unwrap_err()
             .to_string()
     );
-    for name in BAD_HEADER_NAMES {
-        assert_eq!(
-            panic_message(|| IdempotencyKey::default().header_name(name)),
-            IdempotencyKey::default()
-                .try_header_name(name)
-                .err()
-                .unwrap()
-                .to_string()
-        );
-        assert_eq!(
-            panic_message(|| RetryLayer::new().attempt_header(name)),
-            RetryLayer::new()
-                .try_attempt_header(name)
-                .err()
-                .unwrap()
-                .to_string()
-        );
-    }
     for bad in &BAD_BUDGETS {
         let (ratio, min_per_sec, max_tokens) = (bad.ratio, bad.min_per_sec, bad.max_tokens);
         assert_eq!(
@@ -360,22 +313,26 @@ fn throttle_error(max_tokens: f64, token_ratio: f64) -> InvalidConfig {
 
 #[test]
 fn bad_throttles_are_refused_with_a_message_that_names_the_value() {
-    for bad in [
-        0.0,
-        -1.0,
-        f64::NAN,
-        f64::INFINITY,
-        f64::NEG_INFINITY,
-        1000.5,
+    // Each message names the value and the range it is out of: more than 0 (in
+    // thousandths), at most 1000.
+    for (bad, range) in [
+        (0.0, "it must be at least 0.001"),
+        (-1.0, "it must be a finite number from 0 to 1000"),
+        (f64::NAN, "it must be a finite number from 0 to 1000"),
+        (f64::INFINITY, "it must be a finite number from 0 to 1000"),
+        (
+            f64::NEG_INFINITY,
+            "it must be a finite number from 0 to 1000",
+        ),
+        (1000.5, "it must be at most 1000"),
     ] {
         let error = throttle_error(bad, 0.1);
-        assert!(error.is_throttle(), "{error}");
         let text = error.to_string();
+        assert!(text.starts_with("invalid retry throttle: "), "{text}");
         assert!(
-            text.contains(&format!("max_tokens is {bad};")),
+            text.contains(&format!("max_tokens is {bad}; {range}")),
             "{bad}: {text}"
         );
-        assert!(text.contains("greater than 0 and at most 1000"), "{text}");
     }
     assert!(
         throttle_error(0.0001, 0.1)
@@ -416,7 +373,8 @@ fn throttles_at_the_edges_of_the_range_are_accepted() {
             .token_ratio(token_ratio)
             .try_build()
             .unwrap_or_else(|error| panic!("({max_tokens}, {token_ratio}): {error}"));
-        assert_eq!(throttle.max_tokens(), max_tokens);
+        // It starts full.
+        assert_eq!(throttle.tokens(), max_tokens);
     }
 }
 
@@ -454,16 +412,8 @@ fn a_builder_panics_at_the_callers_line() {
             }),
         ),
         (
-            "attempt_header",
-            Box::new(|| drop(RetryLayer::new().attempt_header("bad name"))),
-        ),
-        (
-            "IdempotencyKey::header_name",
-            Box::new(|| drop(IdempotencyKey::default().header_name("bad name"))),
-        ),
-        (
             "RetryBudget build",
-            Box::new(|| drop(RetryBudget::builder().max_tokens(0).build())),
+            Box::new(|| drop(RetryBudget::builder().max_tokens(0.0).build())),
         ),
         (
             "Throttle build",
@@ -474,7 +424,7 @@ fn a_builder_panics_at_the_callers_line() {
             Box::new(|| {
                 drop(
                     tower_http_retry::RetryQuota::builder()
-                        .max_tokens(u32::MAX)
+                        .max_tokens(f64::from(u32::MAX))
                         .build(),
                 )
             }),

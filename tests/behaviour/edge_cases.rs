@@ -51,12 +51,14 @@ impl Body for Exact {
 }
 
 fn layer() -> RetryLayer {
-    RetryLayer::new().no_budget().policy(
-        RetryPolicy::default().max_attempts(3).backoff(
-            Backoff::exponential(Duration::from_millis(1), Duration::from_millis(1))
-                .jitter(Jitter::None),
-        ),
-    )
+    RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates())
+        .policy(
+            RetryPolicy::default().max_attempts(3).backoff(
+                Backoff::exponential(Duration::from_millis(1), Duration::from_millis(1))
+                    .jitter(Jitter::None),
+            ),
+        )
 }
 
 /// A PUT with an exact-length streaming body, answered 503 then 200 by a real hyper server.

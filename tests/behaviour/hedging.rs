@@ -15,9 +15,10 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody};
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service, ServiceExt};
+use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
     AttemptKind, AttemptOutcome, DeadlineExceeded, Hedging, IdempotencyKey, ReplayBody,
-    RetryBudget, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason, Throttle,
+    RetryBudget, RetryError, RetryInfo, RetryLayer, RetryPolicy, StopReason, Throttle,
 };
 
 /// One attempt's script: how long it takes and what it answers.
@@ -148,11 +149,7 @@ where
 struct Previous;
 
 impl tower_http_retry::AttemptHook for Previous {
-    fn before_attempt(
-        &self,
-        attempt: &tower_http_retry::AttemptContext,
-        headers: &mut http::HeaderMap,
-    ) {
+    fn before_attempt(&self, attempt: &tower_http_retry::Attempt, headers: &mut http::HeaderMap) {
         if attempt.counted_before > 0 {
             headers.insert("x-previous", attempt.counted_before.into());
         }
@@ -161,12 +158,14 @@ impl tower_http_retry::AttemptHook for Previous {
 
 /// Hedges every 500 ms, up to 4 attempts (A6's example), with no budget in the way.
 fn a6(policy: RetryPolicy) -> RetryLayer {
-    RetryLayer::new().no_budget().policy(
-        policy
-            .max_attempts(4)
-            .on_attempt(Previous)
-            .hedge(Hedging::after(Duration::from_millis(500))),
-    )
+    RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates())
+        .policy(
+            policy
+                .max_attempts(4)
+                .on_attempt(Previous)
+                .hedge(Hedging::after(Duration::from_millis(500))),
+        )
 }
 
 fn get() -> Request<Full<Bytes>> {
@@ -384,14 +383,15 @@ async fn a_retry_after_over_the_limit_ends_hedging_and_the_others_go_on() {
 async fn every_hedge_is_paid_for_by_the_budget_and_not_sent_when_refused() {
     let budget = RetryBudget::builder()
         .ratio(0.0)
-        .min_per_sec(0)
-        .max_tokens(1)
+        .min_per_sec(0.0)
+        .max_tokens(1.0)
         .build();
     let server = Timeline::new(&[answer(3_000, 200)]);
-    let layer = RetryLayer::new().budget(budget.clone()).policy(
+    let layer = RetryLayer::new().policy(
         RetryPolicy::default()
             .max_attempts(4)
-            .hedge(Hedging::after(Duration::from_millis(500))),
+            .hedge(Hedging::after(Duration::from_millis(500)))
+            .gate(budget.clone()),
     );
     let response = layer.layer(server.clone()).oneshot(get()).await.unwrap();
     // One token: one hedge.
@@ -404,7 +404,7 @@ async fn every_hedge_is_paid_for_by_the_budget_and_not_sent_when_refused() {
 async fn the_throttle_is_checked_not_drawn_for_a_hedge() {
     // Half of its tokens or less: no retry, no hedge.
     let throttle = Throttle::builder().max_tokens(4.0).token_ratio(1.0).build();
-    let layer = a6(RetryPolicy::default()).throttle(throttle.clone());
+    let layer = a6(RetryPolicy::default()).policy(RetryPolicy::new().gate(throttle.clone()));
     let low = Timeline::new(&[answer(100, 503), answer(100, 503)]);
     let response = layer.layer(low.clone()).oneshot(get()).await.unwrap();
     // Each 503 took a token: the first left 3 (a hedge went at once), the second 2.
@@ -429,7 +429,7 @@ async fn a_keyed_post_is_retried_not_hedged_unless_the_policy_assumes_idempotenc
     };
     let server = Timeline::new(&[answer(1_200, 503), answer(100, 200)]);
     let response = a6(RetryPolicy::default())
-        .idempotency_key(IdempotencyKey::default())
+        .policy(RetryPolicy::new().idempotency_key(IdempotencyKey::default()))
         .layer(server.clone())
         .oneshot(post())
         .await
@@ -594,11 +594,13 @@ async fn dropping_the_response_future_drops_every_attempt_and_sends_nothing_more
 #[tokio::test(start_paused = true)]
 async fn a_zero_delay_sends_every_attempt_at_once() {
     let server = Timeline::new(&[answer(100, 200)]);
-    let layer = RetryLayer::new().no_budget().policy(
-        RetryPolicy::default()
-            .max_attempts(3)
-            .hedge(Hedging::after(Duration::ZERO)),
-    );
+    let layer = RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates())
+        .policy(
+            RetryPolicy::default()
+                .max_attempts(3)
+                .hedge(Hedging::after(Duration::ZERO)),
+        );
     let response = layer.layer(server.clone()).oneshot(get()).await.unwrap();
     assert_eq!(server.starts(), [0, 0, 0]);
     assert_eq!(info(&response).returned(), Some(1));
@@ -607,12 +609,11 @@ async fn a_zero_delay_sends_every_attempt_at_once() {
 #[tokio::test(start_paused = true)]
 async fn a_policy_without_hedging_keeps_one_attempt_in_flight() {
     let server = Timeline::new(&[answer(1_200, 503), answer(100, 200)]);
-    let layer =
-        RetryLayer::new()
-            .no_budget()
-            .policy(RetryPolicy::default().max_attempts(4).backoff(
-                tower_http_retry::Backoff::exponential(Duration::ZERO, Duration::ZERO),
-            ));
+    let layer = RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates())
+        .policy(RetryPolicy::default().max_attempts(4).backoff(
+            tower_http_retry::Backoff::exponential(Duration::ZERO, Duration::ZERO),
+        ));
     let response = layer.layer(server.clone()).oneshot(get()).await.unwrap();
     assert_eq!(server.starts(), [0, 1200]);
     assert_eq!(kinds(info(&response)), [AttemptKind::Retry]);
@@ -636,13 +637,15 @@ async fn a_percentile_uses_its_fallback_until_it_has_its_samples() {
     let mut script = fast.clone();
     script.extend([answer(10_000, 200), answer(10, 200)]);
     let server = Timeline::new(&script);
-    let layer = RetryLayer::new().no_budget().policy(
-        RetryPolicy::default().max_attempts(2).hedge(
-            Hedging::percentile(0.5)
-                .min_samples(5)
-                .fallback(Duration::from_millis(300)),
-        ),
-    );
+    let layer = RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates())
+        .policy(
+            RetryPolicy::default().max_attempts(2).hedge(
+                Hedging::percentile(0.5)
+                    .min_samples(5)
+                    .fallback(Duration::from_millis(300)),
+            ),
+        );
     let service = layer.layer(server.clone());
     // Five requests of 100 ms: the fallback (300 ms) never fires.
     for _ in 0..5 {
@@ -658,11 +661,13 @@ async fn a_percentile_uses_its_fallback_until_it_has_its_samples() {
 #[tokio::test(start_paused = true)]
 async fn a_percentile_without_samples_or_fallback_does_not_hedge() {
     let server = Timeline::new(&[answer(1_000, 200), answer(1_000, 200)]);
-    let layer = RetryLayer::new().no_budget().policy(
-        RetryPolicy::default()
-            .max_attempts(2)
-            .hedge(Hedging::percentile(0.9).min_samples(2)),
-    );
+    let layer = RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates())
+        .policy(
+            RetryPolicy::default()
+                .max_attempts(2)
+                .hedge(Hedging::percentile(0.9).min_samples(2)),
+        );
     let service = layer.layer(server.clone());
     assert_eq!(starts_of(&server, service.clone(), get()).await, [0]);
     assert_eq!(starts_of(&server, service.clone(), get()).await, [0]);
@@ -685,10 +690,12 @@ async fn clones_share_one_record_and_a_requests_own_policy_reads_its_routes() {
     let hedged = RetryPolicy::default()
         .max_attempts(2)
         .hedge(Hedging::percentile(0.5).min_samples(2));
-    let layer = RetryLayer::new().no_budget().route(
-        tower_http_retry::RouteMatch::get().path_prefix("/search"),
-        hedged.clone(),
-    );
+    let layer = RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates())
+        .route(
+            tower_http_retry::RouteMatch::get().path_prefix("/search"),
+            hedged.clone(),
+        );
     let search = || {
         Request::get("http://127.0.0.1/search")
             .body(Full::new(Bytes::new()))
@@ -842,7 +849,7 @@ async fn a_keyed_post_is_never_hedged() {
         .body(Full::new(Bytes::from_static(b"order")))
         .unwrap();
     let response = a6(RetryPolicy::default())
-        .idempotency_key(IdempotencyKey::default())
+        .policy(RetryPolicy::new().idempotency_key(IdempotencyKey::default()))
         .layer(server.clone())
         .oneshot(request)
         .await

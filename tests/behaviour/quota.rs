@@ -29,8 +29,7 @@ async fn the_quota_runs_out_before_the_attempts_do() {
     let quota = RetryQuota::aws_standard();
     let mock = Mock::statuses(&[503; 200]);
     let client = RetryLayer::new()
-        .no_budget()
-        .quota(quota.clone())
+        .policy(RetryPolicy::new().no_gates().gate(quota.clone()))
         .policy(policy(100))
         .layer(mock.clone());
     let response = client.oneshot(get("http://api.test/")).await.unwrap();
@@ -41,13 +40,13 @@ async fn the_quota_runs_out_before_the_attempts_do() {
     assert_eq!(info.attempts(), 51);
     assert_eq!(info.stop(), StopReason::BudgetExhausted);
     assert_eq!(mock.calls(), 51);
-    assert_eq!(quota.tokens(), 0);
+    assert_eq!(quota.tokens(), 0.0);
 }
 
 /// One request after another, each balance worked out by hand from the costs.
 #[tokio::test(start_paused = true)]
 async fn each_balance_follows_the_costs_refunds_and_rewards() {
-    let quota = RetryQuota::builder().max_tokens(20).build();
+    let quota = RetryQuota::builder().max_tokens(20.0).build();
     let mock = Mock::statuses(&[
         503, 503, 200, // two transient retries (10 each), the last refunded
         200, // a first-try success: the reward
@@ -55,8 +54,7 @@ async fn each_balance_follows_the_costs_refunds_and_rewards() {
         503, 503, // 10 taken; the next 10 is not there
     ]);
     let client = RetryLayer::new()
-        .no_budget()
-        .quota(quota.clone())
+        .policy(RetryPolicy::new().no_gates().gate(quota.clone()))
         .policy(policy(3))
         .layer(mock);
     let mut balances = Vec::new();
@@ -74,7 +72,7 @@ async fn each_balance_follows_the_costs_refunds_and_rewards() {
         stops.push(info.stop());
         balances.push(quota.tokens());
     }
-    assert_eq!(balances, [10, 11, 11, 1]);
+    assert_eq!(balances, [10.0, 11.0, 11.0, 1.0]);
     assert_eq!(
         stops,
         [
@@ -84,36 +82,6 @@ async fn each_balance_follows_the_costs_refunds_and_rewards() {
             StopReason::BudgetExhausted
         ]
     );
-}
-
-/// Per authority, a server that fails spends its own pool only.
-#[tokio::test(start_paused = true)]
-async fn a_per_authority_quota_keeps_each_servers_pool() {
-    let quota = RetryQuota::builder().max_tokens(20).per_authority().build();
-    let mock = Mock::statuses(&[503, 503, 503, 503, 200]);
-    let client = RetryLayer::new()
-        .no_budget()
-        .quota(quota.clone())
-        .policy(policy(4))
-        .layer(mock);
-    // Down: 503, retry (10), 503, retry (10), 503: out of tokens.
-    let response = client
-        .clone()
-        .oneshot(get("http://down.test/"))
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 503);
-    // The other server's pool is whole: its 503 is retried (10), then 200 refunds it.
-    let response = client.oneshot(get("http://up.test/")).await.unwrap();
-    let info = response
-        .extensions()
-        .get::<tower_http_retry::RetryInfo>()
-        .unwrap();
-    assert_eq!(response.status(), 200, "{info:?}");
-    let pool = |host: &str| quota.partition(&format!("http://{host}/").parse().unwrap());
-    assert_eq!(pool("down.test").tokens(), 0);
-    assert_eq!(pool("up.test").tokens(), 20);
-    assert_eq!(quota.authorities(), 2);
 }
 
 /// A transparent retry (a stream the server refused before it left) is the transport's,
@@ -129,10 +97,9 @@ async fn a_transparent_retry_costs_the_quota_nothing() {
         _ => H2Action::Apply(200),
     })
     .await;
-    let quota = RetryQuota::builder().max_tokens(100).build();
+    let quota = RetryQuota::builder().max_tokens(100.0).build();
     let client = RetryLayer::new()
-        .no_budget()
-        .quota(quota.clone())
+        .policy(RetryPolicy::new().no_gates().gate(quota.clone()))
         .policy(policy(3).transparent_retry())
         .layer(client(Proto::H2));
     let request = http::Request::get(server.url("/"))
@@ -153,7 +120,7 @@ async fn a_transparent_retry_costs_the_quota_nothing() {
         ]
     );
     // The 503's retry cost 10 and its success refunded it; the refusal cost nothing.
-    assert_eq!(quota.tokens(), 100);
+    assert_eq!(quota.tokens(), 100.0);
 }
 
 /// A retry that cost nothing is still a retry: the success after it refunds its 0 and earns
@@ -161,14 +128,13 @@ async fn a_transparent_retry_costs_the_quota_nothing() {
 #[tokio::test(start_paused = true)]
 async fn a_success_after_a_free_retry_earns_no_reward() {
     let quota = RetryQuota::builder()
-        .max_tokens(20)
-        .retry_cost(0)
-        .transient_retry_cost(10)
+        .max_tokens(20.0)
+        .retry_cost(0.0)
+        .transient_retry_cost(10.0)
         .build();
     let mock = Mock::statuses(&[503, 503, 503, 429, 200]);
     let client = RetryLayer::new()
-        .no_budget()
-        .quota(quota.clone())
+        .policy(RetryPolicy::new().no_gates().gate(quota.clone()))
         .policy(policy(3))
         .layer(mock);
     // Three 503s: two retries at 10, no success to refund them.
@@ -177,12 +143,12 @@ async fn a_success_after_a_free_retry_earns_no_reward() {
         .oneshot(get("http://api.test/"))
         .await
         .unwrap();
-    assert_eq!(quota.tokens(), 0);
+    assert_eq!(quota.tokens(), 0.0);
     // A 429's retry costs 0 here; the success after it refunds that 0, no reward.
     client.oneshot(get("http://api.test/")).await.unwrap();
     assert_eq!(
         quota.tokens(),
-        0,
+        0.0,
         "no reward after a retry, even a free one"
     );
 }
@@ -192,12 +158,11 @@ async fn a_success_after_a_free_retry_earns_no_reward() {
 /// Drains `quota` (20 tokens) to 10 with one transient retry that never succeeds.
 async fn drain_to_ten(quota: &RetryQuota) {
     let client = RetryLayer::new()
-        .no_budget()
-        .quota(quota.clone())
+        .policy(RetryPolicy::new().no_gates().gate(quota.clone()))
         .policy(policy(2))
         .layer(Mock::statuses(&[503, 503]));
     client.oneshot(get("http://api.test/")).await.unwrap();
-    assert_eq!(quota.tokens(), 10);
+    assert_eq!(quota.tokens(), 10.0);
 }
 
 /// smithy-rs's standard strategy rewards a first-try success even with retries disabled: a
@@ -206,14 +171,13 @@ async fn drain_to_ten(quota: &RetryQuota) {
 #[tokio::test(start_paused = true)]
 async fn one_attempt_still_rewards_the_quota_and_never_does_not() {
     for (policy, after) in [
-        (RetryPolicy::default().max_attempts(1), 15),
-        (RetryPolicy::never(), 10),
+        (RetryPolicy::default().max_attempts(1), 15.0),
+        (RetryPolicy::never(), 10.0),
     ] {
-        let quota = RetryQuota::builder().max_tokens(20).build();
+        let quota = RetryQuota::builder().max_tokens(20.0).build();
         drain_to_ten(&quota).await;
         let client = RetryLayer::new()
-            .no_budget()
-            .quota(quota.clone())
+            .policy(RetryPolicy::new().no_gates().gate(quota.clone()))
             .policy(policy.clone())
             .layer(Mock::statuses(&[200; 5]));
         for _ in 0..5 {
@@ -257,13 +221,13 @@ async fn one_attempt_still_tells_the_throttle_of_its_failures() {
             .build();
         if i == 6 {
             let fail = RetryLayer::new()
-                .throttle(throttle.clone())
+                .policy(RetryPolicy::new().gate(throttle.clone()))
                 .policy(policy.clone())
                 .layer(Mock::statuses(&[503]));
             fail.oneshot(get("http://api.test/")).await.unwrap();
         }
         let client = RetryLayer::new()
-            .throttle(throttle.clone())
+            .policy(RetryPolicy::new().gate(throttle.clone()))
             .policy(policy.clone())
             .layer(Mock::new([reply]));
         let uri = match method {
@@ -296,12 +260,12 @@ async fn one_attempt_reports_through_a_classifier_that_reads_the_request() {
         .max_attempts(1)
         .classifier(|head, outcome| match outcome {
             Outcome::Response { status, .. } if status == 409 && head.uri.path() == "/cart" => {
-                Classification::Retry(tower_http_retry::RetryReason::Custom("conflict"))
+                Classification::Retry(tower_http_retry::classify::RetryReason::Custom("conflict"))
             }
             _ => DefaultClassifier.classify(head, outcome),
         });
     let client = RetryLayer::new()
-        .throttle(throttle.clone())
+        .policy(RetryPolicy::new().gate(throttle.clone()))
         .policy(policy)
         .layer(Mock::statuses(&[409, 409]));
     client

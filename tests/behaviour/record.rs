@@ -15,10 +15,11 @@ use common::{Mock, Reply, get, request};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{BoxError, Layer, Service, ServiceExt};
+use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
     Attempt, AttemptKind, AttemptOutcome, AttemptTimedOut, Backoff, DeadlineExceeded,
     IdempotencyKey, Jitter, ReplayBody, RetryBudget, RetryError, RetryInfo, RetryLayer,
-    RetryPolicy, RetryReason, ServiceNotReady, StopReason,
+    RetryPolicy, ServiceNotReady, StopReason,
 };
 
 fn quick(attempts: u32) -> RetryPolicy {
@@ -145,12 +146,12 @@ async fn decorrelated_jitter_grows_from_the_wait_actually_slept() {
 async fn requests_that_are_never_retried_still_deposit() {
     let budget = RetryBudget::builder()
         .ratio(0.5)
-        .min_per_sec(0)
-        .max_tokens(10)
+        .min_per_sec(0.0)
+        .max_tokens(10.0)
         .build();
-    while budget.withdraw() {}
+    while tower::retry::budget::Budget::withdraw(&budget) {}
     let before = budget.tokens();
-    let layer = RetryLayer::new().budget(budget.clone());
+    let layer = RetryLayer::new().policy(RetryPolicy::new().gate(budget.clone()));
     let mut never = get("http://h/");
     never.extensions_mut().insert(RetryPolicy::never());
     let mut single = get("http://h/");
@@ -186,7 +187,7 @@ async fn a_post_gets_its_key_whether_retries_are_on_or_not() {
         let mut req = request(Method::POST, "http://h/orders", b"{}");
         req.extensions_mut().insert(policy.clone());
         let response = RetryLayer::new()
-            .idempotency_key(IdempotencyKey::default())
+            .policy(RetryPolicy::new().idempotency_key(IdempotencyKey::default()))
             .layer(mock.clone())
             .oneshot(req)
             .await
@@ -324,7 +325,14 @@ async fn retries_carry_their_attempt_number() {
         .unwrap();
     assert_eq!(response.status(), 200);
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen, [None, Some(Attempt::new(2)), Some(Attempt::new(3))]);
+    assert_eq!(
+        seen,
+        [
+            None,
+            Some(Attempt::new(2, 1, None, AttemptKind::Retry)),
+            Some(Attempt::new(3, 2, None, AttemptKind::Retry)),
+        ]
+    );
     assert_eq!(seen[2].unwrap().resend_count(), 2);
 }
 

@@ -10,9 +10,8 @@ use common::{Mock, Reply, get, request, stream};
 use http::{Method, StatusCode};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::{
-    Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
-};
+use tower_http_retry::classify::RetryReason;
+use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, StopReason};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -296,7 +295,7 @@ async fn a_service_that_is_not_ready_is_not_called() {
 #[tokio::test(start_paused = true)]
 async fn post_without_a_key_is_not_retried_after_a_503() {
     let mock = Mock::statuses(&[503, 200]);
-    let layer = fixed(3).no_idempotency_key();
+    let layer = fixed(3).policy(RetryPolicy::new().no_idempotency_key());
     let response = layer
         .layer(mock.clone())
         .oneshot(request(Method::POST, "http://h/orders", b"{}"))
@@ -311,7 +310,7 @@ async fn post_without_a_key_is_not_retried_after_a_503() {
 #[tokio::test(start_paused = true)]
 async fn post_without_a_key_is_retried_after_a_connect_error() {
     let mock = Mock::new([io_error(io::ErrorKind::ConnectionRefused)]);
-    let layer = fixed(3).no_idempotency_key();
+    let layer = fixed(3).policy(RetryPolicy::new().no_idempotency_key());
     let response = layer
         .layer(mock.clone())
         .oneshot(request(Method::POST, "http://h/orders", b"{\"n\":1}"))
@@ -328,7 +327,7 @@ async fn post_without_a_key_is_retried_after_a_connect_error() {
 #[tokio::test(start_paused = true)]
 async fn post_without_a_key_is_not_retried_after_a_reset() {
     let mock = Mock::new([io_error(io::ErrorKind::ConnectionReset)]);
-    let layer = fixed(3).no_idempotency_key();
+    let layer = fixed(3).policy(RetryPolicy::new().no_idempotency_key());
     let err = layer
         .layer(mock.clone())
         .oneshot(request(Method::POST, "http://h/orders", b"{}"))
@@ -344,7 +343,7 @@ async fn post_with_the_callers_key_is_retried_and_the_key_kept() {
     req.headers_mut()
         .insert("idempotency-key", "caller-key-1".parse().unwrap());
     let response = fixed(3)
-        .no_idempotency_key()
+        .policy(RetryPolicy::new().no_idempotency_key())
         .layer(mock.clone())
         .oneshot(req)
         .await
@@ -583,7 +582,7 @@ async fn a_custom_classifier_replaces_the_default() {
 #[tokio::test(start_paused = true)]
 async fn the_attempt_header_numbers_each_attempt() {
     let mock = Mock::statuses(&[503, 503]);
-    let layer = fixed(3).attempt_header("retry-attempt");
+    let layer = fixed(3).attempt_header(http::HeaderName::from_static("retry-attempt"));
     layer
         .layer(mock.clone())
         .oneshot(get("http://h/"))
@@ -602,11 +601,7 @@ async fn the_attempt_header_numbers_each_attempt() {
 struct Mark;
 
 impl tower_http_retry::AttemptHook for Mark {
-    fn before_attempt(
-        &self,
-        attempt: &tower_http_retry::AttemptContext,
-        headers: &mut http::HeaderMap,
-    ) {
+    fn before_attempt(&self, attempt: &tower_http_retry::Attempt, headers: &mut http::HeaderMap) {
         headers.append("x-mark", http::HeaderValue::from(attempt.number));
         if attempt.kind == tower_http_retry::AttemptKind::First {
             headers.insert("x-first-only", http::HeaderValue::from_static("yes"));

@@ -167,8 +167,8 @@ fn the_arithmetic_uses_the_default_budget_settings() {
     let (default, stated) = sim::paused(async {
         let stated = tower_http_retry::RetryBudget::builder()
             .ratio(sim::RATIO)
-            .min_per_sec(sim::MIN_PER_SEC as u32)
-            .max_tokens(sim::MAX_TOKENS as u32)
+            .min_per_sec(sim::MIN_PER_SEC)
+            .max_tokens(sim::MAX_TOKENS)
             .build();
         (
             format!("{:?}", tower_http_retry::RetryBudget::default()),

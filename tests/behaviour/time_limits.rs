@@ -8,9 +8,10 @@ use common::{Mock, Reply, get};
 use http::StatusCode;
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
+use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
     AttemptTimedOut, Backoff, DeadlineExceeded, Jitter, RetryInfo, RetryLayer, RetryPolicy,
-    RetryReason, StopReason,
+    StopReason,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -257,7 +258,7 @@ async fn an_attempt_gets_at_most_the_time_left() {
 async fn a_post_that_timed_out_without_a_key_is_not_retried() {
     let mock = Mock::new([slow_200()]);
     let err = layer(policy(100).attempt_timeout(Duration::from_secs(1)))
-        .no_idempotency_key()
+        .policy(RetryPolicy::new().no_idempotency_key())
         .layer(mock.clone())
         .oneshot(common::request(http::Method::POST, "http://h/", b"x"))
         .await

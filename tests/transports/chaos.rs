@@ -418,9 +418,9 @@ async fn chaos(h2: bool) {
         .map(|lane| {
             // The chaos server de-duplicates its POSTs on the key: keys on.
             RetryLayer::new()
-                .idempotency_key(IdempotencyKey::default())
                 .policy(
                     RetryPolicy::default()
+                        .idempotency_key(IdempotencyKey::default())
                         .max_attempts(MAX_ATTEMPTS)
                         .attempt_timeout(ATTEMPT_TIMEOUT)
                         .max_retry_after(MAX_RETRY_AFTER)
@@ -431,17 +431,17 @@ async fn chaos(h2: bool) {
                             )
                             .jitter(Jitter::Full),
                         )
-                        .rng_seed(SEED),
-                )
-                .budget(
-                    RetryBudget::builder()
-                        .ratio(lane.ratio)
-                        .min_per_sec(lane.min_per_sec)
-                        .max_tokens(lane.max_tokens)
-                        .build(),
+                        .rng_seed(SEED)
+                        .gate(
+                            RetryBudget::builder()
+                                .ratio(lane.ratio)
+                                .min_per_sec(f64::from(lane.min_per_sec))
+                                .max_tokens(f64::from(lane.max_tokens))
+                                .build(),
+                        ),
                 )
                 .max_replay_bytes(MAX_REPLAY_BYTES)
-                .attempt_header("retry-attempt")
+                .attempt_header(http::HeaderName::from_static("retry-attempt"))
                 .layer(client.clone())
         })
         .collect();

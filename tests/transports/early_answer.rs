@@ -36,8 +36,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tower::{ServiceBuilder, ServiceExt};
+use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
-    Backoff, Jitter, ReplayBody, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
+    Backoff, Jitter, ReplayBody, RetryInfo, RetryLayer, RetryPolicy, StopReason,
 };
 
 /// Each way (runtime and mode) runs the case this many times.
@@ -159,8 +160,8 @@ async fn case(port: u16, upstream: common::transport::Log, id: String) -> Outcom
         .build(connector);
     // Room for a third attempt, so that exactly two is a finding; no budget to refuse.
     let layer = RetryLayer::new()
-        .no_budget()
-        .attempt_header("x-attempt")
+        .policy(RetryPolicy::new().no_gates())
+        .attempt_header(http::HeaderName::from_static("x-attempt"))
         .policy(
             RetryPolicy::default().max_attempts(3).backoff(
                 Backoff::exponential(Duration::from_millis(1), Duration::from_millis(4))

@@ -10,9 +10,8 @@ use common::server::{Action, client, respond, serve, serve_failing_first, serve_
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use tower::{Layer, ServiceExt};
-use tower_http_retry::{
-    Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
-};
+use tower_http_retry::classify::RetryReason;
+use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, StopReason};
 
 fn quick(max_attempts: u32) -> RetryLayer {
     RetryLayer::new().policy(RetryPolicy::default().max_attempts(max_attempts).backoff(
@@ -76,7 +75,9 @@ async fn a_keyless_post_is_not_retried_after_a_closed_connection() {
         }
     })
     .await;
-    let svc = quick(3).no_idempotency_key().layer(client());
+    let svc = quick(3)
+        .policy(RetryPolicy::new().no_idempotency_key())
+        .layer(client());
     let req = Request::post(server.url("/orders"))
         .body(Full::new(Bytes::from_static(b"{}")))
         .unwrap();
@@ -96,11 +97,14 @@ async fn a_keyless_post_is_retried_when_the_connection_was_refused() {
         .local_addr()
         .unwrap()
         .port();
-    let layer = RetryLayer::new().no_idempotency_key().policy(
-        RetryPolicy::default().max_attempts(3).backoff(
-            Backoff::exponential(Duration::from_millis(150), Duration::from_secs(1))
-                .jitter(Jitter::None),
-        ),
+    let layer = RetryLayer::new().policy(
+        RetryPolicy::default()
+            .no_idempotency_key()
+            .max_attempts(3)
+            .backoff(
+                Backoff::exponential(Duration::from_millis(150), Duration::from_secs(1))
+                    .jitter(Jitter::None),
+            ),
     );
     let svc = layer.layer(client());
     let req = Request::builder()
@@ -192,7 +196,9 @@ async fn a_503_asking_for_an_hour_comes_back_at_once() {
 #[tokio::test]
 async fn the_server_sees_the_attempt_number_on_each_attempt() {
     let server = serve_failing_first(2, 502, 200).await;
-    let svc = quick(3).attempt_header("retry-attempt").layer(client());
+    let svc = quick(3)
+        .attempt_header(http::HeaderName::from_static("retry-attempt"))
+        .layer(client());
     let req = Request::get(server.url("/a"))
         .body(Full::new(Bytes::new()))
         .unwrap();

@@ -24,8 +24,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tower::{BoxError, Layer, ServiceExt};
+use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
-    Backoff, Jitter, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
+    Backoff, Jitter, RetryError, RetryInfo, RetryLayer, RetryPolicy, StopReason,
 };
 
 /// Runs of each case in each of the four ways.
@@ -174,7 +175,7 @@ fn layer(keys: bool) -> RetryLayer {
     if keys {
         layer
     } else {
-        layer.no_idempotency_key()
+        layer.policy(RetryPolicy::new().no_idempotency_key())
     }
 }
 

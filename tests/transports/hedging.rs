@@ -39,8 +39,8 @@ impl Drop for Dropped {
 /// harmless (a PUT is not hedged unless its policy says so).
 fn layer() -> RetryLayer {
     RetryLayer::new()
-        .no_budget()
-        .attempt_header("x-attempt")
+        .policy(RetryPolicy::new().no_gates())
+        .attempt_header(http::HeaderName::from_static("x-attempt"))
         .policy(
             RetryPolicy::default()
                 .max_attempts(2)

@@ -209,8 +209,10 @@ fn keyless_posts_are_never_applied_twice_against_nginx_over_http2() {
         });
         // Keyless POSTs, a quick backoff, no budget to refuse: only the classification
         // stands between a GOAWAY and a second copy of a POST.
-        let layer = RetryLayer::new().no_idempotency_key().no_budget().policy(
+        let layer = RetryLayer::new().policy(
             RetryPolicy::default()
+                .no_idempotency_key()
+                .no_gates()
                 .max_attempts(10)
                 // hyper-util's HTTP/2 client leaves an odd request unanswered in a GOAWAY
                 // storm (the bare client's hung count shows it); the attempt timeout is

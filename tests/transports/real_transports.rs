@@ -19,8 +19,9 @@ use common::transport::{
 };
 use http::{Method, Request};
 use tower::{BoxError, Layer, ServiceExt};
+use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
-    Backoff, IdempotencyKey, Jitter, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
+    Backoff, IdempotencyKey, Jitter, RetryInfo, RetryLayer, RetryPolicy, StopReason,
 };
 
 /// Racy cases run this many times in each of the four ways.
@@ -36,7 +37,7 @@ fn layer(keys: bool) -> RetryLayer {
     // Keys are off unless turned on (for a server that de-duplicates on them).
     let layer = RetryLayer::new().policy(policy);
     if keys {
-        layer.idempotency_key(IdempotencyKey::default())
+        layer.policy(RetryPolicy::new().idempotency_key(IdempotencyKey::default()))
     } else {
         layer
     }

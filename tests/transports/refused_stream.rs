@@ -37,8 +37,9 @@ use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tower::{BoxError, Layer, ServiceExt};
+use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
-    Backoff, Jitter, ReplayBody, RetryInfo, RetryLayer, RetryPolicy, RetryReason, StopReason,
+    Backoff, Jitter, ReplayBody, RetryInfo, RetryLayer, RetryPolicy, StopReason,
 };
 
 /// Each case runs this many times in each of the four ways.

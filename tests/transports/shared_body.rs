@@ -233,7 +233,7 @@ async fn run_case(case: Case, run: usize, tally: Arc<Tally>) {
             .insert(http::header::TRAILER, "x-checksum".parse().unwrap());
     }
     let layer = RetryLayer::new()
-        .no_budget()
+        .policy(RetryPolicy::new().no_gates())
         .policy(policy())
         .max_replay_bytes(case.cap);
     let svc = layer.layer(client::<Caller>(case.proto));
@@ -501,12 +501,14 @@ async fn a_body_error_read_by_an_answered_attempt_ends_the_request() {
         later_after: Duration::from_millis(50),
         first_body: Arc::default(),
     };
-    let layer = RetryLayer::new().no_budget().policy(
-        RetryPolicy::default()
-            .max_attempts(2)
-            .assume_idempotent()
-            .hedge(Hedging::after(Duration::from_millis(5))),
-    );
+    let layer = RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates())
+        .policy(
+            RetryPolicy::default()
+                .max_attempts(2)
+                .assume_idempotent()
+                .hedge(Hedging::after(Duration::from_millis(5))),
+        );
     let request = Request::put("http://127.0.0.1/doc")
         .body(FailsLater::new(Duration::from_millis(20)))
         .unwrap();
@@ -640,12 +642,14 @@ fn body_error_after_an_early_answer(proto: Proto) {
                     first: stalled_client(proto, Duration::ZERO),
                     later: stalled_client(proto, Duration::from_millis(200)),
                 };
-                let layer = RetryLayer::new().no_budget().policy(
-                    RetryPolicy::default()
-                        .max_attempts(2)
-                        .assume_idempotent()
-                        .hedge(Hedging::after(Duration::from_millis(5))),
-                );
+                let layer = RetryLayer::new()
+                    .policy(RetryPolicy::new().no_gates())
+                    .policy(
+                        RetryPolicy::default()
+                            .max_attempts(2)
+                            .assume_idempotent()
+                            .hedge(Hedging::after(Duration::from_millis(5))),
+                    );
                 let request = Request::put(server.url("/doc"))
                     .body(FailsLater::new(Duration::from_millis(50)))
                     .unwrap();
@@ -681,12 +685,15 @@ async fn an_answered_attempt_that_cannot_follow_a_body_past_the_cap_never_ends_i
     // The first attempt's reader takes its time (its connection is slow to drain): the
     // hedge reads past the cap first.
     let slow_first = SlowFirstReader(service.clone());
-    let layer = RetryLayer::new().no_budget().max_replay_bytes(15).policy(
-        RetryPolicy::default()
-            .max_attempts(2)
-            .assume_idempotent()
-            .hedge(Hedging::after(Duration::from_millis(5))),
-    );
+    let layer = RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates())
+        .max_replay_bytes(15)
+        .policy(
+            RetryPolicy::default()
+                .max_attempts(2)
+                .assume_idempotent()
+                .hedge(Hedging::after(Duration::from_millis(5))),
+        );
     let body = common::transport::Script::new(&[
         Step::Data(b"0123456789"),
         Step::Wait(Duration::from_millis(100)),
@@ -756,10 +763,12 @@ fn a_callers_body_failure_is_not_heard_by_the_throttle_whatever_the_attempts() {
         for attempts in [1, 2] {
             let server = server(Proto::H1, all_apply).await;
             let throttle = Throttle::builder().max_tokens(10.0).token_ratio(0.1).build();
-            let layer = RetryLayer::new()
-                .no_budget()
-                .throttle(throttle.clone())
-                .policy(RetryPolicy::default().max_attempts(attempts));
+            let layer = RetryLayer::new().policy(
+                RetryPolicy::default()
+                    .max_attempts(attempts)
+                    .no_gates()
+                    .gate(throttle.clone()),
+            );
             let request = Request::put(server.url("/doc"))
                 .body(FailsLater::new(Duration::from_millis(5)))
                 .unwrap();
@@ -847,9 +856,11 @@ async fn a_tls_alert_under_hyper_is_final() {
         .and_then(|e| e.downcast_ref::<std::io::Error>())
         .map(std::io::Error::kind);
     assert_eq!(cause, Some(std::io::ErrorKind::InvalidData), "{error:?}");
+    use tower_http_retry::classify::{Classification, Classify, DefaultClassifier, Outcome};
+    let (head, ()) = Request::new(()).into_parts();
     assert_eq!(
-        tower_http_retry::classify::classify_error(&error),
-        tower_http_retry::classify::Classification::Done,
+        DefaultClassifier.classify(&head, Outcome::Error(&error)),
+        Classification::Done,
         "{error:?}"
     );
 }

@@ -235,6 +235,7 @@ async fn main() -> Result<(), BoxError> {
     // name, the retryThrottling as the throttle every route shares.
     let config = grpc::service_config(SERVICE_CONFIG)?;
     let throttle = config.throttle().expect("the config throttles").clone();
+    let max_tokens = f64::from(config.retry_throttling().expect("read").max_tokens);
 
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
         .connect()
@@ -342,8 +343,8 @@ async fn main() -> Result<(), BoxError> {
     println!(
         "throttle: {:.1} of {} tokens left (retries stop at {} or below)",
         throttle.tokens(),
-        throttle.max_tokens(),
-        throttle.max_tokens() / 2.0
+        max_tokens,
+        max_tokens / 2.0
     );
     Ok(())
 }

@@ -17,7 +17,7 @@ use tower_service::Service;
 
 use super::headers::{GRPC_STATUS, response_code};
 use tower_http_retry::ReplayBody;
-use tower_http_retry::classify::classify_error;
+use tower_http_retry::classify::{Classify, DefaultClassifier, Outcome};
 use tower_http_retry::{AttemptTimedOut, DeadlineExceeded, ServiceNotReady};
 use tower_http_retry::{RetryError, RetryInfo};
 
@@ -170,7 +170,7 @@ pub(crate) fn status_from_error(error: &(dyn StdError + 'static)) -> Status {
 /// #     std::future::pending::<Result<http::Response<()>, std::convert::Infallible>>()
 /// # });
 /// # let client = RetryLayer::new()
-/// #     .policy(RetryPolicy::default().deadline(Duration::from_secs(1)))
+/// #     .policy(RetryPolicy::new().deadline(Duration::from_secs(1)))
 /// #     .layer(inner);
 /// # let request = http::Request::post("http://127.0.0.1/a.B/C").body(String::new()).unwrap();
 /// // `error` is what the retry layer returned: its deadline passed.
@@ -222,7 +222,11 @@ fn find_status(error: &(dyn StdError + 'static)) -> Option<Status> {
         link = error.source();
     }
     // A transport failure the retry policy judged by its gRPC code: that code.
-    let transport = classify_error(error).reason()?;
+    // The core's default table reads the outcome alone: an empty head will do.
+    let head = http::Request::new(()).into_parts().0;
+    let transport = DefaultClassifier
+        .classify(&head, Outcome::Error(error))
+        .reason()?;
     let code = super::transport_code(error, transport);
     Some(Status::new(code, error.to_string()))
 }

@@ -112,7 +112,8 @@ const MAX_THROTTLE_TOKENS: u32 = 1_000;
 /// assert!(retry.retries(Code::Unavailable));
 /// assert!(entry.names()[1].matches("/shop.Stock/Get"));
 /// assert!(!entry.names().iter().any(|name| name.matches("/shop.Stock/Put")));
-/// assert_eq!(config.throttle().unwrap().max_tokens(), 10.0);
+/// let throttling = config.retry_throttling().unwrap();
+/// assert_eq!((throttling.max_tokens, throttling.token_ratio), (10, 0.1));
 ///
 /// let error = service_config(r#"{"methodConfig": [{"name": [{}],
 ///     "retryPolicy": {"maxAttempts": 1}}]}"#).unwrap_err();
@@ -174,11 +175,18 @@ pub fn service_config(json: &str) -> Result<ServiceConfig, InvalidServiceConfig>
         }
     }
 
-    let throttle = match present(top, "retryThrottling") {
-        Some(throttling) => Some(parse_throttling(throttling)?),
-        None => None,
+    let (throttling, throttle) = match present(top, "retryThrottling") {
+        Some(throttling) => {
+            let (params, throttle) = parse_throttling(throttling)?;
+            (Some(params), Some(throttle))
+        }
+        None => (None, None),
     };
-    Ok(ServiceConfig { methods, throttle })
+    Ok(ServiceConfig {
+        methods,
+        throttling,
+        throttle,
+    })
 }
 
 /// What [`service_config`] read: the method configs that name something, and the
@@ -188,6 +196,7 @@ pub fn service_config(json: &str) -> Result<ServiceConfig, InvalidServiceConfig>
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
     methods: Vec<MethodConfig>,
+    throttling: Option<ThrottlingParams>,
     throttle: Option<Throttle>,
 }
 
@@ -198,10 +207,27 @@ impl ServiceConfig {
     }
 
     /// The throttle made from `retryThrottling`, if the config had one: per authority (one
-    /// count per server, [`Throttle::partition`] finds one). Every call returns the same
-    /// shared handle.
+    /// count per server, [`Gate::partition`](tower_http_retry::Gate::partition) finds one).
+    /// Every call returns the same shared handle: give it to a policy with
+    /// [`RetryPolicy::gate`].
     pub fn throttle(&self) -> Option<&Throttle> {
         self.throttle.as_ref()
+    }
+
+    /// The `retryThrottling` the config had, as read: what [`ServiceConfig::throttle`] was
+    /// built from.
+    ///
+    /// ```
+    /// use tower_http_retry_grpc::service_config;
+    ///
+    /// let config = service_config(r#"{"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1239}}"#)?;
+    /// let throttling = config.retry_throttling().unwrap();
+    /// // The ratio to three decimal places, as C-core reads it.
+    /// assert_eq!((throttling.max_tokens, throttling.token_ratio), (10, 0.123));
+    /// # Ok::<_, tower_http_retry_grpc::InvalidServiceConfig>(())
+    /// ```
+    pub fn retry_throttling(&self) -> Option<&ThrottlingParams> {
+        self.throttling.as_ref()
     }
 
     /// The method config that applies to a request path (`/package.Service/Method`), by
@@ -333,14 +359,16 @@ impl MethodConfig {
     ///   shorter `grpc-timeout` of the caller's (tonic's `Request::set_timeout`) applies
     ///   instead.
     ///
-    /// Everything else is [`RetryPolicy::default`]'s (no attempt timeout, no budget of its
-    /// own). [`RetryLayer::from_service_config`](crate::GrpcLayerExt::from_service_config)
-    /// builds a whole layer from these; call this to adjust one entry's policy first (an
-    /// attempt timeout, say) and add the routes yourself.
+    /// A policy records only what it sets, and is laid over the policy beneath it (a
+    /// route's over the layer's): this one sets the above, and no hedging for an entry with
+    /// a `retryPolicy` (A6 allows a method a retry or a hedging policy, not both). Nothing
+    /// else: the gates (the layer's budget, the config's throttle), the attempt timeout
+    /// and, for an entry without a `timeout`, the deadline come from beneath; a policy that
+    /// sets nothing of them gets none under [`RetryLayer::from_service_config`](crate::GrpcLayerExt::from_service_config),
+    /// which builds a whole layer from these. Call this to adjust one entry's policy first
+    /// (an attempt timeout, say) and add the routes yourself.
     ///
     /// ```
-    /// use std::time::Duration;
-    /// use tonic::Code;
     /// use tower_http_retry_grpc::service_config;
     ///
     /// let config = service_config(r#"{"methodConfig": [{
@@ -350,23 +378,21 @@ impl MethodConfig {
     ///                   "backoffMultiplier": 1.5, "retryableStatusCodes": ["UNAVAILABLE"]}
     /// }]}"#).unwrap();
     /// let policy = config.methods()[0].policy();
-    /// assert_eq!(policy.get_max_attempts(), 4);
-    /// assert_eq!(policy.get_deadline(), Some(Duration::from_secs(2)));
-    /// assert_eq!(policy.get_backoff().ceiling(1), Duration::from_millis(100));
-    /// assert_eq!(policy.get_backoff().ceiling(2), Duration::from_millis(150));
-    /// assert!(policy.has_transparent_retry());
+    /// // 4 attempts, A6's backoff, a 2 s deadline, gRPC's rules, no hedging.
+    /// println!("{policy:?}");
     /// ```
     pub fn policy(&self) -> RetryPolicy {
         let policy = match (&self.retry, &self.hedging) {
-            (Some(retry), _) => RetryPolicy::default()
+            (Some(retry), _) => RetryPolicy::new()
                 .max_attempts(retry.max_attempts)
                 .backoff(retry.backoff())
-                .grpc_codes(retry.retryable_status_codes.iter().copied()),
-            (None, Some(hedging)) => RetryPolicy::default()
+                .grpc_codes(retry.retryable_status_codes.iter().copied())
+                .no_hedge(),
+            (None, Some(hedging)) => RetryPolicy::new()
                 .max_attempts(hedging.max_attempts)
                 .grpc_codes(hedging.non_fatal_status_codes.iter().copied())
                 .hedge(Hedging::after(hedging.hedging_delay)),
-            (None, None) => RetryPolicy::default().max_attempts(1).grpc_codes([]),
+            (None, None) => RetryPolicy::new().max_attempts(1).grpc_codes([]),
         };
         match self.timeout {
             Some(timeout) => policy.deadline(timeout),
@@ -448,6 +474,18 @@ pub struct HedgingParams {
     /// without duplicates, in the config's order; never `OK`. Any other code is returned
     /// and cancels the attempts in flight.
     pub non_fatal_status_codes: Vec<Code>,
+}
+
+/// A `retryThrottling`, as plain data ([`ServiceConfig::retry_throttling`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct ThrottlingParams {
+    /// The most tokens, and the count at the start: 1 to 1000 (the crate's throttle holds
+    /// at most 1000).
+    pub max_tokens: u32,
+    /// Tokens each success gives back, read to three decimal places as C-core reads it
+    /// (`0.1239` is 0.123); at least 0.001.
+    pub token_ratio: f64,
 }
 
 /// A `retryPolicy`, as plain data.
@@ -1110,7 +1148,7 @@ fn read_trimmed<T: std::str::FromStr>(text: &[u8]) -> Option<T> {
         .ok()
 }
 
-fn parse_throttling(value: &Json) -> Result<Throttle, InvalidServiceConfig> {
+fn parse_throttling(value: &Json) -> Result<(ThrottlingParams, Throttle), InvalidServiceConfig> {
     let at = "retryThrottling";
     let object = as_object(value, at)?;
 
@@ -1174,13 +1212,18 @@ fn parse_throttling(value: &Json) -> Result<Throttle, InvalidServiceConfig> {
         ));
     }
 
+    let params = ThrottlingParams {
+        max_tokens,
+        token_ratio: millis as f64 / 1000.0,
+    };
     // A6 keeps the throttle's state per server name: one count per authority.
-    Throttle::builder()
-        .max_tokens(f64::from(max_tokens))
-        .token_ratio(millis as f64 / 1000.0)
+    let throttle = Throttle::builder()
+        .max_tokens(f64::from(params.max_tokens))
+        .token_ratio(params.token_ratio)
         .per_authority()
         .try_build()
-        .map_err(|error| InvalidServiceConfig::new(at, error.to_string()))
+        .map_err(|error| InvalidServiceConfig::new(at, error.to_string()))?;
+    Ok((params, throttle))
 }
 
 /// A `tokenRatio`'s thousandths, read from its text as C-core reads it: whole tokens, then
@@ -1232,6 +1275,35 @@ mod tests {
 
     fn refused(json: &str) -> InvalidServiceConfig {
         service_config(json).expect_err("this config must be refused")
+    }
+
+    /// Tells `throttle` of one failure, the way it hears one: a call under a one-attempt
+    /// gRPC policy that has it, answered Trailers-Only `UNAVAILABLE`. The path alone, as a
+    /// tonic client sends it: the count of requests without an authority.
+    fn fail_once_under(throttle: &Throttle) {
+        use tower::{Layer, ServiceExt};
+        let layer = tower_http_retry::RetryLayer::new().policy(
+            RetryPolicy::new()
+                .max_attempts(1)
+                .grpc_codes([Code::Unavailable])
+                .gate(throttle.clone()),
+        );
+        let service = layer.layer(tower::service_fn(
+            |_: http::Request<tower_http_retry::ReplayBody<String>>| async {
+                let response = http::Response::builder()
+                    .header("grpc-status", "14")
+                    .body(())
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            },
+        ));
+        let request = http::Request::post("/a.B/C").body(String::new()).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let response = runtime.block_on(service.oneshot(request)).unwrap();
+        assert_eq!(response.headers()["grpc-status"], "14");
     }
 
     fn policy(fields: &str) -> String {
@@ -1705,16 +1777,27 @@ mod tests {
         let hedging = method.hedging().unwrap();
         assert_eq!(hedging.max_attempts, 3);
         assert_eq!(hedging.hedging_delay, Duration::ZERO);
-        let policy = method.policy();
-        assert_eq!(policy.get_max_attempts(), 3);
-        assert_eq!(
-            policy.get_hedging().and_then(|h| h.get_delay()),
-            Some(Duration::ZERO)
+        let policy = format!("{:?}", method.policy());
+        // 3 attempts, hedged at once, within the timeout; gRPC methods may be repeated:
+        // the policy hedges every call.
+        assert!(
+            policy.starts_with("RetryPolicy { max_attempts: 3, "),
+            "{policy}"
         );
-        // gRPC methods may be repeated: the policy hedges every call.
-        assert!(policy.is_assumed_idempotent());
-        assert_eq!(policy.get_deadline(), Some(Duration::from_millis(2500)));
+        assert!(
+            policy.contains(&format!(
+                "hedging: Some({:?})",
+                tower_http_retry::Hedging::after(Duration::ZERO)
+            )),
+            "{policy}"
+        );
+        assert!(policy.contains("assume_idempotent: true"), "{policy}");
+        assert!(policy.contains("deadline: Some(2.5s)"), "{policy}");
+        // Nothing else: no backoff of its own (a hedge never backs off), no gates.
+        assert!(!policy.contains("backoff"), "{policy}");
+        assert!(!policy.contains("gates"), "{policy}");
         assert!(config.throttle().is_none());
+        assert!(config.retry_throttling().is_none());
         assert!(service_config("{}").unwrap().methods().is_empty());
         assert!(
             service_config(r#"{"methodConfig": [], "retryThrottling": null}"#)
@@ -1771,36 +1854,46 @@ mod tests {
     fn throttling() {
         let config =
             service_config(r#"{"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}"#).unwrap();
+        let throttling = config.retry_throttling().unwrap();
+        assert_eq!((throttling.max_tokens, throttling.token_ratio), (10, 0.1));
+        // The throttle is built from them, per authority.
         let throttle = config.throttle().unwrap();
-        assert_eq!((throttle.max_tokens(), throttle.token_ratio()), (10.0, 0.1));
+        let shown = format!("{throttle:?}");
+        assert!(
+            shown.contains("tokens: 10.0, max_tokens: 10.0, token_ratio: 0.1"),
+            "{shown}"
+        );
+        assert!(shown.contains("max_authorities"), "per authority: {shown}");
         // Clones of the config share the throttle: a failure heard by one is the other's.
-        config.clone().throttle().unwrap().record_failure();
+        fail_once_under(config.clone().throttle().unwrap());
         assert_eq!(throttle.tokens(), 9.0);
 
         // Values as C-core reads them: whole tokens, a ratio to three decimal places, either
         // in a string.
         for (json, tokens, ratio) in [
-            (
-                r#"{"maxTokens": "1000", "tokenRatio": " 0.5"}"#,
-                1000.0,
-                0.5,
-            ),
-            (r#"{"maxTokens": 1, "tokenRatio": 0.1239}"#, 1.0, 0.123),
+            (r#"{"maxTokens": "1000", "tokenRatio": " 0.5"}"#, 1000, 0.5),
+            (r#"{"maxTokens": 1, "tokenRatio": 0.1239}"#, 1, 0.123),
             // From the value, not the text: C-core refuses `1e-1`, and reads `0.100e1` as
             // 0.1 (its first three decimals).
-            (r#"{"maxTokens": 10, "tokenRatio": 1e-1}"#, 10.0, 0.1),
-            (r#"{"maxTokens": 10, "tokenRatio": 0.100e1}"#, 10.0, 1.0),
-            (r#"{"maxTokens": 10, "tokenRatio": 0.1239999}"#, 10.0, 0.123),
-            (r#"{"maxTokens": 10, "tokenRatio": 1}"#, 10.0, 1.0),
-            (r#"{"maxTokens": 10, "tokenRatio": 1.5}"#, 10.0, 1.5),
+            (r#"{"maxTokens": 10, "tokenRatio": 1e-1}"#, 10, 0.1),
+            (r#"{"maxTokens": 10, "tokenRatio": 0.100e1}"#, 10, 1.0),
+            (r#"{"maxTokens": 10, "tokenRatio": 0.1239999}"#, 10, 0.123),
+            (r#"{"maxTokens": 10, "tokenRatio": 1}"#, 10, 1.0),
+            (r#"{"maxTokens": 10, "tokenRatio": 1.5}"#, 10, 1.5),
         ] {
             let config = service_config(&format!(r#"{{"retryThrottling": {json}}}"#)).unwrap();
-            let throttle = config.throttle().unwrap();
+            let throttling = config.retry_throttling().unwrap();
             assert_eq!(
-                (throttle.max_tokens(), throttle.token_ratio()),
+                (throttling.max_tokens, throttling.token_ratio),
                 (tokens, ratio),
                 "{json}"
             );
+            let shown = format!("{:?}", config.throttle().unwrap());
+            let built = format!(
+                "max_tokens: {:?}, token_ratio: {ratio:?}",
+                f64::from(tokens)
+            );
+            assert!(shown.contains(&built), "{json}: {shown}");
         }
 
         for (json, field, says) in [
@@ -1902,32 +1995,45 @@ mod tests {
         .unwrap();
         let method = &config.methods()[0];
         let retried = method.policy();
-        assert_eq!(retried.get_max_attempts(), MAX_ATTEMPTS_CAP);
-        assert_eq!(retried.get_deadline(), Some(Duration::from_millis(1500)));
         // In code order.
         assert_eq!(
             super::super::retried_codes(&retried),
             [Code::ResourceExhausted, Code::Unavailable]
         );
-        assert!(retried.is_assumed_idempotent());
-        let backoff = retried.get_backoff();
-        assert_eq!(backoff.get_jitter(), tower_http_retry::Jitter::Full);
-        assert_eq!(backoff.get_multiplier(), 1.5);
+        let backoff = method.retry().unwrap().backoff();
+        assert_eq!(
+            backoff,
+            Backoff::from_initial(Duration::from_millis(200), Duration::from_millis(500))
+                .multiplier(1.5)
+                .jitter(tower_http_retry::Jitter::Full)
+        );
         let ceilings: Vec<_> = (1..=4).map(|n| backoff.ceiling(n)).collect();
         assert_eq!(
             ceilings,
             [200, 300, 450, 500].map(Duration::from_millis),
             "A6: initialBackoff * 1.5^(n-1), capped"
         );
-        assert_eq!(backoff, &method.retry().unwrap().backoff());
+        // What the policy sets, and nothing more: 5 attempts (A6's cap), that backoff, the
+        // timeout as the deadline, gRPC's classifier and metadata hook, repeatable calls
+        // with no key, the transparent retry, no hedging.
+        assert_eq!(
+            format!("{retried:?}"),
+            format!(
+                "RetryPolicy {{ max_attempts: {MAX_ATTEMPTS_CAP}, backoff: {backoff:?}, \
+                 deadline: Some(1.5s), classifier: custom, assume_idempotent: true, \
+                 idempotency_key: None, hooks: Hooks {{ count: 1 }}, transparent_retry: true, \
+                 hedging: None }}"
+            )
+        );
 
         let plain = config.methods()[1].policy();
-        assert_eq!(plain.get_max_attempts(), 1);
         assert!(super::super::retried_codes(&plain).is_empty());
-        assert_eq!(plain.get_deadline(), None);
-        assert!(
-            plain.has_transparent_retry() && !plain.is_never(),
-            "A6's transparent retry still applies"
+        // One attempt, no deadline, and A6's transparent retry still applies (it is no
+        // `never()`).
+        assert_eq!(
+            format!("{plain:?}"),
+            "RetryPolicy { max_attempts: 1, classifier: custom, assume_idempotent: true, \
+             idempotency_key: None, hooks: Hooks { count: 1 }, transparent_retry: true }"
         );
     }
 

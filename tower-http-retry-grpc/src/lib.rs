@@ -136,7 +136,7 @@ pub use self::adapter::{
 use self::config::code_name;
 pub use self::config::{
     HedgingParams, InvalidServiceConfig, MethodConfig, MethodName, RetryParams, ServiceConfig,
-    service_config,
+    ThrottlingParams, service_config,
 };
 use self::headers::{
     GRPC_TIMEOUT, parse_grpc_timeout, response_code, set_grpc_timeout, set_previous_rpc_attempts,
@@ -145,10 +145,9 @@ pub use self::headers::{Pushback, pushback, trailers_only_code};
 
 use tower_http_retry::classify::{
     Classification, Classify, DefaultClassifier, FailureKind, Outcome, ProtocolCode, RetryReason,
-    classify_error,
 };
 use tower_http_retry::hints::{Hint, HintSource};
-use tower_http_retry::{AttemptContext, AttemptHook};
+use tower_http_retry::{Attempt, AttemptHook};
 use tower_http_retry::{RetryLayer, RetryPolicy};
 
 /// The [`RetryReason`] the layer records for a retried gRPC status code: a
@@ -156,7 +155,7 @@ use tower_http_retry::{RetryLayer, RetryPolicy};
 ///
 /// ```
 /// use tonic::Code;
-/// use tower_http_retry::RetryReason;
+/// use tower_http_retry::classify::RetryReason;
 /// use tower_http_retry_grpc as grpc;
 ///
 /// let reason = grpc::reason(Code::Unavailable);
@@ -202,7 +201,7 @@ const PUSHBACK: HintSource = HintSource::Header("grpc-retry-pushback-ms");
 ///
 /// let grpc = StatusClassifier::new([Code::Unavailable]);
 /// // Also final: an UNAVAILABLE this service marks as a maintenance window.
-/// let policy = RetryPolicy::default()
+/// let policy = RetryPolicy::new()
 ///     .grpc_codes([Code::Unavailable])
 ///     .classifier(move |head, outcome| match outcome {
 ///         Outcome::Response { headers, .. } if headers.contains_key("x-maintenance") => {
@@ -232,8 +231,12 @@ impl StatusClassifier {
     }
 
     /// A transport failure: retried when its gRPC code is listed ([`transport_code`]).
-    fn classify_error(&self, error: &(dyn std::error::Error + 'static)) -> Classification {
-        let verdict = classify_error(error);
+    fn classify_error(
+        &self,
+        request: &request::Parts,
+        error: &(dyn std::error::Error + 'static),
+    ) -> Classification {
+        let verdict = DefaultClassifier.classify(request, Outcome::Error(error));
         let Some(transport) = verdict.reason() else {
             return verdict;
         };
@@ -262,14 +265,10 @@ impl Classify for StatusClassifier {
                     (false, _) => Classification::Done,
                 },
             },
-            Outcome::Error(error) => self.classify_error(error),
+            Outcome::Error(error) => self.classify_error(request, error),
             // An outcome of a kind this classifier does not know: the core's judgement.
             other => DefaultClassifier.classify(request, other),
         }
-    }
-
-    fn needs_request(&self) -> bool {
-        false
     }
 }
 
@@ -328,7 +327,7 @@ fn reset_code(_: &(dyn std::error::Error + 'static)) -> Option<Code> {
 struct GrpcMetadata;
 
 impl AttemptHook for GrpcMetadata {
-    fn before_attempt(&self, attempt: &AttemptContext, headers: &mut HeaderMap) {
+    fn before_attempt(&self, attempt: &Attempt, headers: &mut HeaderMap) {
         set_previous_rpc_attempts(headers, attempt.counted_before);
         if let Some(left) = attempt.time_left {
             if self.time_limit(headers).is_none_or(|said| said > left) {
@@ -357,7 +356,10 @@ pub trait GrpcPolicyExt: sealed::Sealed {
     /// ([`RetryPolicy::assume_idempotent`]) and get no idempotency key.
     ///
     /// The classification is the policy's classifier, a [`StatusClassifier`]: it replaces a
-    /// classifier set before; one set after replaces it, and can fall back to it.
+    /// classifier set before; one set after replaces it, and can fall back to it. Like
+    /// every setting of a policy, it replaces the classification of the policies beneath
+    /// where the policy is laid (a route's over the layer's), and what it does not set
+    /// (attempts, backoff, deadline, gates) comes from them.
     ///
     /// It also sends A6's metadata on every attempt (`grpc-previous-rpc-attempts`,
     /// `grpc-timeout`: the time left when the policy has a deadline; a `grpc-timeout` the
@@ -376,9 +378,10 @@ pub trait GrpcPolicyExt: sealed::Sealed {
     /// use tower_http_retry::RetryPolicy;
     /// use tower_http_retry_grpc::GrpcPolicyExt;
     ///
-    /// let policy = RetryPolicy::default().grpc_codes([Code::Unavailable, Code::ResourceExhausted]);
-    /// assert!(policy.is_assumed_idempotent());
-    /// assert!(policy.has_transparent_retry());
+    /// let policy = RetryPolicy::new().grpc_codes([Code::Unavailable, Code::ResourceExhausted]);
+    /// // What it sets: the classifier, the metadata hook, repeatable calls without a key,
+    /// // the transparent retry.
+    /// println!("{policy:?}");
     /// ```
     fn grpc_codes(self, codes: impl IntoIterator<Item = Code>) -> RetryPolicy;
 }
@@ -397,19 +400,27 @@ impl GrpcPolicyExt for RetryPolicy {
 /// and make one with [`RetryLayer::grpc`](GrpcLayerExt::grpc) or
 /// [`RetryLayer::from_service_config`](GrpcLayerExt::from_service_config).
 pub trait GrpcLayerExt: sealed::Sealed {
-    /// A layer that speaks gRPC's retry rules (gRPC's A6): no idempotency
-    /// keys, and a default policy that retries `UNAVAILABLE` ([`RetryPolicy::grpc_codes`](GrpcPolicyExt::grpc_codes)).
+    /// A layer that speaks gRPC's retry rules (gRPC's A6): its policy retries `UNAVAILABLE`
+    /// ([`RetryPolicy::grpc_codes`](GrpcPolicyExt::grpc_codes)), with no idempotency keys.
     /// Everything else is as [`RetryLayer::new`]: the backoff, the budget, the replay cap.
+    ///
+    /// Policies given to the layer afterwards are laid over that one: a
+    /// [`policy`](RetryLayer::policy) changes what it sets for every call, a
+    /// [`route`](RetryLayer::route)'s for the calls it matches, and both keep gRPC's rules
+    /// unless they set codes of their own. A6's throttle is a gate of the layer's policy
+    /// (beside the layer's budget):
     ///
     /// ```
     /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch, Throttle};
     /// use tower_http_retry_grpc::{GrpcLayerExt, GrpcPolicyExt};
     ///
     /// let layer = RetryLayer::grpc()
-    ///     .throttle(Throttle::builder().max_tokens(10.0).token_ratio(0.1).build())
+    ///     .policy(RetryPolicy::new().gate(Throttle::builder().max_tokens(10.0).token_ratio(0.1).build()))
+    ///     // Four attempts, `RESOURCE_EXHAUSTED` retried too; the throttle and the rest are
+    ///     // the layer's.
     ///     .route(
     ///         RouteMatch::post().path_prefix("/shop.Orders/Get"),
-    ///         RetryPolicy::default()
+    ///         RetryPolicy::new()
     ///             .max_attempts(4)
     ///             .grpc_codes([tonic::Code::Unavailable, tonic::Code::ResourceExhausted]),
     ///     );
@@ -432,22 +443,42 @@ pub trait GrpcLayerExt: sealed::Sealed {
     ///   `Request::set_timeout`, applies instead, as in gRPC's clients). An entry without a
     ///   `retryPolicy` retries nothing but keeps gRPC's classification and A6's transparent
     ///   retry.
-    /// - A method no entry names gets the same: one attempt, gRPC's rules, no deadline.
-    /// - `retryThrottling` becomes the layer's [`throttle`](RetryLayer::throttle), with one
-    ///   count per authority (A6 throttles per server name), shared by every route and by
-    ///   every layer made from the same [`ServiceConfig`] (its throttle is one shared
-    ///   handle). A tonic client sends a path alone (the channel adds its origin below the
-    ///   layer), so its calls count as requests without an authority, sharing one count,
-    ///   unless the client is made with tonic's `with_origin`.
+    /// - A method no entry names gets the same: one attempt, gRPC's rules, no deadline. That
+    ///   is the layer's policy, and every route's policy is laid over it; each sets what
+    ///   its entry says (attempts, codes, backoff or hedging, the timeout), so no entry
+    ///   takes anything from another, as in gRPC.
+    /// - `retryThrottling` becomes a [`Throttle`](tower_http_retry::Throttle) gate of the
+    ///   layer's policy ([`RetryPolicy::gate`]), which every route inherits, with one count
+    ///   per authority (A6 throttles per server name), shared by every route and by every
+    ///   layer made from the same [`ServiceConfig`] (its throttle is one shared handle). A
+    ///   tonic client sends a path alone (the channel adds its origin below the layer), so
+    ///   its calls count as requests without an authority, sharing one count, unless the
+    ///   client is made with tonic's `with_origin`.
     ///
-    /// The rest is [`RetryLayer::grpc`]'s: no idempotency keys, the default
-    /// [`RetryBudget`](tower_http_retry::RetryBudget) (gRPC has none;
-    /// [`no_budget`](RetryLayer::no_budget) removes it), the 64 KiB replay cap. It is a
-    /// layer like any other, so those can be changed afterwards; a route added later is
-    /// tried after the config's routes.
+    /// The rest is [`RetryLayer::new`]'s: no idempotency keys, the default
+    /// [`RetryBudget`](tower_http_retry::RetryBudget) (gRPC has none), the 64 KiB replay
+    /// cap. It is a layer like any other, so those can be changed afterwards; a route added
+    /// later is tried after the config's routes.
+    ///
+    /// A policy laid over the layer afterwards ([`RetryLayer::policy`]) reaches every
+    /// method for what the method's entry does not set:
+    ///
+    /// - a `deadline` reaches the methods whose entry has no `timeout` (and those no entry
+    ///   names); a method's own `timeout` replaces it, even a longer one. gRPC's per-call
+    ///   deadline, of which the shorter wins, is the call's own `grpc-timeout` (tonic's
+    ///   `Request::set_timeout`);
+    /// - an `attempt_timeout`, hooks, a `max_retry_after` reach every method;
+    /// - a gate replaces the gate of its kind for every method: `.gate(budget)` the
+    ///   layer's budget, `.gate(throttle)` the config's throttle. `no_gates()` removes
+    ///   them all, the config's throttle included: to drop the budget alone, give the
+    ///   throttle back, `RetryPolicy::new().no_gates().gate(config.throttle().unwrap().clone())`;
+    /// - a `hedge` reaches only the methods no entry names, which make one attempt and so
+    ///   hedge nothing: an entry with a `retryPolicy` is never hedged (A6 allows a method
+    ///   one of the two).
     ///
     /// ```
-    /// use tower_http_retry::RetryLayer;
+    /// use std::time::Duration;
+    /// use tower_http_retry::{RetryLayer, RetryPolicy};
     /// use tower_http_retry_grpc::{GrpcLayerExt, service_config};
     ///
     /// let config = service_config(r#"{
@@ -461,7 +492,9 @@ pub trait GrpcLayerExt: sealed::Sealed {
     ///   }],
     ///   "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
     /// }"#)?;
-    /// let layer = RetryLayer::from_service_config(&config);
+    /// let layer = RetryLayer::from_service_config(&config)
+    ///     // Every call within 10 s, unless its method's entry says otherwise (shop.Cart's: 2 s).
+    ///     .policy(RetryPolicy::new().deadline(Duration::from_secs(10)));
     /// // tower::ServiceBuilder::new()
     /// //     .layer(grpc::status_layer())
     /// //     .layer(layer)
@@ -475,21 +508,20 @@ pub trait GrpcLayerExt: sealed::Sealed {
 
 impl GrpcLayerExt for RetryLayer {
     fn grpc() -> RetryLayer {
-        RetryLayer::new()
-            .no_idempotency_key()
-            .policy(RetryPolicy::default().grpc_codes([Code::Unavailable]))
+        RetryLayer::new().policy(RetryPolicy::new().grpc_codes([Code::Unavailable]))
     }
 
     fn from_service_config(config: &ServiceConfig) -> RetryLayer {
-        let unnamed = RetryPolicy::default().max_attempts(1).grpc_codes([]);
-        let mut layer = RetryLayer::grpc().policy(unnamed);
+        let unnamed = RetryPolicy::new().max_attempts(1).grpc_codes([]);
+        let unnamed = match config.throttle() {
+            Some(throttle) => unnamed.gate(throttle.clone()),
+            None => unnamed,
+        };
+        let mut layer = RetryLayer::new().policy(unnamed);
         for (route, method) in config.routes() {
             layer = layer.route(route, method.policy());
         }
-        match config.throttle() {
-            Some(throttle) => layer.throttle(throttle.clone()),
-            None => layer,
-        }
+        layer
     }
 }
 
@@ -527,7 +559,7 @@ fn retried_codes(policy: &RetryPolicy) -> Vec<Code> {
             },
         );
         let layer = RetryLayer::new()
-            .no_budget()
+            .policy(RetryPolicy::new().no_gates())
             .policy(policy.clone().max_attempts(2));
         let request = http::Request::post("http://h/test.Raw/Unary")
             .body(http_body_util::Empty::new())
@@ -746,11 +778,11 @@ mod tests {
     #[test]
     fn grpc_codes_sets_the_classifier_and_one_set_after_it_wins() {
         let done = |_: &request::Parts, _: Outcome<'_>| Classification::Done;
-        let before = RetryPolicy::default()
+        let before = RetryPolicy::new()
             .classifier(done)
             .grpc_codes([Code::Unavailable]);
         assert_eq!(retried_codes(&before), [Code::Unavailable]);
-        let after = RetryPolicy::default()
+        let after = RetryPolicy::new()
             .grpc_codes([Code::Unavailable])
             .classifier(done);
         assert_eq!(retried_codes(&after), []);
@@ -774,7 +806,7 @@ mod tests {
         use tower_http_retry::AttemptKind;
         let hook = GrpcMetadata;
         let mut headers = trailers_only(&[("grpc-previous-rpc-attempts", "7")]);
-        let first = AttemptContext::new(1, 0, None, AttemptKind::First);
+        let first = Attempt::new(1, 0, None, AttemptKind::First);
         hook.before_attempt(&first, &mut headers);
         assert!(
             headers.get(GRPC_PREVIOUS_RPC_ATTEMPTS).is_none(),
@@ -786,12 +818,11 @@ mod tests {
         );
         // The caller's shorter timeout stays; a longer one becomes the time left.
         headers.insert(GRPC_TIMEOUT, http::HeaderValue::from_static("2S"));
-        let retry = AttemptContext::new(3, 1, Some(Duration::from_secs(5)), AttemptKind::Retry);
+        let retry = Attempt::new(3, 1, Some(Duration::from_secs(5)), AttemptKind::Retry);
         hook.before_attempt(&retry, &mut headers);
         assert_eq!(headers[GRPC_PREVIOUS_RPC_ATTEMPTS], "1");
         assert_eq!(headers[GRPC_TIMEOUT], "2S");
-        let later =
-            AttemptContext::new(3, 1, Some(Duration::from_millis(1500)), AttemptKind::Retry);
+        let later = Attempt::new(3, 1, Some(Duration::from_millis(1500)), AttemptKind::Retry);
         hook.before_attempt(&later, &mut headers);
         assert_eq!(headers[GRPC_TIMEOUT], "1500000u");
         assert_eq!(hook.time_limit(&headers), Some(Duration::from_millis(1500)));

@@ -7,12 +7,14 @@ use crate::common;
 use std::error::Error as _;
 use std::time::{Duration, Instant};
 
+use http::HeaderName;
 use tonic::Code;
 use tonic::transport::Channel;
 use tower::ServiceBuilder;
+use tower_http_retry::classify::RetryReason;
 use tower_http_retry::hints::HintSource;
 use tower_http_retry::{
-    AttemptKind, Backoff, Jitter, RetryError, RetryInfo, RetryLayer, RetryPolicy, RetryReason,
+    AttemptKind, Backoff, Gate as _, Jitter, RetryError, RetryInfo, RetryLayer, RetryPolicy,
     StopReason, Throttle,
 };
 use tower_http_retry_grpc::{self as grpc};
@@ -172,9 +174,7 @@ async fn a_pushback_that_says_stop_takes_a_token_whatever_the_code() {
     ] {
         let server = GrpcServer::start([step.clone(), Step::Ok]).await;
         let throttle = fresh();
-        let layer = RetryLayer::grpc()
-            .throttle(throttle.clone())
-            .policy(quick());
+        let layer = RetryLayer::grpc().policy(quick().gate(throttle.clone()));
         let status = unary(stack(server.channel().await, layer), UNARY, b"x")
             .await
             .unwrap_err();
@@ -217,7 +217,11 @@ async fn a_pushback_longer_than_max_retry_after_is_waited_out() {
         },
     );
     let policy = quick().deadline(Duration::from_secs(120));
-    assert_eq!(policy.get_max_retry_after(), Duration::from_secs(30));
+    // The policy sets no `max_retry_after`: the crate's 30 s applies.
+    assert!(
+        !format!("{policy:?}").contains("max_retry_after"),
+        "{policy:?}"
+    );
     let client = tower::Layer::layer(&RetryLayer::grpc().policy(policy), server);
     let request = http::Request::post("http://127.0.0.1/test.Raw/Unary")
         .body(String::new())
@@ -229,6 +233,26 @@ async fn a_pushback_longer_than_max_retry_after_is_waited_out() {
     let info = response.extensions().get::<RetryInfo>().unwrap();
     assert_eq!(info.stop(), StopReason::Final);
     assert_eq!(info.retries()[0].wait, Duration::from_secs(45));
+
+    // The same 45 s as HTTP's `Retry-After`, a floor, is above that 30 s: no retry.
+    let server = tower::service_fn(
+        |_: http::Request<tower_http_retry::ReplayBody<String>>| async {
+            let response = http::Response::builder()
+                .header("grpc-status", "14")
+                .header("retry-after", "45")
+                .body(String::new())
+                .unwrap();
+            Ok::<_, std::convert::Infallible>(response)
+        },
+    );
+    let policy = quick().deadline(Duration::from_secs(120));
+    let client = tower::Layer::layer(&RetryLayer::grpc().policy(policy), server);
+    let request = http::Request::post("http://127.0.0.1/test.Raw/Unary")
+        .body(String::new())
+        .unwrap();
+    let response = client.oneshot(request).await.unwrap();
+    let info = response.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(info.attempts(), 1, "{info:?}");
 }
 
 /// `grpc-previous-rpc-attempts` is absent on the first attempt, even when the caller set
@@ -263,9 +287,7 @@ async fn the_throttle_engages_under_a_total_outage() {
         .token_ratio(0.1)
         .build();
     let server = GrpcServer::start((0..100).map(|_| Step::Fail(Code::Unavailable))).await;
-    let layer = RetryLayer::grpc()
-        .throttle(throttle.clone())
-        .policy(quick());
+    let layer = RetryLayer::grpc().policy(quick().gate(throttle.clone()));
     let mut stops = Vec::new();
     for _ in 0..5 {
         let client = stack(server.channel().await, layer.clone());
@@ -283,14 +305,15 @@ async fn the_throttle_engages_under_a_total_outage() {
         after.iter().all(|&n| n == 1),
         "one attempt per call once throttled: {stops:?}"
     );
-    assert!(!throttle.allows_retry());
+    // No retry allowed: half of the 10 tokens, or fewer, are left.
+    assert!(throttle.tokens() <= 5.0, "{throttle:?}");
 }
 
 #[tokio::test]
 async fn the_throttle_refused_retry_is_reported() {
     let throttle = Throttle::builder().max_tokens(2.0).token_ratio(0.1).build();
     let server = GrpcServer::start((0..10).map(|_| Step::Fail(Code::Unavailable))).await;
-    let layer = RetryLayer::grpc().throttle(throttle).policy(quick());
+    let layer = RetryLayer::grpc().policy(quick().gate(throttle));
     let client = ServiceBuilder::new()
         .layer(layer)
         .layer(grpc::tonic_body_layer())
@@ -356,24 +379,44 @@ async fn refusing(refusals: usize) -> Server {
     .await
 }
 
+/// Tells `throttle` of one failure, the way a throttle hears one: a call under a
+/// one-attempt gRPC policy that has it, answered Trailers-Only UNAVAILABLE. The path alone,
+/// as tonic's clients send it: the count of requests without an authority.
+async fn fail_once_under(throttle: &Throttle) {
+    use tower::{Layer, ServiceExt};
+    let layer =
+        RetryLayer::grpc().policy(RetryPolicy::new().max_attempts(1).gate(throttle.clone()));
+    let unavailable = tower::service_fn(
+        |_: http::Request<tower_http_retry::ReplayBody<String>>| async {
+            let response = http::Response::builder()
+                .header("grpc-status", "14")
+                .body(())
+                .unwrap();
+            Ok::<_, std::convert::Infallible>(response)
+        },
+    );
+    let request = http::Request::post(UNARY).body(String::new()).unwrap();
+    let response = layer.layer(unavailable).oneshot(request).await.unwrap();
+    assert_eq!(response.headers()["grpc-status"], "14");
+}
+
 /// A throttle of 10 tokens that is 2 down, earning 0.5 per success: any failure it is told
 /// of shows in its count.
-fn drained_throttle() -> Throttle {
+async fn drained_throttle() -> Throttle {
     let throttle = Throttle::builder()
         .max_tokens(10.0)
         .token_ratio(0.5)
         .build();
-    throttle.record_failure();
-    throttle.record_failure();
+    fail_once_under(&throttle).await;
+    fail_once_under(&throttle).await;
     assert_eq!(throttle.tokens(), 8.0);
     throttle
 }
 
 fn a6_layer(throttle: &Throttle, attempts: u32) -> RetryLayer {
     RetryLayer::grpc()
-        .throttle(throttle.clone())
-        .attempt_header("x-attempt")
-        .policy(quick().max_attempts(attempts))
+        .attempt_header(HeaderName::from_static("x-attempt"))
+        .policy(quick().max_attempts(attempts).gate(throttle.clone()))
 }
 
 fn header<'a>(applied: &'a common::transport::Applied, name: &str) -> Option<&'a str> {
@@ -388,7 +431,7 @@ fn a_refused_stream_is_sent_again_at_once_outside_the_attempt_count() {
     on_every_runtime(Duration::from_secs(60), |mode| {
         repeat(mode, 25, |_| async {
             let server = refusing(1).await;
-            let throttle = drained_throttle();
+            let throttle = drained_throttle().await;
             let client = stack(h2_channel(&server).await, a6_layer(&throttle, 1));
             let reply = unary(client, UNARY, b"hello").await.unwrap();
             assert_eq!(&reply.get_ref()[..], b"hello");
@@ -422,7 +465,7 @@ fn a_second_refusal_is_judged_by_the_normal_rules() {
     on_every_runtime(Duration::from_secs(60), |mode| {
         repeat(mode, 25, |_| async {
             let server = refusing(2).await;
-            let throttle = drained_throttle();
+            let throttle = drained_throttle().await;
             let client = stack(h2_channel(&server).await, a6_layer(&throttle, 1));
             let status = unary(client, UNARY, b"x").await.unwrap_err();
             assert_eq!(status.code(), Code::Unavailable, "{status:?}");
@@ -436,7 +479,7 @@ fn a_second_refusal_is_judged_by_the_normal_rules() {
             assert_eq!(throttle.tokens(), 7.0);
 
             let server = refusing(2).await;
-            let throttle = drained_throttle();
+            let throttle = drained_throttle().await;
             let client = stack(h2_channel(&server).await, a6_layer(&throttle, 2));
             let reply = unary(client, UNARY, b"y").await.unwrap();
             assert_eq!(&reply.get_ref()[..], b"y");
@@ -490,7 +533,7 @@ fn a_refused_connection_is_unavailable_for_the_retry_policy() {
                     .clone()
             };
             // Listed, one attempt: nothing more.
-            let throttle = drained_throttle();
+            let throttle = drained_throttle().await;
             let status = unary(stack(channel(), a6_layer(&throttle, 1)), UNARY, b"x")
                 .await
                 .unwrap_err();
@@ -499,7 +542,7 @@ fn a_refused_connection_is_unavailable_for_the_retry_policy() {
             assert_eq!((info.attempts(), info.stop()), (1, StopReason::MaxAttempts));
             assert_eq!(throttle.tokens(), 7.0, "counted");
             // Listed, two attempts: one counted retry, with its backoff.
-            let throttle = drained_throttle();
+            let throttle = drained_throttle().await;
             let status = unary(stack(channel(), a6_layer(&throttle, 2)), UNARY, b"x")
                 .await
                 .unwrap_err();
@@ -510,10 +553,12 @@ fn a_refused_connection_is_unavailable_for_the_retry_policy() {
             assert_eq!(info.retries()[0].wait, Duration::from_millis(2));
             assert_eq!(throttle.tokens(), 6.0, "both refusals counted");
             // Not listed: final at once, and not a failure the throttle counts.
-            let throttle = drained_throttle();
-            let layer = RetryLayer::grpc()
-                .throttle(throttle.clone())
-                .policy(quick().grpc_codes([Code::ResourceExhausted]));
+            let throttle = drained_throttle().await;
+            let layer = RetryLayer::grpc().policy(
+                quick()
+                    .grpc_codes([Code::ResourceExhausted])
+                    .gate(throttle.clone()),
+            );
             let status = unary(stack(channel(), layer), UNARY, b"x")
                 .await
                 .unwrap_err();
@@ -535,9 +580,11 @@ fn a_transport_failure_is_retried_only_when_its_code_is_listed() {
     use common::transport::Applied;
 
     fn layer(throttle: &Throttle, codes: &[Code]) -> RetryLayer {
-        RetryLayer::grpc()
-            .throttle(throttle.clone())
-            .policy(quick().grpc_codes(codes.iter().copied()))
+        RetryLayer::grpc().policy(
+            quick()
+                .grpc_codes(codes.iter().copied())
+                .gate(throttle.clone()),
+        )
     }
     /// Two failures, then answers: a dropped connection (`None`) or a reset stream.
     async fn call(
@@ -550,7 +597,7 @@ fn a_transport_failure_is_retried_only_when_its_code_is_listed() {
             (false, _) => H2Action::GrpcEcho,
         })
         .await;
-        let throttle = drained_throttle();
+        let throttle = drained_throttle().await;
         let client = stack(h2_channel(&server).await, layer(&throttle, codes));
         let result = match unary(client, UNARY, b"x").await {
             Ok(reply) => Err(reply.extensions().get::<RetryInfo>().unwrap().clone()),
@@ -604,10 +651,12 @@ fn a_second_refusal_is_final_when_unavailable_is_not_listed() {
     on_every_runtime(Duration::from_secs(60), |mode| {
         repeat(mode, 10, |_| async {
             let server = refusing(2).await;
-            let throttle = drained_throttle();
-            let layer = RetryLayer::grpc()
-                .throttle(throttle.clone())
-                .policy(quick().grpc_codes([Code::ResourceExhausted]));
+            let throttle = drained_throttle().await;
+            let layer = RetryLayer::grpc().policy(
+                quick()
+                    .grpc_codes([Code::ResourceExhausted])
+                    .gate(throttle.clone()),
+            );
             let status = unary(stack(h2_channel(&server).await, layer), UNARY, b"x")
                 .await
                 .unwrap_err();
@@ -629,9 +678,7 @@ fn plain_policies_count_a_refused_stream_as_an_attempt() {
     on_every_runtime(Duration::from_secs(60), |mode| {
         repeat(mode, 10, |_| async {
             let plain = |attempts| {
-                RetryLayer::new()
-                    .no_idempotency_key()
-                    .policy(quick_plain().max_attempts(attempts))
+                RetryLayer::new().policy(quick_plain().max_attempts(attempts).no_idempotency_key())
             };
             let server = refusing(1).await;
             let status = unary(stack(h2_channel(&server).await, plain(1)), UNARY, b"x")
@@ -653,7 +700,7 @@ fn plain_policies_count_a_refused_stream_as_an_attempt() {
 }
 
 fn quick_plain() -> RetryPolicy {
-    RetryPolicy::default().backoff(
+    RetryPolicy::new().backoff(
         Backoff::exponential(Duration::from_millis(1), Duration::from_millis(4))
             .jitter(Jitter::None),
     )
@@ -673,12 +720,15 @@ fn a_failure_is_counted_once_when_the_retry_waits_for_the_body() {
                 _ => H2Action::Apply(200),
             })
             .await;
-            let throttle = drained_throttle();
+            let throttle = drained_throttle().await;
             let retrying = ServiceBuilder::new()
                 .layer(
-                    RetryLayer::grpc()
-                        .throttle(throttle.clone())
-                        .policy(quick().max_attempts(2).grpc_codes([Code::Cancelled])),
+                    RetryLayer::grpc().policy(
+                        quick()
+                            .max_attempts(2)
+                            .grpc_codes([Code::Cancelled])
+                            .gate(throttle.clone()),
+                    ),
                 )
                 .service(client(Proto::H2));
             let steps = [
@@ -839,7 +889,7 @@ fn an_unavailable_answered_before_the_body_was_read_is_retried_with_the_whole_bo
                     .await
                     .expect("connect to the raw server");
             let layer = RetryLayer::grpc()
-                .attempt_header("x-attempt")
+                .attempt_header(HeaderName::from_static("x-attempt"))
                 .policy(quick());
             let call = unary(stack(channel, layer), UNARY, b"x");
             let reply = tokio::time::timeout(Duration::from_secs(10), call)
@@ -982,11 +1032,13 @@ async fn a_service_config_gives_each_route_its_policy_and_one_throttle() {
         .unwrap();
 
     // One throttle, the config's own handle, for every route and for every layer made
-    // from the config: taken to half (5.0) from outside, a failure on the method's route
-    // through a second layer leaves 4.0, and its retry is refused.
+    // from the config: taken to half (5.0) from outside (a failure heard under another
+    // layer that has it), a failure on the method's route through a second layer leaves
+    // 4.0, and its retry is refused.
     server.push([Step::Fail(Code::Unavailable), Step::Ok]);
     assert_eq!(throttle.tokens(), 6.0);
-    throttle.record_failure();
+    fail_once_under(&throttle).await;
+    assert_eq!(throttle.tokens(), 5.0);
     let bare = ServiceBuilder::new()
         .layer(RetryLayer::from_service_config(&config))
         .layer(grpc::tonic_body_layer())
@@ -1187,14 +1239,14 @@ async fn a_hedge_goes_while_the_first_attempt_is_stuck_connecting() {
         first: grpc::TonicBody::new(stuck),
         later: grpc::TonicBody::new(server.channel().await),
     };
-    let policy = RetryPolicy::default()
+    let policy = RetryPolicy::new()
         .max_attempts(2)
         .grpc_codes([Code::Unavailable])
         .hedge(tower_http_retry::Hedging::after(Duration::from_millis(100)))
         .deadline(Duration::from_secs(5));
     let service = ServiceBuilder::new()
         .layer(grpc::status_layer())
-        .layer(RetryLayer::grpc().no_budget().policy(policy))
+        .layer(RetryLayer::grpc().policy(policy.no_gates()))
         .service(inner);
     let started = Instant::now();
     let reply = unary(service, UNARY, b"hedged")

@@ -27,7 +27,7 @@
 //! | the method's `timeout` | ends the call 1 to 2 s early, and does not send it to the server | the deadline across all attempts, sent as `grpc-timeout` (the time left) on every attempt | A6: the call deadline applies across all attempts; C-core converts the call's start from its cycle counter against a process epoch set a second and more in the past |
 //! | a proxy's error page (HTTP 503, 502, 429 without `grpc-status`), UNAVAILABLE listed | UNAVAILABLE, retried, but now and then (often under load) not: it takes the call as committed | UNAVAILABLE, retried every time | gRPC's HTTP-to-gRPC mapping makes it UNAVAILABLE; an error page is no gRPC Response-Headers, so nothing commits the call; C-core's stop is a race it loses |
 //! | the retry buffer of one call | 256 KiB (`grpc.per_rpc_retry_buffer_size`) | 64 KiB (`max_replay_bytes`) | A6 leaves the limits to the client; past either one the call is committed and sent once |
-//! | a retry budget | none | `RetryLayer::grpc()`'s default `RetryBudget` (10% of requests, 10 a second) | the crate's safety net, which none of these scenarios reaches; `no_budget()` removes it |
+//! | a retry budget | none | the layer's default `RetryBudget` (10% of requests, 10 a second) | the crate's safety net, which none of these scenarios reaches; `.policy(RetryPolicy::new().no_gates().gate(throttle))` removes it and keeps the config's throttle |
 //!
 //! Everything else these scenarios reach is meant to be the same on both sides, and a
 //! test fails where it is not: which codes are retried, A6's cap of 5 attempts,
@@ -1176,7 +1176,7 @@ async fn goaway_between_calls_is_not_a_failure() {
                         info.first() == AttemptOutcome::Error
                             && (info.retries().is_empty() && outcome.details.contains("max_age")
                                 || info.retries().first().is_some_and(|r| {
-                                    r.reason == tower_http_retry::RetryReason::GoAway
+                                    r.reason == tower_http_retry::classify::RetryReason::GoAway
                                 }))
                     });
                 if went_away {

@@ -20,11 +20,16 @@ use tower_http_retry_grpc::{
 
 use common::grpc::{COLLECT, GrpcServer, Step, UNARY, collect, frame, unary, unary_request};
 
+/// A layer that stamps no idempotency key (laid beneath the tests' policies).
+fn keyless() -> RetryLayer {
+    RetryLayer::new().policy(RetryPolicy::new().no_idempotency_key())
+}
+
 /// status layer, retry layer, body layer, channel: the whole stack.
 fn stack(channel: Channel, policy: RetryPolicy) -> IntoStatus<Retry<TonicBody<Channel>>> {
     ServiceBuilder::new()
         .layer(grpc::status_layer())
-        .layer(RetryLayer::new().no_idempotency_key().policy(policy))
+        .layer(keyless().policy(policy))
         .layer(grpc::tonic_body_layer())
         .service(channel)
 }
@@ -32,14 +37,14 @@ fn stack(channel: Channel, policy: RetryPolicy) -> IntoStatus<Retry<TonicBody<Ch
 /// The same without the status layer: what tonic makes of the layer's errors itself.
 fn bare_stack(channel: Channel, policy: RetryPolicy) -> Retry<TonicBody<Channel>> {
     ServiceBuilder::new()
-        .layer(RetryLayer::new().no_idempotency_key().policy(policy))
+        .layer(keyless().policy(policy))
         .layer(grpc::tonic_body_layer())
         .service(channel)
 }
 
 /// A policy that retries Trailers-Only UNAVAILABLE, written with today's classifier hook.
 fn retry_unavailable() -> RetryPolicy {
-    RetryPolicy::default()
+    RetryPolicy::new()
         .max_attempts(3)
         .backoff(Backoff::exponential(
             Duration::from_millis(1),
@@ -219,7 +224,7 @@ async fn a_non_retryable_code_is_returned_at_once() {
 async fn the_layers_deadline_is_deadline_exceeded() {
     let slow = || Step::Slow(Duration::from_secs(30), Box::new(Step::Ok));
     let server = GrpcServer::start([slow(), slow()]).await;
-    let policy = || RetryPolicy::default().deadline(Duration::from_millis(200));
+    let policy = || RetryPolicy::new().deadline(Duration::from_millis(200));
 
     let status = unary(stack(server.channel().await, policy()), UNARY, b"x")
         .await
@@ -307,11 +312,7 @@ async fn response_headers_are_a_failed_calls_only_channel_to_the_caller() {
             );
             response
         })
-        .layer(
-            RetryLayer::new()
-                .no_idempotency_key()
-                .policy(retry_unavailable()),
-        )
+        .layer(keyless().policy(retry_unavailable()))
         .layer(grpc::tonic_body_layer())
         .service(server.channel().await);
     let status = unary(client, UNARY, b"x").await.unwrap_err();

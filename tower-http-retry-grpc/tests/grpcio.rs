@@ -23,7 +23,7 @@ use bytes::{Bytes, BytesMut};
 use tonic::Code;
 use tower::ServiceBuilder;
 use tower_http_retry::hints::HintSource;
-use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, StopReason};
+use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, StopReason};
 use tower_http_retry_grpc::GrpcLayerExt;
 use tower_http_retry_grpc::{self as grpc, Pushback};
 
@@ -460,7 +460,8 @@ fn hedging_layer(delay: &str) -> RetryLayer {
                                "nonFatalStatusCodes": ["UNAVAILABLE"]}}}}]}}"#
     ))
     .unwrap();
-    RetryLayer::from_service_config(&config).no_budget()
+    // No budget (the config has no throttle: `no_gates` removes nothing else).
+    RetryLayer::from_service_config(&config).policy(RetryPolicy::new().no_gates())
 }
 
 /// The server's records once every call in them has ended (a cancelled one is marked when

@@ -76,6 +76,14 @@ fn refused(
     row(what, json, CCore::Refuses(says), Ours::Same(field))
 }
 
+/// The `tokenRatio` the config was read with.
+fn token_ratio(config: &ServiceConfig) -> f64 {
+    config
+        .retry_throttling()
+        .expect("retryThrottling")
+        .token_ratio
+}
+
 impl Row {
     fn checked(mut self, check: fn(&ServiceConfig)) -> Row {
         self.check = Some(check);
@@ -554,8 +562,9 @@ fn table() -> Vec<Row> {
             throttling(r#""maxTokens": 10, "tokenRatio": 0.1"#),
         )
         .checked(|c| {
-            let throttle = c.throttle().unwrap();
-            assert_eq!((throttle.max_tokens(), throttle.token_ratio()), (10.0, 0.1));
+            let throttling = c.retry_throttling().unwrap();
+            assert_eq!((throttling.max_tokens, throttling.token_ratio), (10, 0.1));
+            assert!(c.throttle().is_some());
         }),
         refused(
             "no tokens",
@@ -615,7 +624,7 @@ fn table() -> Vec<Row> {
             "a ratio with many decimals, read to three",
             throttling(r#""maxTokens": 10, "tokenRatio": 0.1239999"#),
         )
-        .checked(|c| assert_eq!(c.throttle().unwrap().token_ratio(), 0.123)),
+        .checked(|c| assert_eq!(token_ratio(c), 0.123)),
         refused(
             "a negative ratio",
             throttling(r#""maxTokens": 10, "tokenRatio": -0.5"#),
@@ -626,7 +635,7 @@ fn table() -> Vec<Row> {
             "a ratio above 1",
             throttling(r#""maxTokens": 10, "tokenRatio": 1.5"#),
         )
-        .checked(|c| assert_eq!(c.throttle().unwrap().token_ratio(), 1.5)),
+        .checked(|c| assert_eq!(token_ratio(c), 1.5)),
         row(
             "a ratio with an exponent",
             throttling(r#""maxTokens": 10, "tokenRatio": 1e-1"#),
@@ -638,12 +647,12 @@ fn table() -> Vec<Row> {
                 field: "",
             },
         )
-        .checked(|c| assert_eq!(c.throttle().unwrap().token_ratio(), 0.1)),
+        .checked(|c| assert_eq!(token_ratio(c), 0.1)),
         accepted(
             "a ratio in a string",
             throttling(r#""maxTokens": 10, "tokenRatio": "0.5""#),
         )
-        .checked(|c| assert_eq!(c.throttle().unwrap().token_ratio(), 0.5)),
+        .checked(|c| assert_eq!(token_ratio(c), 0.5)),
         refused(
             "a null ratio",
             throttling(r#""maxTokens": 10, "tokenRatio": null"#),
@@ -657,7 +666,7 @@ fn table() -> Vec<Row> {
             "field:retryThrottling error:is not an object",
         ),
         accepted("null throttling", r#"{"retryThrottling": null}"#)
-            .checked(|c| assert!(c.throttle().is_none())),
+            .checked(|c| assert!(c.throttle().is_none() && c.retry_throttling().is_none())),
         // timeout.
         accepted("a timeout", methods(r#"{"name": [{}], "timeout": "2.5s"}"#)).checked(|c| {
             assert_eq!(c.methods()[0].timeout(), Some(Duration::from_millis(2500)));

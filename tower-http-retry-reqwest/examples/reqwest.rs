@@ -120,18 +120,17 @@ async fn main() -> Result<(), BoxError> {
         .build()?;
     let service = ServiceBuilder::new()
         .layer(
-            RetryLayer::new()
-                .policy(
-                    RetryPolicy::default()
-                        .max_attempts(3)
-                        .backoff(Backoff::exponential(
-                            Duration::from_millis(50),
-                            Duration::from_secs(1),
-                        ))
-                        .deadline(Duration::from_secs(5)),
-                )
-                // This server de-duplicates its POSTs on the key.
-                .idempotency_key(IdempotencyKey::default()),
+            RetryLayer::new().policy(
+                RetryPolicy::new()
+                    .max_attempts(3)
+                    .backoff(Backoff::exponential(
+                        Duration::from_millis(50),
+                        Duration::from_secs(1),
+                    ))
+                    .deadline(Duration::from_secs(5))
+                    // This server de-duplicates its POSTs on the key.
+                    .idempotency_key(IdempotencyKey::new()),
+            ),
         )
         .service(ReqwestService::new(client));
 

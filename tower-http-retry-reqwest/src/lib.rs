@@ -129,7 +129,7 @@ pub use self::middleware::RetryMiddleware;
 ///     .build()?;
 /// let service = ServiceBuilder::new()
 ///     .layer(RetryLayer::new().policy(
-///         RetryPolicy::default()
+///         RetryPolicy::new()
 ///             .backoff(Backoff::exponential(Duration::from_millis(10), Duration::from_secs(1)))
 ///             .deadline(Duration::from_secs(10)),
 ///     ))
@@ -360,7 +360,7 @@ impl Future for ResponseFuture {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use tower_http_retry::RetryReason;
+/// use tower_http_retry::classify::RetryReason;
 ///
 /// // Port 9 on 127.0.0.1: nothing listens there.
 /// let client = reqwest::Client::builder().no_proxy().build().unwrap();
@@ -552,7 +552,12 @@ mod tests {
         *request.uri_mut() = "http://127.0.0.1:3000/b?c".parse().unwrap();
         *request.version_mut() = http::Version::HTTP_11;
         request.headers_mut().insert("x-a", "1".parse().unwrap());
-        request.extensions_mut().insert(Attempt::new(2));
+        request.extensions_mut().insert(Attempt::new(
+            2,
+            1,
+            None,
+            tower_http_retry::AttemptKind::Retry,
+        ));
         let converted = to_reqwest(&origins, request).unwrap();
         assert!(origins.0[0].get().is_some());
         assert_eq!(converted.method(), http::Method::PUT);

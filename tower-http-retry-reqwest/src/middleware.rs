@@ -36,8 +36,10 @@ use tower_http_retry::{
 /// sees what an earlier attempt left there.
 ///
 /// - A [`RetryPolicy`] in the middleware extensions (`RequestBuilder::with_extension`)
-///   overrides the layer's policy for that request, as one in the request's own
-///   extensions does.
+///   is laid over the policy of the route the request matched (the layer's, where no
+///   route matched), for that request alone, as one in the request's own extensions is:
+///   it changes what it sets and keeps the rest (`RetryPolicy::never()` sends the
+///   request once).
 /// - The response carries the [`RetryInfo`](tower_http_retry::RetryInfo) in its extensions, and its
 ///   final URL.
 /// - Errors come back as the chain below returned them (a `reqwest::Error` as
@@ -77,7 +79,7 @@ use tower_http_retry::{
 /// #     }
 /// # });
 /// let layer = RetryLayer::new().policy(
-///     RetryPolicy::default()
+///     RetryPolicy::new()
 ///         .backoff(Backoff::exponential(Duration::from_millis(10), Duration::from_secs(1)))
 ///         .deadline(Duration::from_secs(10)),
 /// );

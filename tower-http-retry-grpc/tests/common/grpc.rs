@@ -46,7 +46,7 @@ pub const OTHER_UNARY: &str = "/test.Other/Unary";
 
 /// Four attempts, 1 to 4 ms of backoff without jitter, UNAVAILABLE retried.
 pub fn quick() -> RetryPolicy {
-    RetryPolicy::default()
+    RetryPolicy::new()
         .max_attempts(4)
         .backoff(
             Backoff::exponential(Duration::from_millis(1), Duration::from_millis(4))

@@ -17,13 +17,14 @@ use http_body::Frame;
 use http_body_util::StreamBody;
 use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
+use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
-    Backoff, DeadlineExceeded, IdempotencyKey, RetryInfo, RetryLayer, RetryPolicy, RetryReason,
+    Backoff, DeadlineExceeded, IdempotencyKey, RetryInfo, RetryLayer, RetryPolicy,
 };
 use tower_http_retry_reqwest::RetryMiddleware;
 
 fn layer(max_attempts: u32) -> RetryLayer {
-    RetryLayer::new().policy(RetryPolicy::default().max_attempts(max_attempts).backoff(
+    RetryLayer::new().policy(RetryPolicy::new().max_attempts(max_attempts).backoff(
         Backoff::exponential(Duration::from_millis(5), Duration::from_millis(50)),
     ))
 }
@@ -151,7 +152,7 @@ async fn get_after_two_503s_is_one_request_above_and_three_below() {
 async fn post_carries_one_key_and_the_same_body_on_every_attempt() {
     let server = serve(first_fails_with(503)).await;
     // Keys on: this server is taken to de-duplicate on them.
-    let keyed = layer(3).idempotency_key(IdempotencyKey::default());
+    let keyed = layer(3).policy(RetryPolicy::new().idempotency_key(IdempotencyKey::default()));
     let (client, _, below) = client(keyed, None);
     let response = client
         .post(server.url("/orders"))
@@ -407,8 +408,7 @@ async fn the_deadline_comes_back_as_a_middleware_error() {
         respond(200)
     })
     .await;
-    let layer =
-        RetryLayer::new().policy(RetryPolicy::default().deadline(Duration::from_millis(100)));
+    let layer = RetryLayer::new().policy(RetryPolicy::new().deadline(Duration::from_millis(100)));
     let (client, _, _) = client(layer, None);
     let error = client.get(server.url("/slow")).send().await.unwrap_err();
     match &error {

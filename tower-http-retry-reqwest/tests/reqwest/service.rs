@@ -21,10 +21,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tower::{BoxError, Layer, Service, ServiceExt};
-use tower_http_retry::classify::{Classification, Recognized, classify_error};
-use tower_http_retry::{
-    Backoff, IdempotencyKey, Jitter, RetryInfo, RetryLayer, RetryPolicy, RetryReason,
+use tower_http_retry::classify::{
+    Classification, Classify, DefaultClassifier, Outcome, Recognized, RetryReason,
 };
+use tower_http_retry::{Backoff, IdempotencyKey, Jitter, RetryInfo, RetryLayer, RetryPolicy};
 use tower_http_retry_reqwest::ReqwestService;
 
 /// A client that never asks a proxy: every request goes straight to 127.0.0.1.
@@ -41,7 +41,7 @@ fn client_with_timeout(timeout: Duration) -> reqwest::Client {
 }
 
 fn quick(max_attempts: u32) -> RetryLayer {
-    RetryLayer::new().policy(RetryPolicy::default().max_attempts(max_attempts).backoff(
+    RetryLayer::new().policy(RetryPolicy::new().max_attempts(max_attempts).backoff(
         Backoff::exponential(Duration::from_millis(5), Duration::from_millis(50)),
     ))
 }
@@ -61,6 +61,13 @@ fn closed_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// The default classification of a failure (it reads the outcome alone: no request head
+/// is needed).
+fn classify_error(error: &(dyn StdError + 'static)) -> Classification {
+    let head = Request::new(()).into_parts().0;
+    DefaultClassifier.classify(&head, Outcome::Error(error))
 }
 
 /// The whole `source()` chain, the error itself first.
@@ -319,7 +326,7 @@ async fn post_carries_one_key_on_every_attempt() {
     let server = serve_failing_first(1, 503, 201).await;
     // Keys on: this server is taken to de-duplicate on them.
     let svc = quick(3)
-        .idempotency_key(IdempotencyKey::default())
+        .policy(RetryPolicy::new().idempotency_key(IdempotencyKey::default()))
         .layer(ReqwestService::new(client()));
     let request = Request::post(server.url("/orders"))
         .body(Full::new(Bytes::from_static(b"{\"sku\":1}")))
@@ -344,7 +351,7 @@ async fn post_carries_one_key_on_every_attempt() {
 async fn keyless_post_is_not_retried_after_a_reset() {
     let (addr, hits) = resetting_server(|n, _| n == 0).await;
     let svc = quick(3)
-        .no_idempotency_key()
+        .policy(RetryPolicy::new().no_idempotency_key())
         .layer(ReqwestService::new(client()));
     let request = Request::post(format!("http://{addr}/orders"))
         .body(Full::new(Bytes::from_static(b"{}")))
@@ -357,11 +364,14 @@ async fn keyless_post_is_not_retried_after_a_reset() {
 
 async fn keyless_post_is_retried_when_the_connection_was_refused() {
     let port = closed_port();
-    let layer = RetryLayer::new().no_idempotency_key().policy(
-        RetryPolicy::default().max_attempts(3).backoff(
-            Backoff::exponential(Duration::from_millis(150), Duration::from_secs(1))
-                .jitter(Jitter::None),
-        ),
+    let layer = RetryLayer::new().policy(
+        RetryPolicy::new()
+            .max_attempts(3)
+            .backoff(
+                Backoff::exponential(Duration::from_millis(150), Duration::from_secs(1))
+                    .jitter(Jitter::None),
+            )
+            .no_idempotency_key(),
     );
     let svc = layer.layer(ReqwestService::new(client()));
     let request = Request::post(format!("http://127.0.0.1:{port}/orders"))
@@ -556,7 +566,7 @@ async fn reqwest_timeout_is_retried() {
 async fn keyless_post_is_not_retried_after_a_reqwest_timeout() {
     let server = slow_once(Duration::from_millis(400)).await;
     let svc = quick(3)
-        .no_idempotency_key()
+        .policy(RetryPolicy::new().no_idempotency_key())
         .layer(ReqwestService::new(client_with_timeout(
             Duration::from_millis(100),
         )));
