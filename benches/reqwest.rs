@@ -295,7 +295,7 @@ impl Clients {
                     RetryPolicy::default()
                         .max_attempts(3)
                         .backoff(Backoff::exponential(Duration::ZERO, Duration::ZERO))
-                        .assume_idempotent(),
+                        .assume_idempotent(true),
                 ),
                 ReqwestService::new(reqwest_client()),
             ),

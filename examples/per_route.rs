@@ -3,7 +3,7 @@
 //! - Payments POSTs: the payments API de-duplicates on `Idempotency-Key`, so keys are on
 //!   for this route alone; 5 attempts and a budget of their own, so a payments outage
 //!   cannot drain the retries the rest of the traffic relies on.
-//! - Search POSTs: `assume_idempotent()`: a POST-based query API, retried like a GET and
+//! - Search POSTs: `assume_idempotent(true)`: a POST-based query API, retried like a GET and
 //!   sent without an idempotency key.
 //! - GETs: the layer's policy (3 attempts) and its shared budget.
 //! - Every route's policy is laid over the layer's: it inherits the layer's backoff,
@@ -117,7 +117,7 @@ async fn main() -> Result<(), BoxError> {
         )
         .route(
             RouteMatch::post().path_prefix("/v1/search"),
-            RetryPolicy::new().assume_idempotent(),
+            RetryPolicy::new().assume_idempotent(true),
         )
         .route(
             RouteMatch::get().path_prefix("/health"),

@@ -136,9 +136,10 @@ pub trait AttemptHook: Send + Sync + 'static {
 }
 
 /// A policy's hooks, at most one of each type (a second one of the same type replaces the
-/// first, so building a policy twice from one base adds nothing twice).
+/// first, so building a policy twice from one base adds nothing twice), and whether those
+/// beneath are off ([`RetryPolicy::no_hooks`](crate::RetryPolicy::no_hooks)).
 #[derive(Clone, Default)]
-pub(crate) struct Hooks(Vec<(TypeId, Arc<dyn AttemptHook>)>);
+pub(crate) struct Hooks(Vec<(TypeId, Arc<dyn AttemptHook>)>, bool);
 
 impl Hooks {
     pub(crate) fn add<H: AttemptHook>(&mut self, hook: H) {
@@ -152,6 +153,17 @@ impl Hooks {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Turns every hook beneath off, and those added so far.
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+        self.1 = true;
+    }
+
+    /// Whether the hooks beneath are off.
+    pub(crate) fn is_off(&self) -> bool {
+        self.1
     }
 
     /// Runs every hook on one attempt's headers.
@@ -169,8 +181,12 @@ impl Hooks {
             .min()
     }
 
-    /// These hooks, then `other`'s (one of a type `other` has replaces this one's).
+    /// These hooks, then `other`'s (one of a type `other` has replaces this one's; all of
+    /// these when `other` turned those beneath off).
     pub(crate) fn then(&self, other: &Hooks) -> Hooks {
+        if other.1 {
+            return other.clone();
+        }
         let mut all = self.clone();
         for (id, hook) in &other.0 {
             match all.0.iter_mut().find(|(kind, _)| kind == id) {

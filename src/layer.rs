@@ -127,7 +127,7 @@ impl RetryLayer {
     ///     // 5 attempts, with the layer's deadline and attempt timeout.
     ///     .route(RouteMatch::post().path_prefix("/v1/payments"), RetryPolicy::new().max_attempts(5))
     ///     // A POST that may be repeated: retried like a GET, with no key.
-    ///     .route(RouteMatch::post().path_prefix("/v1/search"), RetryPolicy::new().assume_idempotent());
+    ///     .route(RouteMatch::post().path_prefix("/v1/search"), RetryPolicy::new().assume_idempotent(true));
     /// # let _ = layer;
     /// ```
     pub fn route(self, route: RouteMatch, policy: RetryPolicy) -> Self {

@@ -429,11 +429,15 @@ impl RetryPolicy {
     /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
     ///
     /// let layer = RetryLayer::new()
-    ///     .route(RouteMatch::post().path_prefix("/v1/search"), RetryPolicy::new().assume_idempotent());
+    ///     .route(RouteMatch::post().path_prefix("/v1/search"), RetryPolicy::new().assume_idempotent(true));
     /// # let _ = layer;
     /// ```
-    pub fn assume_idempotent(mut self) -> Self {
-        self.assume_idempotent = Some(true);
+    ///
+    /// `assume_idempotent(false)` takes the declaration back for a route under a policy
+    /// that made it (a plain POST route under a gRPC layer, for instance): its requests are
+    /// judged by their method and key again.
+    pub fn assume_idempotent(mut self, repeatable: bool) -> Self {
+        self.assume_idempotent = Some(repeatable);
         self
     }
 
@@ -450,16 +454,19 @@ impl RetryPolicy {
     ///
     /// Even with `max_attempts(1)` the body is then kept for that one replay. After
     /// [`never()`](Self::never) it turns retries back on, with one attempt.
+    /// `transparent_retry(false)` turns it off for a policy laid over one that has it.
     ///
     /// ```
     /// use tower_http_retry::RetryPolicy;
     ///
-    /// let policy = RetryPolicy::new().max_attempts(1).transparent_retry();
+    /// let policy = RetryPolicy::new().max_attempts(1).transparent_retry(true);
     /// # let _ = policy;
     /// ```
-    pub fn transparent_retry(mut self) -> Self {
-        self.transparent = Some(true);
-        self.never = Some(false);
+    pub fn transparent_retry(mut self, on: bool) -> Self {
+        self.transparent = Some(on);
+        if on {
+            self.never = Some(false);
+        }
         self
     }
 
@@ -529,6 +536,28 @@ impl RetryPolicy {
     /// ```
     pub fn on_attempt<H: AttemptHook>(mut self, hook: H) -> Self {
         self.hooks.add(hook);
+        self
+    }
+
+    /// No hook but those this policy adds itself after this call: the hooks of the
+    /// policies beneath do not run on its requests (the layer's
+    /// [attempt header](crate::RetryLayer::attempt_header) still does).
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
+    ///
+    /// # struct Metadata;
+    /// # impl tower_http_retry::AttemptHook for Metadata {
+    /// #     fn before_attempt(&self, _: &tower_http_retry::Attempt, _: &mut http::HeaderMap) {}
+    /// # }
+    /// let layer = RetryLayer::new()
+    ///     .policy(RetryPolicy::new().on_attempt(Metadata))
+    ///     // A third-party API that must not see the internal metadata.
+    ///     .route(RouteMatch::any().path_prefix("/partner"), RetryPolicy::new().no_hooks());
+    /// # let _ = layer;
+    /// ```
+    pub fn no_hooks(mut self) -> Self {
+        self.hooks.clear();
         self
     }
 
@@ -754,6 +783,9 @@ impl fmt::Debug for RetryPolicy {
             Some(KeySetting::Off(_)) => field("idempotency_key", &format_args!("None")),
             None => {}
         }
+        if self.hooks.is_off() {
+            field("no_hooks", &true);
+        }
         if !self.hooks.is_empty() {
             field("hooks", &self.hooks);
         }
@@ -900,7 +932,7 @@ mod tests {
     fn never_is_absolute_wherever_it_is_laid() {
         let base = RetryPolicy::new()
             .max_attempts(4)
-            .transparent_retry()
+            .transparent_retry(true)
             .hedge(Hedging::after(Duration::from_millis(20)));
         assert!(plan(base.clone()).hedging.is_some());
         let never = plan(base.then(&RetryPolicy::never()));
@@ -942,7 +974,7 @@ mod tests {
                 .settings()
                 .never
         );
-        let one = RetryPolicy::never().transparent_retry().settings();
+        let one = RetryPolicy::never().transparent_retry(true).settings();
         assert!(!one.never && !one.sends_once() && one.transparent);
         assert_eq!(one.max_attempts, 1);
     }
@@ -951,6 +983,29 @@ mod tests {
     fn one_attempt_is_not_never() {
         let one = RetryPolicy::new().max_attempts(1).settings();
         assert!(!one.never && one.sends_once());
+        // Settings that turn retries on turn `never()` off, in the same policy too.
+        let again = RetryPolicy::never().max_attempts(3).settings();
+        assert!(!again.never && !again.sends_once());
+        assert!(
+            !RetryPolicy::never()
+                .transparent_retry(true)
+                .settings()
+                .never
+        );
+        // Turning transparent retries off leaves a `never()` policy never.
+        assert!(
+            RetryPolicy::never()
+                .transparent_retry(false)
+                .settings()
+                .never
+        );
+        // The rest of a `never()` policy's settings keep it off.
+        let still = RetryPolicy::never()
+            .no_gates()
+            .assume_idempotent(true)
+            .settings();
+        assert!(still.never && still.sends_once() && still.max_attempts == 1);
+        assert!(!RetryPolicy::new().settings().sends_once());
     }
 
     #[test]
@@ -968,12 +1023,14 @@ mod tests {
         let (key, header) = keyed.then(&RetryPolicy::new().no_idempotency_key()).key();
         assert!(key.is_none());
         assert_eq!(header, "x-key");
-        let (key, header) = keyed.then(&RetryPolicy::new().assume_idempotent()).key();
+        let (key, header) = keyed
+            .then(&RetryPolicy::new().assume_idempotent(true))
+            .key();
         assert!(key.is_none());
         assert_eq!(header, "x-key");
         // Declared repeatable with a key of its own: that key.
         let own = RetryPolicy::new()
-            .assume_idempotent()
+            .assume_idempotent(true)
             .idempotency_key(IdempotencyKey::new());
         let (key, header) = keyed.then(&own).key();
         assert!(key.is_some());

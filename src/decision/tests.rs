@@ -565,7 +565,7 @@ fn a_transparent_retry_waits_nothing_is_not_counted_and_is_paid_for() {
         .token_ratio(1.0)
         .build();
     let plan = gated(
-        policy().max_attempts(1).transparent_retry(),
+        policy().max_attempts(1).transparent_retry(true),
         Some(budget.clone()),
         Some(throttle.clone()),
     );
@@ -625,7 +625,7 @@ fn decorrelated_jitter_goes_on_from_the_wait_slept_not_a_transparent_one() {
     let plan = plan(
         RetryPolicy::default()
             .max_attempts(5)
-            .transparent_retry()
+            .transparent_retry(true)
             .backoff(backoff)
             .rng_seed(7),
     );
@@ -1338,13 +1338,17 @@ fn how_a_request_may_be_repeated_is_decided_from_its_plan_method_and_key() {
     use http::Method;
 
     let plain = plan(policy());
-    let declared = plan(policy().assume_idempotent());
+    let declared = plan(policy().assume_idempotent(true));
     let hedging = plan(policy().hedge(Hedging::after(10 * MS)));
-    let hedging_declared = plan(policy().hedge(Hedging::after(10 * MS)).assume_idempotent());
+    let hedging_declared = plan(
+        policy()
+            .hedge(Hedging::after(10 * MS))
+            .assume_idempotent(true),
+    );
     let once = plan(policy().max_attempts(1));
     let never = plan(RetryPolicy::never());
     let hedging_once = plan(policy().max_attempts(1).hedge(Hedging::after(10 * MS)));
-    let transparent_once = plan(policy().max_attempts(1).transparent_retry());
+    let transparent_once = plan(policy().max_attempts(1).transparent_retry(true));
     let query = Method::from_bytes(b"QUERY").unwrap();
     let cases = [
         (&plain, Method::GET, false, Repeat::Retry),

@@ -482,6 +482,8 @@ mod tests {
             ),
             "{text}"
         );
+        assert!(message(0.1, 10.0, f64::from(u32::MAX)).contains("max_tokens is 4294967295"));
+        assert_eq!(budget(0.1, 10.0, 67_108.863).tokens(), 67_108.863);
     }
 
     #[test]
@@ -503,15 +505,21 @@ mod tests {
 
     #[test]
     fn ratios_count_as_the_thousandths_they_were_written_as() {
-        for k in (0..=1_000_000_u64).step_by(7) {
+        // Every ratio the budget takes, through the check the builder runs; then a few
+        // through a whole budget.
+        let max = (MAX_RATIO * UNITS_PER_TOKEN as f64) as u64;
+        for k in 0..=1_000_000_u64 {
             let ratio = k as f64 / 1_000.0;
-            assert_eq!(
-                budget(ratio, 0.0, 1.0).inner.deposit_units,
-                k,
-                "ratio {ratio}"
-            );
+            assert_eq!(amount_units("ratio", ratio, max), Ok(k), "ratio {ratio}");
         }
-        for (ratio, units) in [(0.57, 570), (1.001, 1_001), (0.0015, 1), (1.0 / 3.0, 333)] {
+        for (ratio, units) in [
+            (0.57, 570),
+            (1.001, 1_001),
+            (0.0015, 1),
+            (0.1239, 123),
+            (1.0 / 3.0, 333),
+            (999.999, 999_999),
+        ] {
             assert_eq!(budget(ratio, 0.0, 1.0).inner.deposit_units, units);
         }
     }

@@ -443,7 +443,7 @@ async fn a_keyed_post_is_retried_not_hedged_unless_the_policy_assumes_idempotenc
     assert_eq!(kinds(record), [AttemptKind::Retry]);
 
     let server = Timeline::new(&[answer(1_200, 200)]);
-    let response = a6(RetryPolicy::default().assume_idempotent())
+    let response = a6(RetryPolicy::default().assume_idempotent(true))
         .layer(server.clone())
         .oneshot(post())
         .await
@@ -480,7 +480,7 @@ async fn hedges_go_at_their_delay_while_a_body_of_unknown_size_arrives() {
     let request = Request::put("http://127.0.0.1/doc")
         .body(slow_body(&[(0, "a"), (300, "b"), (800, "c")]))
         .unwrap();
-    let response = a6(RetryPolicy::default().assume_idempotent())
+    let response = a6(RetryPolicy::default().assume_idempotent(true))
         .layer(server.clone())
         .oneshot(request)
         .await
@@ -501,7 +501,7 @@ async fn attempts_that_cannot_follow_a_body_past_the_cap_are_dropped() {
     let request = Request::put("http://127.0.0.1/doc")
         .body(slow_body(&[(0, "0123456789"), (700, "0123456789")]))
         .unwrap();
-    let response = a6(RetryPolicy::default().assume_idempotent())
+    let response = a6(RetryPolicy::default().assume_idempotent(true))
         .max_replay_bytes(15)
         .layer(server.clone())
         .oneshot(request)
@@ -533,7 +533,7 @@ async fn no_hedge_follows_a_body_over_the_replay_cap() {
     let request = Request::put("http://127.0.0.1/doc")
         .body(slow_body(&[(0, "0123456789"), (100, "0123456789")]))
         .unwrap();
-    let response = a6(RetryPolicy::default().assume_idempotent())
+    let response = a6(RetryPolicy::default().assume_idempotent(true))
         .max_replay_bytes(15)
         .layer(server.clone())
         .oneshot(request)
@@ -752,7 +752,7 @@ impl<B: http_body::Body + Unpin> http_body::Body for Bounded<B> {
 async fn a_hedge_goes_at_its_delay_though_the_first_attempt_never_read_its_body() {
     for streaming in [false, true] {
         let server = Timeline::new(&[stuck(2_000, 200), answer(2, 200)]);
-        let layer = a6(RetryPolicy::default().assume_idempotent());
+        let layer = a6(RetryPolicy::default().assume_idempotent(true));
         let response = if streaming {
             let body = Bounded(slow_body(&[(0, "hello "), (10, "world")]), 64);
             let request = Request::put("http://127.0.0.1/doc").body(body).unwrap();
@@ -789,7 +789,7 @@ async fn attempts_that_share_a_body_each_send_all_of_it() {
     let server = Timeline::new(&[stuck(700, 503), stuck(100, 503), answer(50, 200)]);
     let body = Bounded(slow_body(&[(0, "a"), (300, "b"), (650, "c")]), 64);
     let request = Request::put("http://127.0.0.1/doc").body(body).unwrap();
-    let response = a6(RetryPolicy::default().assume_idempotent())
+    let response = a6(RetryPolicy::default().assume_idempotent(true))
         .layer(server.clone())
         .oneshot(request)
         .await
@@ -817,7 +817,7 @@ async fn only_safe_methods_and_declared_policies_are_hedged() {
         for declared in [false, true] {
             let server = Timeline::new(&[answer(1_200, 200)]);
             let policy = match declared {
-                true => RetryPolicy::default().assume_idempotent(),
+                true => RetryPolicy::default().assume_idempotent(true),
                 false => RetryPolicy::default(),
             };
             let request = Request::builder()

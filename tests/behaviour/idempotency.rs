@@ -458,12 +458,12 @@ async fn an_assumed_idempotent_route_gets_no_key_unless_it_configures_one() {
         .policy(base())
         .route(
             RouteMatch::post().path_prefix("/search"),
-            base().assume_idempotent(),
+            base().assume_idempotent(true),
         )
         .route(
             RouteMatch::post().path_prefix("/import"),
             base()
-                .assume_idempotent()
+                .assume_idempotent(true)
                 .idempotency_key(IdempotencyKey::default()),
         );
 
@@ -494,7 +494,7 @@ async fn an_assumed_idempotent_request_policy_is_retried_without_a_key() {
     ] {
         let mock = Mock::statuses(&[503]);
         let mut req = request(Method::POST, "http://h/rpc/Lookup", b"id=7");
-        req.extensions_mut().insert(base().assume_idempotent());
+        req.extensions_mut().insert(base().assume_idempotent(true));
         let response = layer.layer(mock.clone()).oneshot(req).await.unwrap();
         assert_eq!(response.status(), 200, "{layer:?}");
         assert_eq!(mock.calls(), 2);
@@ -589,7 +589,7 @@ async fn per_route_keys_against_a_real_server() {
         )
         .route(
             RouteMatch::post().path_prefix("/search"),
-            quick.clone().assume_idempotent(),
+            quick.clone().assume_idempotent(true),
         )
         .layer(client());
     let post = |path: &str| {

@@ -100,7 +100,7 @@ async fn a_transparent_retry_costs_the_quota_nothing() {
     let quota = RetryQuota::builder().max_tokens(100.0).build();
     let client = RetryLayer::new()
         .policy(RetryPolicy::new().no_gates().gate(quota.clone()))
-        .policy(policy(3).transparent_retry())
+        .policy(policy(3).transparent_retry(true))
         .layer(client(Proto::H2));
     let request = http::Request::get(server.url("/"))
         .body(Script::empty())

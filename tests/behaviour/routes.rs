@@ -404,7 +404,7 @@ async fn never_in_a_request_turns_off_its_routes_hedging_and_transparent_retries
         )
         .route(
             RouteMatch::get().path_prefix("/transparent"),
-            RetryPolicy::new().max_attempts(1).transparent_retry(),
+            RetryPolicy::new().max_attempts(1).transparent_retry(true),
         );
     let never = |uri: &str| {
         let mut request = common::get(uri);
@@ -556,4 +556,93 @@ async fn a_routes_gates_replace_their_kinds_and_no_gates_drops_the_layers() {
         (3, StopReason::MaxAttempts)
     );
     assert_eq!(drained.tokens(), 0.0);
+}
+
+/// Writes `x-layer-hook` on every attempt.
+struct LayerHook;
+
+impl tower_http_retry::AttemptHook for LayerHook {
+    fn before_attempt(&self, _: &tower_http_retry::Attempt, headers: &mut http::HeaderMap) {
+        headers.insert("x-layer-hook", http::HeaderValue::from_static("1"));
+    }
+}
+
+/// What the layer's policy turns on (as a gRPC layer does for its calls: requests declared
+/// repeatable, a hook, transparent retries), a route takes back with
+/// `assume_idempotent(false)`, `no_hooks()` and `transparent_retry(false)`.
+#[tokio::test(start_paused = true)]
+async fn a_route_takes_back_what_the_layers_policy_turned_on() {
+    let reset = || std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+    let layer = RetryLayer::new()
+        .policy(
+            RetryPolicy::new()
+                .assume_idempotent(true)
+                .on_attempt(LayerHook)
+                .backoff(fixed_backoff()),
+        )
+        .route(
+            RouteMatch::any().path_prefix("/plain"),
+            RetryPolicy::new().assume_idempotent(false).no_hooks(),
+        );
+    // A keyless POST whose connection was reset: repeatable under the layer's policy, so
+    // sent again; on the plain route it may have been applied, so it is not.
+    for (uri, calls, hooked) in [("http://h/rpc", 2, true), ("http://h/plain", 1, false)] {
+        let mock = common::Mock::new([common::Reply::error(reset)]);
+        let result = layer
+            .layer(mock.clone())
+            .oneshot(common::request(Method::POST, uri, b"{}"))
+            .await;
+        assert_eq!(mock.calls(), calls, "{uri}");
+        let seen = mock.seen();
+        assert!(
+            seen.iter()
+                .all(|s| s.headers.contains_key("x-layer-hook") == hooked),
+            "{uri}: {seen:?}"
+        );
+        match calls {
+            2 => assert_eq!(result.unwrap().status(), 200),
+            _ => {
+                let error = result.unwrap_err();
+                let retry = error.downcast_ref::<RetryError>().expect("{error}");
+                assert_eq!(retry.info().stop(), StopReason::NotIdempotent);
+            }
+        }
+    }
+
+    // A stream refused before the server saw it: sent again at once outside the count
+    // under the layer's policy, returned on the route that turned that off.
+    let layer = RetryLayer::new()
+        .policy(RetryPolicy::new().max_attempts(1).transparent_retry(true))
+        .route(
+            RouteMatch::get().path_prefix("/plain"),
+            RetryPolicy::new().transparent_retry(false),
+        );
+    let refused_then_200 = || {
+        counting(Duration::ZERO, |n| match n {
+            0 => Err(Recognized::new(
+                std::io::Error::other("refused stream"),
+                Some(RetryReason::RefusedStream),
+            )
+            .into()),
+            _ => Ok(200),
+        })
+    };
+    let (calls, server) = refused_then_200();
+    let response = layer
+        .layer(server)
+        .oneshot(common::get("http://h/rpc"))
+        .await
+        .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let kinds: Vec<_> = info(&response).retries().iter().map(|r| r.kind).collect();
+    assert_eq!(kinds, [AttemptKind::Transparent]);
+    let (calls, server) = refused_then_200();
+    let error = layer
+        .layer(server)
+        .oneshot(common::get("http://h/plain"))
+        .await
+        .unwrap_err();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let retry = error.downcast_ref::<RetryError>().expect("{error}");
+    assert_eq!(retry.info().retries().len(), 0, "{:?}", retry.info());
 }

@@ -265,7 +265,7 @@ async fn hedged_when_assumed(proto: Proto, write: Write, run: usize) {
     let server = resource_server(proto).await;
     let context = format!("{proto:?} {write:?} run {run}");
     let response = RetryLayer::new()
-        .policy(hedging().assume_idempotent())
+        .policy(hedging().assume_idempotent(true))
         .layer(warm_client(proto, &server).await)
         .oneshot(write.request(&server))
         .await
@@ -507,7 +507,7 @@ where
         apply(req, &log, 200).await
     })
     .await;
-    let layer = RetryLayer::new().policy(hedging().assume_idempotent());
+    let layer = RetryLayer::new().policy(hedging().assume_idempotent(true));
     let request = Request::builder()
         .method(method.clone())
         .uri(server.url(DOC))

@@ -44,7 +44,7 @@ fn layer() -> RetryLayer {
         .policy(
             RetryPolicy::default()
                 .max_attempts(2)
-                .assume_idempotent()
+                .assume_idempotent(true)
                 .hedge(Hedging::after(Duration::from_millis(40))),
         )
 }

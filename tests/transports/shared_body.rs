@@ -87,7 +87,7 @@ fn steps(trailers: bool) -> Vec<Step> {
 fn policy() -> RetryPolicy {
     RetryPolicy::default()
         .max_attempts(3)
-        .assume_idempotent()
+        .assume_idempotent(true)
         .hedge(Hedging::after(Duration::from_millis(5)))
 }
 
@@ -506,7 +506,7 @@ async fn a_body_error_read_by_an_answered_attempt_ends_the_request() {
         .policy(
             RetryPolicy::default()
                 .max_attempts(2)
-                .assume_idempotent()
+                .assume_idempotent(true)
                 .hedge(Hedging::after(Duration::from_millis(5))),
         );
     let request = Request::put("http://127.0.0.1/doc")
@@ -647,7 +647,7 @@ fn body_error_after_an_early_answer(proto: Proto) {
                     .policy(
                         RetryPolicy::default()
                             .max_attempts(2)
-                            .assume_idempotent()
+                            .assume_idempotent(true)
                             .hedge(Hedging::after(Duration::from_millis(5))),
                     );
                 let request = Request::put(server.url("/doc"))
@@ -691,7 +691,7 @@ async fn an_answered_attempt_that_cannot_follow_a_body_past_the_cap_never_ends_i
         .policy(
             RetryPolicy::default()
                 .max_attempts(2)
-                .assume_idempotent()
+                .assume_idempotent(true)
                 .hedge(Hedging::after(Duration::from_millis(5))),
         );
     let body = common::transport::Script::new(&[

@@ -379,7 +379,14 @@ impl MethodConfig {
     /// }]}"#).unwrap();
     /// let policy = config.methods()[0].policy();
     /// // 4 attempts, A6's backoff, a 2 s deadline, gRPC's rules, no hedging.
-    /// println!("{policy:?}");
+    /// let backoff = config.methods()[0].retry().unwrap().backoff();
+    /// assert_eq!(backoff.ceiling(1), std::time::Duration::from_millis(100));
+    /// assert_eq!(backoff.ceiling(2), std::time::Duration::from_millis(150));
+    /// let shown = format!("{policy:?}");
+    /// assert!(shown.starts_with("RetryPolicy { max_attempts: 4, "), "{shown}");
+    /// assert!(shown.contains(&format!("backoff: {backoff:?}")), "{shown}");
+    /// assert!(shown.contains("deadline: Some(2s)"), "{shown}");
+    /// assert!(shown.contains("transparent_retry: true, hedging: None"), "{shown}");
     /// ```
     pub fn policy(&self) -> RetryPolicy {
         let policy = match (&self.retry, &self.hedging) {

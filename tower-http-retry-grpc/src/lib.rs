@@ -381,7 +381,11 @@ pub trait GrpcPolicyExt: sealed::Sealed {
     /// let policy = RetryPolicy::new().grpc_codes([Code::Unavailable, Code::ResourceExhausted]);
     /// // What it sets: the classifier, the metadata hook, repeatable calls without a key,
     /// // the transparent retry.
-    /// println!("{policy:?}");
+    /// assert_eq!(
+    ///     format!("{policy:?}"),
+    ///     "RetryPolicy { classifier: custom, assume_idempotent: true, \
+    ///      idempotency_key: None, hooks: Hooks { count: 1 }, transparent_retry: true }"
+    /// );
     /// ```
     fn grpc_codes(self, codes: impl IntoIterator<Item = Code>) -> RetryPolicy;
 }
@@ -390,8 +394,8 @@ impl GrpcPolicyExt for RetryPolicy {
     fn grpc_codes(self, codes: impl IntoIterator<Item = Code>) -> RetryPolicy {
         self.custom_classifier(StatusClassifier::new(codes))
             .on_attempt(GrpcMetadata)
-            .transparent_retry()
-            .assume_idempotent()
+            .transparent_retry(true)
+            .assume_idempotent(true)
             .no_idempotency_key()
     }
 }
@@ -407,8 +411,10 @@ pub trait GrpcLayerExt: sealed::Sealed {
     /// Policies given to the layer afterwards are laid over that one: a
     /// [`policy`](RetryLayer::policy) changes what it sets for every call, a
     /// [`route`](RetryLayer::route)'s for the calls it matches, and both keep gRPC's rules
-    /// unless they set codes of their own. A6's throttle is a gate of the layer's policy
-    /// (beside the layer's budget):
+    /// unless they set codes of their own. (A route for plain HTTP under this layer takes
+    /// them back with `RetryPolicy::new().custom_classifier(DefaultClassifier)
+    /// .assume_idempotent(false).transparent_retry(false).no_hooks()`; a layer of its own is
+    /// simpler.) A6's throttle is a gate of the layer's policy (beside the layer's budget):
     ///
     /// ```
     /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch, Throttle};

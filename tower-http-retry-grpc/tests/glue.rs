@@ -50,7 +50,7 @@ fn retry_unavailable() -> RetryPolicy {
             Duration::from_millis(1),
             Duration::from_millis(5),
         ))
-        .assume_idempotent()
+        .assume_idempotent(true)
         .classifier(|_, outcome| match outcome {
             Outcome::Response { headers, .. }
                 if trailers_only_code(headers) == Some(Code::Unavailable) =>
