@@ -77,11 +77,18 @@ pub(crate) struct Plan {
     /// Whether outcomes are classified by the default table (no custom classifier), under
     /// which every 2xx response is a success, and no gate needs telling of one.
     plain_successes: bool,
-    /// Whether a gate keeps its state per authority: each request finds its own first.
-    pub(crate) partitioned: bool,
-    /// Whether a request sent once (one attempt, not `never()`) has its outcome reported
-    /// to a gate that hears outcomes (a throttle, a quota).
+    /// Whether a request needs gates of its own: a gate keeps its state per authority
+    /// (each request finds its own first), or counts what is in flight.
+    pub(crate) own_gates: bool,
+    /// Whether a request sent once goes the watched way: a gate hears its outcome (a
+    /// throttle, a quota) or paces first attempts, unless it is `never()`; or a gate counts
+    /// what is in flight.
     pub(crate) reports_once: bool,
+    /// Whether a gate paces first attempts (not under `never()`): each is asked first.
+    pub(crate) asks_first: bool,
+    /// Whether a retryable request's first attempt goes out of line: a gate paces first
+    /// attempts or counts what is in flight.
+    pub(crate) watched: bool,
     /// The latencies of the route's attempts, for hedging by percentile: made with the plan
     /// when its policy hedges so, else when a request's own policy first needs it.
     latency: OnceLock<Arc<LatencyRecord>>,
@@ -129,8 +136,11 @@ impl Plan {
         Self {
             latency,
             plain_successes: !policy.has_custom_classifier() && !gates.hears_outcomes(),
-            partitioned: gates.partitioned(),
-            reports_once: !policy.never && gates.hears_outcomes(),
+            own_gates: gates.needs_own(),
+            reports_once: (!policy.never && (gates.hears_outcomes() || gates.asks_first()))
+                || gates.hears_flight(),
+            asks_first: !policy.never && gates.asks_first(),
+            watched: gates.asks_first() || gates.hears_flight(),
             merged,
             policy,
             gates,

@@ -12,7 +12,7 @@ use crate::backoff::JitterRng;
 use crate::classify::{Classification, RetryReason};
 use crate::config::Plan;
 use crate::error::{AttemptTimedOut, DeadlineExceeded, ServiceNotReady};
-use crate::gate::{Ask, Gates, Heard, Ticket};
+use crate::gate::{Admitted, Ask, Gates, Heard, Ticket};
 use crate::hints::Hint;
 use crate::hook::{Attempt, AttemptKind};
 use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
@@ -458,12 +458,49 @@ pub(crate) fn ready_failed(limits: &Limits, now: impl FnOnce() -> Instant, info:
 
 /// The first attempt, for the hooks: no clock is read for it.
 pub(crate) fn first_attempt(limits: &Limits) -> Attempt {
+    first_attempt_at(limits, None)
+}
+
+/// The first attempt, sent at `now` (after a wait a gate asked for), else at the start.
+pub(crate) fn first_attempt_at(limits: &Limits, now: Option<Instant>) -> Attempt {
     Attempt {
         number: 1,
         counted_before: 0,
-        time_left: limits.time_left(None),
+        time_left: limits.time_left(now),
         kind: AttemptKind::First,
     }
+}
+
+/// Books that no attempt is sent, for `stop` (a gate refused the first attempt, or the
+/// deadline leaves no time for the wait one asked of it); the caller's error.
+pub(crate) fn first_refused(limits: &Limits, stop: StopReason, info: &mut RetryInfo) -> BoxError {
+    info.set_unsent(stop);
+    match stop {
+        StopReason::Deadline => limits.deadline_exceeded(0),
+        _ => Box::new(crate::error::Refused::new(stop)),
+    }
+}
+
+/// Asks the gates that pace first attempts for one, before it is sent at `now`: `Ok(None)`
+/// to send it at once; `Ok(Some)` with what they took, to send it after their wait, which
+/// the deadline leaves time for; or why it is not sent (what was taken given back).
+pub(crate) fn admit_first(
+    gates: &Gates,
+    limits: &Limits,
+    now: Instant,
+) -> Result<Option<Admitted>, StopReason> {
+    let admitted = gates.admit(Ask::First)?;
+    if admitted.wait.is_zero() {
+        return Ok(None);
+    }
+    if limits
+        .deadline()
+        .is_some_and(|deadline| leaves_no_time(now, admitted.wait, deadline))
+    {
+        gates.release(&admitted);
+        return Err(StopReason::Deadline);
+    }
+    Ok(Some(admitted))
 }
 
 /// What an outcome's classification and the request allow, before any wait is chosen.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tower::BoxError;
 
-use crate::info::RetryInfo;
+use crate::info::{RetryInfo, StopReason};
 use crate::reason::{Recognized, RetryReason};
 
 /// The error a [`Retry`](crate::Retry) service returns: the last attempt's error, with the
@@ -371,6 +371,34 @@ impl fmt::Display for ServiceNotReady {
 }
 
 impl std::error::Error for ServiceNotReady {}
+
+/// A request the client's own gates refused to send: not one attempt went out, so the
+/// server never saw it and nothing is retried. The record says why
+/// ([`RetryInfo::stop`](crate::RetryInfo::stop)).
+// Crate-private while no public kind of gate refuses a first attempt (only the tests' does):
+// it becomes public with the first that does, so that callers can tell it apart.
+#[derive(Debug, Clone)]
+pub(crate) struct Refused {
+    stop: StopReason,
+}
+
+impl Refused {
+    pub(crate) fn new(stop: StopReason) -> Self {
+        Self { stop }
+    }
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "request not sent: the client's own limit refused it ({})",
+            self.stop
+        )
+    }
+}
+
+impl std::error::Error for Refused {}
 
 /// A configuration value was refused at construction: the one error type of every `try_`
 /// constructor ([`RetryPolicy::try_max_attempts`](crate::RetryPolicy::try_max_attempts),

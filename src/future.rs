@@ -12,6 +12,11 @@
 //               │                  ▼
 //           Readying ◄── timer ── Waiting
 //
+// Before the first attempt, a gate that paces first attempts may ask it to wait
+// (`Admitting`, holding the request and the service `poll_ready` readied, until the timer
+// fires; then the attempt is sent and the request goes on as above) or refuse it
+// (`Refused`: nothing is sent).
+//
 // Each state holds its own data: the retry context (`Retrying`) while the request may
 // still be retried, and, from its first retry on, the boxed `Later` (the retry's service
 // and the decisions' course). One timer serves every state (hedging, with several attempts
@@ -38,12 +43,12 @@ use tower_service::Service;
 use crate::classify::Outcome as Seen;
 use crate::config::Plan;
 use crate::decision::{self, Answer, Course, Expired, Facts, Limits, Outcome, RELEASE_GRACE};
-use crate::error::{DeadlineExceeded, RetryError, ServiceNotReady};
-use crate::gate::Gates;
+use crate::error::{DeadlineExceeded, Refused, RetryError, ServiceNotReady};
+use crate::gate::{Admitted, Ask, Gates, Own, Presence, Reserved};
 use crate::head::Head;
 use crate::hints::Hint;
 use crate::hook::Attempt;
-use crate::info::{AttemptOutcome, RetryInfo};
+use crate::info::{AttemptOutcome, RetryInfo, StopReason};
 use crate::replay::{BodyWatch, NotReplayable, Replay, ReplayBody};
 use crate::trace::Trace;
 
@@ -86,6 +91,11 @@ pin_project! {
         Readying { retry: Retrying<S, B>, later: Box<Later<S>> },
         // A hedged request: its attempts, all boxed, in flight together.
         Hedged { flight: Box<hedge::Flight<F, S, B, R>> },
+        // A first attempt a gate asked to wait, held until the timer fires.
+        Admitting { held: Box<Held<S, B>> },
+        // A first attempt the gates refused (or whose wait the deadline leaves no time
+        // for): nothing is sent.
+        Refused { stop: StopReason },
         Done,
     }
 }
@@ -122,8 +132,8 @@ pub(crate) struct Retrying<S, B> {
     pub(crate) replay: Replay<B>,
     /// The request's policy, resolved once when it was called.
     pub(crate) plan: Arc<Plan>,
-    /// The gates of the request's authority, when the plan keeps gates per authority.
-    pub(crate) partition: Option<Box<Gates>>,
+    /// The request's own gates, when it needs any.
+    pub(crate) own: Option<Box<Own>>,
     /// Whether any retryable outcome may be retried, else only one the server never saw
     /// ([`decision::repeat`]).
     pub(crate) any_outcome: bool,
@@ -158,11 +168,13 @@ impl<S, B> Retrying<S, B> {
 /// but for a classifier that reads the request, no replay state.
 pub(crate) struct Report {
     plan: Arc<Plan>,
-    partition: Option<Box<Gates>>,
+    own: Option<Box<Own>>,
     /// The request's head, for a classifier that reads it.
     parts: Option<Box<http::request::Parts>>,
     /// Whether the caller's body failed: that error is the caller's, and no gate hears it.
     body: BodyWatch,
+    /// Whether the outcome is told (not under `never()`, nor for a `CONNECT`).
+    told: bool,
 }
 
 impl Report {
@@ -182,20 +194,25 @@ impl Report {
 
     pub(crate) fn new(
         plan: Arc<Plan>,
-        partition: Option<Box<Gates>>,
+        own: Option<Box<Own>>,
         parts: Option<Box<http::request::Parts>>,
         body: BodyWatch,
+        told: bool,
     ) -> Self {
         Self {
             plan,
-            partition,
+            own,
             parts,
             body,
+            told,
         }
     }
 
     /// Tells the gates of the one attempt's outcome.
     fn hear<RB>(&self, result: &Result<Response<RB>, BoxError>) {
+        if !self.told {
+            return;
+        }
         let seen = match result {
             Ok(response) => Seen::Response {
                 status: response.status(),
@@ -206,9 +223,129 @@ impl Report {
             Err(error) => Seen::Error(&**error),
         };
         let verdict = self.plan.policy.classify_parts(self.parts.as_deref(), seen);
-        let gates = self.partition.as_deref().unwrap_or(&self.plan.gates);
+        let gates = Own::gates(&self.own, &self.plan.gates);
         decision::sent_once(gates, verdict);
     }
+}
+
+/// What a first attempt that a gate paces becomes once it is sent.
+pub(crate) enum Then<S, B> {
+    /// The one attempt of a request sent once.
+    Once(Report),
+    /// The first attempt of a request that may be retried, and whether it is hedged.
+    Retrying(Retrying<S, B>, bool),
+}
+
+impl<S, B> Then<S, B> {
+    fn plan(&self) -> &Plan {
+        match self {
+            Then::Once(report) => &report.plan,
+            Then::Retrying(retry, _) => &retry.plan,
+        }
+    }
+
+    /// The request's place in the gates that count what is in flight, if one does.
+    fn presence(&mut self) -> Option<&mut Presence> {
+        match self {
+            Then::Once(report) => Own::presence(&mut report.own),
+            Then::Retrying(retry, _) => Own::presence(&mut retry.own),
+        }
+    }
+
+    /// The request's gates.
+    pub(crate) fn gates(&self) -> &Gates {
+        let own = match self {
+            Then::Once(report) => &report.own,
+            Then::Retrying(retry, _) => &retry.own,
+        };
+        Own::gates(own, &self.plan().gates)
+    }
+}
+
+/// A first attempt a gate asked to wait: its request, the service `poll_ready` readied
+/// for it (kept across the wait: tower allows a readied service to be called later, and
+/// polling another clone could wait on a slot this one holds), and what the gates took for
+/// it, given back if the request is dropped before it is sent.
+pub(crate) struct Held<S, B> {
+    service: S,
+    request: Request<ReplayBody<B>>,
+    then: Then<S, B>,
+    reserved: Reserved,
+    wait: std::time::Duration,
+}
+
+impl<S, B> Held<S, B> {
+    pub(crate) fn new(
+        service: S,
+        request: Request<ReplayBody<B>>,
+        then: Then<S, B>,
+        admitted: Admitted,
+    ) -> Box<Self> {
+        let reserved = Reserved::new(then.gates(), admitted);
+        Box::new(Held {
+            service,
+            request,
+            then,
+            reserved,
+            wait: admitted.wait,
+        })
+    }
+}
+
+/// Sends a first attempt its gates admitted, at `now`: the hooks write on it now (the time
+/// it has left is counted from now), and the attempt's state and timer start.
+fn launch<F, S, B, R>(
+    service: &mut S,
+    mut request: Request<ReplayBody<B>>,
+    mut then: Then<S, B>,
+    limits: &Limits,
+    now: Instant,
+) -> (State<F, S, B, R>, Timer)
+where
+    S: Service<Request<ReplayBody<B>>, Future = F>,
+{
+    let hooks = &then.plan().hooks;
+    if !hooks.is_empty() {
+        let attempt = decision::first_attempt_at(limits, Some(now));
+        hooks.before_attempt(&attempt, request.headers_mut());
+    }
+    let future = service.call(request);
+    if let Some(presence) = then.presence() {
+        presence.started(1, Ask::First);
+    }
+    let timer = limits.attempt_end(now).map(|at| Box::pin(sleep_until(at)));
+    match then {
+        Then::Once(report) => (
+            State::Once {
+                future,
+                report: Some(report),
+            },
+            timer,
+        ),
+        Then::Retrying(retry, false) => (
+            State::Attempt {
+                future,
+                retry,
+                later: None,
+            },
+            timer,
+        ),
+        Then::Retrying(retry, true) => {
+            let delay = hedge_delay(&retry, now);
+            let flight = hedge::Flight::new(future, retry, delay, limits, now);
+            // Armed on the first poll.
+            (State::Hedged { flight }, None)
+        }
+    }
+}
+
+/// The first hedging delay of a hedged request whose first attempt is sent at `now`.
+fn hedge_delay<S, B>(retry: &Retrying<S, B>, now: Instant) -> Option<std::time::Duration> {
+    retry
+        .plan
+        .hedging
+        .as_ref()
+        .and_then(|hedging| hedging.delay_at(retry.plan.latency().map(|r| &**r), || now))
 }
 
 /// What only retries use, boxed when the first retry goes ahead: most requests succeed at
@@ -295,16 +432,66 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         trace: Trace,
     ) -> Self {
         let now = Instant::now();
-        let delay = retry
-            .plan
-            .hedging
-            .as_ref()
-            .and_then(|hedging| hedging.delay_at(retry.plan.latency().map(|r| &**r), || now));
+        let delay = hedge_delay(&retry, now);
         let flight = hedge::Flight::new(future, retry, delay, &limits, now);
         Self {
             // Armed on the first poll.
             timer: None,
             state: State::Hedged { flight },
+            limits,
+            info,
+            trace,
+        }
+    }
+
+    /// A request whose first attempt its gates admitted at once: [`Self::launch`] sends it.
+    pub(crate) fn starting(limits: Limits, info: RetryInfo, trace: Trace) -> Self {
+        Self {
+            timer: None,
+            state: State::Done,
+            limits,
+            info,
+            trace,
+        }
+    }
+
+    /// Sends the first attempt of a future made by [`Self::starting`], at `now`.
+    pub(crate) fn launch(
+        &mut self,
+        service: &mut S,
+        request: Request<ReplayBody<B>>,
+        then: Then<S, B>,
+        now: Instant,
+    ) where
+        S: Service<Request<ReplayBody<B>>, Future = F>,
+    {
+        let (state, timer) = launch(service, request, then, &self.limits, now);
+        self.state = state;
+        self.timer = timer;
+    }
+
+    /// A request whose first attempt waits, from `now`, for the wait a gate asked for.
+    pub(crate) fn admitting(
+        held: Box<Held<S, B>>,
+        now: Instant,
+        limits: Limits,
+        info: RetryInfo,
+        trace: Trace,
+    ) -> Self {
+        Self {
+            timer: Some(Box::pin(sleep_until(decision::after(now, held.wait)))),
+            state: State::Admitting { held },
+            limits,
+            info,
+            trace,
+        }
+    }
+
+    /// A request none of whose attempts is sent, for this reason.
+    pub(crate) fn refused(stop: StopReason, limits: Limits, info: RetryInfo, trace: Trace) -> Self {
+        Self {
+            timer: None,
+            state: State::Refused { stop },
             limits,
             info,
             trace,
@@ -360,6 +547,8 @@ enum Step<R> {
     Waited,
     /// The retry's service is ready, failed, or did not get ready in time (`None`).
     Ready(Option<Result<(), BoxError>>),
+    /// The wait a gate asked of the first attempt is over.
+    Admitted,
     /// A hedged request's result.
     Hedged(Result<R, BoxError>),
 }
@@ -428,6 +617,15 @@ where
     S: Service<Request<ReplayBody<B>>, Future = F, Response = Response<RB>, Error = E> + Clone,
 {
     let step = match state.project() {
+        StateProj::Admitting { .. } => {
+            if let Some(sleep) = timer.as_mut() {
+                ready!(sleep.as_mut().poll(cx));
+            }
+            Step::Admitted
+        }
+        StateProj::Refused { stop } => {
+            Step::Once(Err(decision::first_refused(limits, *stop, info)))
+        }
         StateProj::Once { future, report } => {
             match ready!(poll_booked(future, timer, limits, info, cx)) {
                 Attempted::Outcome(result)
@@ -561,7 +759,34 @@ where
                 Some(result)
             }
             Step::Outcome(result) => match self.state.as_mut().project_replace(State::Done) {
-                StateOwn::Attempt { retry, later, .. } => self.decide(result, retry, later, false),
+                StateOwn::Attempt {
+                    mut retry, later, ..
+                } => {
+                    if let Some(presence) = Own::presence(&mut retry.own) {
+                        presence.ended(self.info.attempts());
+                    }
+                    self.decide(result, retry, later, false)
+                }
+                _ => unreachable_state(),
+            },
+            Step::Admitted => match self.state.as_mut().project_replace(State::Done) {
+                StateOwn::Admitting { held } => {
+                    let Held {
+                        mut service,
+                        request,
+                        then,
+                        reserved,
+                        ..
+                    } = *held;
+                    // Sent: what the gates took for it is spent. The service that
+                    // `poll_ready` readied goes with it; retries clone from the prototype.
+                    reserved.spend();
+                    let now = Instant::now();
+                    let (state, timer) = launch(&mut service, request, then, self.limits, now);
+                    *self.timer = timer;
+                    self.state.set(state);
+                    None
+                }
                 _ => unreachable_state(),
             },
             Step::Deadline(result) => {
@@ -624,7 +849,7 @@ where
             now: None,
         };
         let course = later.as_deref_mut().map(|later| &mut later.course);
-        let gates = retry.partition.as_deref().unwrap_or(&plan.gates);
+        let gates = Own::gates(&retry.own, &plan.gates);
         match decision::decide(
             plan,
             gates,
@@ -683,7 +908,7 @@ where
     fn send(
         &mut self,
         ready: Option<Result<(), BoxError>>,
-        retry: Retrying<S, B>,
+        mut retry: Retrying<S, B>,
         mut later: Box<Later<S>>,
     ) -> Option<Result<Response<RB>, BoxError>> {
         let now = Instant::now();
@@ -699,6 +924,14 @@ where
             None => return Some(Err(decision::not_ready(self.limits, now, self.info))),
         };
         let future = later.service.call(retry.attempt_request(&attempt));
+        if let (Some(presence), Some(record)) =
+            (Own::presence(&mut retry.own), self.info.retries().last())
+        {
+            presence.started(
+                attempt.number,
+                Ask::of_retry(attempt.kind, record.reason.kind()),
+            );
+        }
         arm(self.timer, self.limits.attempt_end(now));
         self.state.set(State::Attempt {
             future,
@@ -745,7 +978,9 @@ fn finish<RB>(
 ) -> Result<Response<RB>, BoxError> {
     let layers_own = match &result {
         Ok(_) => false,
-        Err(error) => error.is::<DeadlineExceeded>() || error.is::<ServiceNotReady>(),
+        Err(error) => {
+            error.is::<DeadlineExceeded>() || error.is::<ServiceNotReady>() || error.is::<Refused>()
+        }
     };
     decision::returning(info, layers_own);
     match result {
@@ -778,6 +1013,8 @@ impl<F, S, B, R> std::fmt::Debug for ResponseFuture<F, S, B, R> {
             State::Waiting { .. } => "waiting",
             State::Readying { .. } => "readying",
             State::Hedged { .. } => "hedging",
+            State::Admitting { .. } => "admitting",
+            State::Refused { .. } => "refused",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")

@@ -81,12 +81,18 @@ pub struct RetryInfo {
     returned: Option<u32>,
     stop: StopReason,
     idempotency_key: Option<HeaderValue>,
+    /// No attempt was sent: a gate refused the first, or the deadline left no time for the
+    /// wait a gate asked of it.
+    unsent: bool,
 }
 
 impl RetryInfo {
     /// Attempts sent, the first one included, a transparent retry included. The attempts
     /// that count against `max_attempts` are these less the transparent retries.
     pub fn attempts(&self) -> u32 {
+        if self.unsent {
+            return 0;
+        }
         let unsent = self
             .retries
             .last()
@@ -109,7 +115,7 @@ impl RetryInfo {
 
     /// What every attempt sent got, in order, the first included.
     pub fn outcomes(&self) -> impl Iterator<Item = AttemptOutcome> + '_ {
-        std::iter::once(self.first).chain(
+        std::iter::once(self.first).filter(|_| !self.unsent).chain(
             self.retries
                 .iter()
                 .map(|retry| retry.outcome)
@@ -150,6 +156,12 @@ impl RetryInfo {
     /// The idempotency key every attempt carried, if the request had one.
     pub fn idempotency_key(&self) -> Option<&HeaderValue> {
         self.idempotency_key.as_ref()
+    }
+
+    /// Books that no attempt was sent, for this reason.
+    pub(crate) fn set_unsent(&mut self, stop: StopReason) {
+        self.unsent = true;
+        self.stop = stop;
     }
 
     #[inline]
@@ -227,7 +239,10 @@ impl fmt::Display for RetryInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let attempts = self.attempts();
         let plural = if attempts == 1 { "" } else { "s" };
-        write!(f, "{attempts} attempt{plural}: ")?;
+        match attempts {
+            0 => f.write_str("no attempt sent")?,
+            _ => write!(f, "{attempts} attempt{plural}: ")?,
+        }
         for (i, outcome) in self.outcomes().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
@@ -285,7 +300,7 @@ impl fmt::Display for RetryInfo {
         if self.stop != StopReason::Final {
             write!(f, "\n  stopped: {}", self.stop)?;
         }
-        if self.returned.is_none() && !self.retries.is_empty() {
+        if self.returned.is_none() && (self.unsent || !self.retries.is_empty()) {
             f.write_str("\n  returned: the layer's own error, no attempt's outcome")?;
         }
         if let Some(key) = &self.idempotency_key {

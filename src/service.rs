@@ -13,8 +13,8 @@ use tower_service::Service;
 
 use crate::config::{Plan, Plans};
 use crate::decision::{self, Limits, Repeat};
-use crate::future::{Prototype, Report, ResponseFuture, Retrying};
-use crate::gate::Gates;
+use crate::future::{Held, Prototype, Report, ResponseFuture, Retrying, Then};
+use crate::gate::Own;
 use crate::head::Head;
 use crate::hook::Hooks;
 use crate::info::{RetryInfo, StopReason};
@@ -210,8 +210,8 @@ where
 struct Start {
     limits: Limits,
     trace: Trace,
-    /// The gates of the request's authority, when the plan keeps gates per authority.
-    partition: Option<Box<Gates>>,
+    /// The request's own gates, when it needs any.
+    own: Option<Box<Own>>,
     /// The key the request carries: stamped here, or the caller's own.
     key: Option<HeaderValue>,
 }
@@ -229,17 +229,17 @@ impl Start {
         let trace = Trace::new(request);
         // Every logical request is the client's traffic, retried or not; a gate kept per
         // authority is found for this request's once.
-        let partition = match plan.partitioned {
-            true => Some(Box::new(
-                plan.gates.for_request(request.uri(), request.headers()),
-            )),
-            false => None,
+        let own = match plan.own_gates {
+            true => Some(Own::start(&plan.gates, request.uri(), request.headers())),
+            false => {
+                plan.gates.on_request();
+                None
+            }
         };
-        partition.as_deref().unwrap_or(&plan.gates).on_request();
         Start {
             limits,
             trace,
-            partition,
+            own,
             key: key(plan, request),
         }
     }
@@ -248,7 +248,8 @@ impl Start {
 impl<S: Clone> Retry<S> {
     /// A request sent once: as it is, its body passed through. Under a gate that hears
     /// outcomes (a throttle, a quota) its outcome is still reported, unless it is `never()`
-    /// or a `CONNECT`.
+    /// or a `CONNECT`; under one that paces first attempts, it is asked first; under one
+    /// that counts what is in flight, it is counted.
     #[inline]
     fn call_once<B, RB>(
         &mut self,
@@ -260,21 +261,21 @@ impl<S: Clone> Retry<S> {
         S: InnerService<B, ResponseBody = RB>,
         B: Body + Unpin,
     {
+        let Start {
+            limits,
+            trace,
+            own,
+            key,
+        } = start;
         let mut info = RetryInfo::default();
         info.set_stop(StopReason::Disabled);
-        info.set_idempotency_key(start.key);
-        if plan.reports_once && request.method() != Method::CONNECT {
-            let Start {
-                limits,
-                trace,
-                partition,
-                ..
-            } = start;
-            return self.call_reported(request, plan, partition, limits, info, trace);
+        info.set_idempotency_key(key);
+        if plan.reports_once && (request.method() != Method::CONNECT || Own::counted(&own)) {
+            return self.call_reported(request, plan, limits, trace, own, info);
         }
-        first_attempt(&plan.hooks, &start.limits, request.headers_mut());
+        first_attempt(&plan.hooks, &limits, request.headers_mut());
         let future = self.inner.call(request.map(ReplayBody::passthrough));
-        ResponseFuture::once(future, start.limits, info, start.trace)
+        ResponseFuture::once(future, limits, info, trace)
     }
 
     /// A request that may be sent again: its head copied, its body wrapped for replays,
@@ -301,6 +302,27 @@ impl<S: Clone> Retry<S> {
         let head = Head::copy(&parts, plan.policy.classifier_needs_request());
         let mut info = RetryInfo::default();
         info.set_idempotency_key(start.key);
+        // Under a gate that paces first attempts or counts what is in flight, the first
+        // attempt goes out of line (its hooks then run when it is sent).
+        if plan.watched {
+            let retry = Retrying {
+                prototype: self.prototype.clone(),
+                head,
+                replay,
+                plan,
+                own: start.own,
+                any_outcome: repeat.any_outcome(),
+            };
+            let request = Request::from_parts(parts, body);
+            return self.call_retrying_watched(
+                request,
+                retry,
+                hedged,
+                start.limits,
+                info,
+                start.trace,
+            );
+        }
         first_attempt(&plan.hooks, &start.limits, &mut parts.headers);
         // The service that `poll_ready` readied takes the first attempt; retries clone
         // from the prototype, and only if they happen.
@@ -310,7 +332,7 @@ impl<S: Clone> Retry<S> {
             head,
             replay,
             plan,
-            partition: start.partition,
+            own: start.own,
             any_outcome: repeat.any_outcome(),
         };
         // A body that can never be kept (over the cap by its size) is not hedged.
@@ -320,16 +342,15 @@ impl<S: Clone> Retry<S> {
         ResponseFuture::first(future, retry, start.limits, info, start.trace)
     }
 
-    /// A request of a policy of one attempt whose gates hear outcomes: sent once, its body
-    /// watched (a failure of the caller's own body is the caller's, unheard), its head
-    /// copied only for a classifier that reads it, and its outcome reported.
+    /// [`Self::call_retrying`] under a gate that paces first attempts or counts what is in
+    /// flight.
     #[cold]
     #[inline(never)]
-    fn call_reported<B, RB>(
+    fn call_retrying_watched<B, RB>(
         &mut self,
-        mut request: Request<B>,
-        plan: Arc<Plan>,
-        partition: Option<Box<Gates>>,
+        request: Request<ReplayBody<B>>,
+        retry: Retrying<S, B>,
+        hedged: bool,
         limits: Limits,
         info: RetryInfo,
         trace: Trace,
@@ -338,13 +359,95 @@ impl<S: Clone> Retry<S> {
         S: InnerService<B, ResponseBody = RB>,
         B: Body + Unpin,
     {
+        let hedged = hedged && !retry.replay.is_never();
+        let asks = retry.plan.asks_first;
+        self.call_watched(
+            request,
+            Then::Retrying(retry, hedged),
+            asks,
+            limits,
+            info,
+            trace,
+        )
+    }
+
+    /// A request sent once whose gates hear outcomes, pace first attempts or count what
+    /// is in flight: its body watched (a failure of the caller's own body is the caller's,
+    /// unheard), its head copied only for a classifier that reads it, and its outcome
+    /// reported (not under `never()`, nor for a `CONNECT`, which are not asked first
+    /// either).
+    #[cold]
+    #[inline(never)]
+    fn call_reported<B, RB>(
+        &mut self,
+        request: Request<B>,
+        plan: Arc<Plan>,
+        limits: Limits,
+        trace: Trace,
+        own: Option<Box<Own>>,
+        info: RetryInfo,
+    ) -> ResponseFuture<S::Future, S, B, Response<RB>>
+    where
+        S: InnerService<B, ResponseBody = RB>,
+        B: Body + Unpin,
+    {
         let head = Report::head(&plan, &request);
-        first_attempt(&plan.hooks, &limits, request.headers_mut());
-        let (parts, body) = request.into_parts();
+        let told = !plan.policy.never && request.method() != Method::CONNECT;
+        let asks = told && plan.asks_first;
+        let watched = asks || Own::counted(&own);
+        let (mut parts, body) = request.into_parts();
         let (body, watch) = ReplayBody::watched(body);
-        let report = Report::new(plan, partition, head, watch);
-        let future = self.inner.call(Request::from_parts(parts, body));
+        if !watched {
+            first_attempt(&plan.hooks, &limits, &mut parts.headers);
+        }
+        let report = Report::new(plan, own, head, watch, told);
+        let request = Request::from_parts(parts, body);
+        if watched {
+            return self.call_watched(request, Then::Once(report), asks, limits, info, trace);
+        }
+        let future = self.inner.call(request);
         ResponseFuture::reported(future, limits, info, trace, report)
+    }
+
+    /// A first attempt under a gate that paces first attempts (`asks`) or counts what is
+    /// in flight: asked of the gates before it is sent, then sent at once, or held for the
+    /// wait they asked for (with the service `poll_ready` readied, a clone taking its place
+    /// here), or not sent at all.
+    #[cold]
+    #[inline(never)]
+    fn call_watched<B, RB>(
+        &mut self,
+        request: Request<ReplayBody<B>>,
+        then: Then<S, B>,
+        asks: bool,
+        limits: Limits,
+        info: RetryInfo,
+        trace: Trace,
+    ) -> ResponseFuture<S::Future, S, B, Response<RB>>
+    where
+        S: InnerService<B, ResponseBody = RB>,
+        B: Body + Unpin,
+    {
+        let now = tokio::time::Instant::now();
+        let admitted = match asks {
+            true => decision::admit_first(then.gates(), &limits, now),
+            false => Ok(None),
+        };
+        match admitted {
+            // The request ends here: its presence in the gates with it.
+            Err(stop) => ResponseFuture::refused(stop, limits, info, trace),
+            Ok(None) => {
+                let mut future = ResponseFuture::starting(limits, info, trace);
+                future.launch(&mut self.inner, request, then, now);
+                future
+            }
+            Ok(Some(admitted)) => {
+                let ready = self.inner.clone();
+                let service = std::mem::replace(&mut self.inner, ready);
+                let held = Held::new(service, request, then, admitted);
+                ResponseFuture::admitting(held, now, limits, info, trace)
+            }
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use super::{Lookup, Retrying, Timer, arm, fired};
 use crate::classify::RetryReason;
 use crate::decision::hedge::{self, HedgeOutcome, Judged, Next};
 use crate::decision::{self, Expired, Limits, RELEASE_GRACE};
-use crate::gate::Ticket;
+use crate::gate::{Ask, Own, Ticket};
 use crate::hedge::LatencyRecord;
 use crate::hints::HintSource;
 use crate::info::{AttemptOutcome, RetryInfo, StopReason};
@@ -157,9 +157,13 @@ impl<F, S, B, R> Flight<F, S, B, R> {
     /// its connection closed before its body ended), and no more hedges are sent.
     fn cut_off(&mut self, sole: u32, info: &mut RetryInfo, now: Instant) {
         let (delay, latencies) = (self.delay, self.latencies.as_deref());
+        let mut presence = Own::presence(&mut self.retry.own);
         self.flying.retain(|attempt| {
             if attempt.number == sole {
                 return true;
+            }
+            if let Some(presence) = presence.as_deref_mut() {
+                presence.ended(attempt.number);
             }
             let elapsed = now.saturating_duration_since(attempt.sent);
             if let Some(record) = latencies.filter(|_| delay.is_some_and(|d| elapsed >= d)) {
@@ -249,6 +253,9 @@ where
             let ended = flight.flying.remove(i);
             let number = ended.number;
             flight.ended(ended.sent, now);
+            if let Some(presence) = Own::presence(&mut flight.retry.own) {
+                presence.ended(number);
+            }
             info.set_outcome_of(number, outcome);
             if let Some(stop) = judge(flight, &result, limits) {
                 flight.dropping(now);
@@ -340,7 +347,7 @@ fn judge<F, S, B, RB>(
         replay: &retry.replay,
         now: None,
     };
-    let gates = retry.partition.as_deref().unwrap_or(&plan.gates);
+    let gates = Own::gates(&retry.own, &plan.gates);
     let judged = hedge::outcome(
         &plan.policy,
         gates,
@@ -406,7 +413,7 @@ where
         }
     }
     let retry = &flight.retry;
-    let gates = retry.partition.as_deref().unwrap_or(&retry.plan.gates);
+    let gates = Own::gates(&retry.own, &retry.plan.gates);
     let trigger = flight.trigger.take();
     let attempt = match hedge::send(
         gates,
@@ -431,6 +438,12 @@ where
         unreachable!("a hedge is sent only through a ready service");
     };
     let future = service.call(request);
+    let more = hedge::attempts_left(&retry.plan.policy, info);
+    if let (Some(presence), Some(record)) =
+        (Own::presence(&mut flight.retry.own), info.retries().last())
+    {
+        presence.started(attempt.number, Ask::Hedge(record.reason.kind()));
+    }
     flight.ready = false;
     flight.flying.push(Flying {
         future: Box::pin(future),
@@ -443,7 +456,7 @@ where
     // The delay restarts from the hedge just sent.
     flight.next_at = flight
         .delay
-        .filter(|_| hedge::attempts_left(&retry.plan.policy, info))
+        .filter(|_| more)
         .map(|delay| decision::after(now, delay));
     Sending::Sent
 }

@@ -267,8 +267,12 @@ impl Kind for Budget {
         self.deposit();
     }
 
-    fn admit(&self, _: Ask) -> Admission {
-        // Every retry the layer sends, of whatever kind, takes a token.
+    fn admit(&self, ask: Ask) -> Admission {
+        // Every retry the layer sends, of whatever kind, takes a token; a first attempt is
+        // paid for by its deposit (the budget is not asked of one).
+        if ask == Ask::First {
+            return Admission::ADMIT;
+        }
         match self.withdraw() {
             true => Admission::took(UNITS_PER_TOKEN),
             false => Admission::Refuse(StopReason::BudgetExhausted),

@@ -8,16 +8,23 @@
 //
 // What a gate hears and answers, in the order of a request:
 // - `on_request`: a logical request starts (the ratio budget deposits);
-// - `admit`: asked before each retry, hedge or transparent retry; it admits (having
-//   taken what it charges, and possibly asking the retry to wait longer), or refuses;
-// - `release`: another gate refused, or the wait it asked for does not fit the deadline:
-//   it gets back what it took for that retry;
+// - `admit`: asked before each retry, hedge or transparent retry, and, for a kind that
+//   paces first attempts (`ASKS_FIRST`), before the first attempt too; it admits (having
+//   taken what it charges, and possibly asking the attempt to wait longer), or refuses;
+// - `release`: another gate refused, or the wait it asked for does not fit the deadline,
+//   or the request was dropped while waiting: it gets back what it took for that attempt;
+// - `on_attempt_start` and `on_attempt_end`, and `on_request_end`, for a kind that counts
+//   what is in flight (`HEARS_FLIGHT`): each attempt sent, and its end (an outcome, or
+//   dropped: at the deadline, by a hedge that won, or with the request); then the
+//   request's end (answered, failed, or dropped by its caller). A `Presence` owned by the
+//   response future says them, so that dropping the future says them too;
 // - `on_outcome`: an attempt's outcome (a success, a failure of some kind, or neither),
 //   with what the kind took for the request's last retry (a quota refunds it on success);
 //   a failure may make it refuse any retry after it (the throttle).
-// Today's kinds use the parts they need. The first attempt is not asked: no kind charges
-// one yet (the adaptive limiter will, and needs the driver to keep the readied service
-// across its wait).
+// Today's kinds use the parts they need: none paces first attempts or counts what is in
+// flight (the test-only `Pacer` does both, to check the driver's paths). A first attempt
+// a gate asks to wait waits in the response future, holding the service `poll_ready`
+// readied (the `Retry` keeps a clone in its place), and is sent when the wait ends.
 //
 // - `RetryBudget` (request-driven, the SRE book's): a request deposits `ratio`, a retry
 //   withdraws one token or is refused, the bucket refills `min_per_sec` per second.
@@ -118,6 +125,10 @@ pub trait Kind: Sized + Send + Sync + 'static {
     const NAME: &'static str;
     /// Whether the kind wants to hear outcomes (else a success needs no telling).
     const HEARS_OUTCOMES: bool;
+    /// Whether the kind is asked before first attempts too ([`Ask::First`]).
+    const ASKS_FIRST: bool = false;
+    /// Whether the kind hears attempts start and end, and requests end.
+    const HEARS_FLIGHT: bool = false;
     /// The settings of `Handle::builder()`.
     fn defaults() -> Self::Settings;
     /// The kind's own rules for its settings: `Err` with what is wrong, naming the setting.
@@ -134,18 +145,28 @@ pub trait Kind: Sized + Send + Sync + 'static {
 
     /// A logical request under this gate starts.
     fn on_request(&self) {}
-    /// Asked before a retry (of any kind) is sent: admit, having taken what it charges
-    /// (`taken`: `None` when the kind has no part in this retry, else what a later
-    /// [`Kind::release`] or success gives back), possibly asking the retry to wait longer;
-    /// or refuse, saying why.
+    /// Asked before a retry (of any kind) is sent, and before a first attempt for an
+    /// [`Kind::ASKS_FIRST`] kind: admit, having taken what it charges (`taken`: `None` when
+    /// the kind has no part in this attempt, else what a later [`Kind::release`] or success
+    /// gives back), possibly asking the attempt to wait longer; or refuse, saying why.
     fn admit(&self, ask: Ask) -> Admission {
         let _ = ask;
         Admission::ADMIT
     }
-    /// A retry this kind admitted is not sent after all: `taken` goes back.
+    /// An attempt this kind admitted is not sent after all: `taken` goes back.
     fn release(&self, taken: u64) {
         let _ = taken;
     }
+    /// An attempt, asked for as `ask`, is sent ([`Kind::HEARS_FLIGHT`] kinds only).
+    fn on_attempt_start(&self, ask: Ask) {
+        let _ = ask;
+    }
+    /// An attempt that started as `ask` ended: its outcome came, or it was dropped.
+    fn on_attempt_end(&self, ask: Ask) {
+        let _ = ask;
+    }
+    /// A logical request under this gate ended: answered, failed, or dropped.
+    fn on_request_end(&self) {}
     /// An attempt ended with this outcome; `last` is what this kind took for the
     /// request's last retry (`None` before one). `Err` refuses any retry after it.
     fn on_outcome(&self, heard: Heard, last: Option<u64>) -> Result<(), StopReason> {
@@ -248,6 +269,36 @@ macro_rules! kinds {
             fn hears_outcomes(&self) -> bool {
                 match self {
                     $(AnyGate::$name(_) => <$state as Kind>::HEARS_OUTCOMES,)*
+                }
+            }
+
+            fn asks_first(&self) -> bool {
+                match self {
+                    $(AnyGate::$name(_) => <$state as Kind>::ASKS_FIRST,)*
+                }
+            }
+
+            fn hears_flight(&self) -> bool {
+                match self {
+                    $(AnyGate::$name(_) => <$state as Kind>::HEARS_FLIGHT,)*
+                }
+            }
+
+            fn on_attempt_start(&self, ask: Ask) {
+                match self {
+                    $(AnyGate::$name(gate) => gate.inner.on_attempt_start(ask),)*
+                }
+            }
+
+            fn on_attempt_end(&self, ask: Ask) {
+                match self {
+                    $(AnyGate::$name(gate) => gate.inner.on_attempt_end(ask),)*
+                }
+            }
+
+            fn on_request_end(&self) {
+                match self {
+                    $(AnyGate::$name(gate) => gate.inner.on_request_end(),)*
                 }
             }
 
@@ -502,6 +553,8 @@ impl Heard {
 /// What a gate is asked to admit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ask {
+    /// A request's first attempt (asked of [`Kind::ASKS_FIRST`] kinds only).
+    First,
     /// A retry after a failure of this kind.
     Retry(FailureKind),
     /// A hedge, paid for as a retry after a failure of this kind would be.
@@ -532,6 +585,18 @@ impl Admission {
         Admission::Admit {
             taken: Some(units),
             wait: Duration::ZERO,
+        }
+    }
+}
+
+impl Ask {
+    /// What the attempt a retry record books was asked as.
+    pub(crate) fn of_retry(kind: crate::hook::AttemptKind, reason: FailureKind) -> Ask {
+        match kind {
+            crate::hook::AttemptKind::First => Ask::First,
+            crate::hook::AttemptKind::Transparent => Ask::Transparent,
+            crate::hook::AttemptKind::Hedge => Ask::Hedge(reason),
+            crate::hook::AttemptKind::Retry => Ask::Retry(reason),
         }
     }
 }
@@ -617,6 +682,8 @@ impl GateSet {
 pub(crate) struct Gates {
     list: Vec<AnyGate>,
     hears_outcomes: bool,
+    asks_first: bool,
+    hears_flight: bool,
     partitioned: bool,
 }
 
@@ -625,15 +692,17 @@ impl Gates {
         list.sort_by_key(AnyGate::id);
         Gates {
             hears_outcomes: list.iter().any(AnyGate::hears_outcomes),
+            asks_first: list.iter().any(AnyGate::asks_first),
+            hears_flight: list.iter().any(AnyGate::hears_flight),
             partitioned: list.iter().any(AnyGate::is_per_authority),
             list,
         }
     }
 
-    /// Whether a gate keeps its state per authority, so that each request must find its
-    /// own partitions first ([`Gates::for_request`]).
-    pub(crate) fn partitioned(&self) -> bool {
-        self.partitioned
+    /// Whether a request needs gates of its own ([`Own`]): a gate keeps its state per
+    /// authority, or counts what is in flight.
+    pub(crate) fn needs_own(&self) -> bool {
+        self.partitioned || self.hears_flight
     }
 
     /// The gates of one request to the server `uri` (or, in origin form, the `Host` header)
@@ -648,6 +717,8 @@ impl Gates {
                 .map(|gate| gate.partition_of(key.as_ref()))
                 .collect(),
             hears_outcomes: self.hears_outcomes,
+            asks_first: self.asks_first,
+            hears_flight: self.hears_flight,
             partitioned: false,
         }
     }
@@ -664,6 +735,16 @@ impl Gates {
     /// needs no telling).
     pub(crate) fn hears_outcomes(&self) -> bool {
         self.hears_outcomes
+    }
+
+    /// Whether any gate is asked before a first attempt.
+    pub(crate) fn asks_first(&self) -> bool {
+        self.asks_first
+    }
+
+    /// Whether any gate counts what is in flight (a request then needs a [`Presence`]).
+    pub(crate) fn hears_flight(&self) -> bool {
+        self.hears_flight
     }
 
     /// Tells every gate of an outcome that was not a transparent retry's (the server never
@@ -684,14 +765,18 @@ impl Gates {
         verdict
     }
 
-    /// Asks every gate, in order, for a retry everything else allows. When one refuses,
-    /// those before it give back what they took.
+    /// Asks every gate, in order, for an attempt everything else allows (a first attempt
+    /// only of the gates that pace them). When one refuses, those before it give back what
+    /// they took.
     pub(crate) fn admit(&self, ask: Ask) -> Result<Admitted, StopReason> {
         let mut admitted = Admitted {
             taken: [None; KINDS],
             wait: Duration::ZERO,
         };
         for (i, gate) in self.list.iter().enumerate() {
+            if ask == Ask::First && !gate.asks_first() {
+                continue;
+            }
             match gate.admit(ask) {
                 Admission::Admit { taken, wait } => {
                     admitted.taken[gate.id() as usize] = taken;
@@ -726,6 +811,143 @@ impl Gates {
                 gate.release(taken);
             }
         }
+    }
+}
+
+/// What the gates took for a first attempt that waits before it is sent: given back if it
+/// never is (the request dropped during the wait), else spent.
+pub(crate) struct Reserved {
+    gates: Gates,
+    admitted: Option<Admitted>,
+}
+
+impl Reserved {
+    pub(crate) fn new(gates: &Gates, admitted: Admitted) -> Reserved {
+        Reserved {
+            gates: gates.clone(),
+            admitted: Some(admitted),
+        }
+    }
+
+    /// The attempt is sent: what was taken for it stays taken.
+    pub(crate) fn spend(mut self) {
+        self.admitted = None;
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if let Some(admitted) = self.admitted.take() {
+            self.gates.release(&admitted);
+        }
+    }
+}
+
+impl fmt::Debug for Reserved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reserved").finish_non_exhaustive()
+    }
+}
+
+/// What one request keeps of its gates beyond its plan's, made (and boxed) only for a
+/// request that needs any: each per-authority gate's partition for its server, and its
+/// presence in the gates that count what is in flight.
+#[derive(Debug)]
+pub(crate) struct Own {
+    partition: Option<Gates>,
+    presence: Option<Presence>,
+}
+
+impl Own {
+    /// Tells the request to its gates (`plan`'s, or their partitions for the server `uri`,
+    /// or in origin form the `Host` header, names), and keeps what it needs of them.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn start(plan: &Gates, uri: &http::Uri, headers: &http::HeaderMap) -> Box<Own> {
+        let partition = plan.partitioned.then(|| plan.for_request(uri, headers));
+        let gates = partition.as_ref().unwrap_or(plan);
+        gates.on_request();
+        let presence = gates.hears_flight.then(|| Presence {
+            gates: gates.clone(),
+            out: Vec::new(),
+        });
+        Box::new(Own {
+            partition,
+            presence,
+        })
+    }
+
+    /// The request's gates: its own partitions, else its plan's.
+    #[inline]
+    pub(crate) fn gates<'a>(own: &'a Option<Box<Own>>, plan: &'a Gates) -> &'a Gates {
+        match own.as_deref() {
+            Some(Own {
+                partition: Some(partition),
+                ..
+            }) => partition,
+            _ => plan,
+        }
+    }
+
+    /// The request's place in the gates that count what is in flight, if one does.
+    pub(crate) fn presence(own: &mut Option<Box<Own>>) -> Option<&mut Presence> {
+        own.as_deref_mut().and_then(|own| own.presence.as_mut())
+    }
+
+    /// Whether the request is counted in flight.
+    pub(crate) fn counted(own: &Option<Box<Own>>) -> bool {
+        own.as_deref().is_some_and(|own| own.presence.is_some())
+    }
+}
+
+/// A request's place in the gates that count what is in flight ([`Kind::HEARS_FLIGHT`]):
+/// the attempts it has out, and itself. It goes where the request goes; dropped (the
+/// request answered, failed, or dropped by its caller), it ends every attempt still out,
+/// then the request, so that no count is left behind whatever becomes of the future.
+pub(crate) struct Presence {
+    gates: Gates,
+    /// The attempts out: each one's number, and what it was asked as.
+    out: Vec<(u32, Ask)>,
+}
+
+impl Presence {
+    /// Attempt `number`, asked for as `ask`, is sent.
+    pub(crate) fn started(&mut self, number: u32, ask: Ask) {
+        self.out.push((number, ask));
+        for gate in &self.gates.list {
+            gate.on_attempt_start(ask);
+        }
+    }
+
+    /// Attempt `number` ended (its outcome came, or it was dropped); once per attempt.
+    pub(crate) fn ended(&mut self, number: u32) {
+        if let Some(i) = self.out.iter().position(|(n, _)| *n == number) {
+            let (_, ask) = self.out.swap_remove(i);
+            for gate in &self.gates.list {
+                gate.on_attempt_end(ask);
+            }
+        }
+    }
+}
+
+impl Drop for Presence {
+    fn drop(&mut self) {
+        for (_, ask) in std::mem::take(&mut self.out) {
+            for gate in &self.gates.list {
+                gate.on_attempt_end(ask);
+            }
+        }
+        for gate in &self.gates.list {
+            gate.on_request_end();
+        }
+    }
+}
+
+impl fmt::Debug for Presence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Presence")
+            .field("out", &self.out)
+            .finish_non_exhaustive()
     }
 }
 
@@ -867,6 +1089,66 @@ mod tests {
         assert_eq!((pacer.permits(), quota.tokens()), (1, 15.0));
         gates.release(&admitted);
         assert_eq!((pacer.permits(), quota.tokens()), (2, 20.0));
+    }
+
+    #[test]
+    fn a_first_attempt_is_asked_only_of_the_kinds_that_pace_first_attempts() {
+        let pacer = pacer::Pacer::pacing_first(Duration::from_millis(50), 1);
+        let quota = RetryQuota::builder().max_tokens(20.0).build();
+        let budget = RetryBudget::builder()
+            .max_tokens(1.0)
+            .min_per_sec(0.0)
+            .build();
+        let throttle = Throttle::builder().build();
+        let today = vec![
+            budget.clone().into_any(),
+            quota.clone().into_any(),
+            throttle.into_any(),
+        ];
+        let today = gates(today);
+        assert!(!today.asks_first() && !today.hears_flight());
+        let mut all = today.list.clone();
+        all.push(pacer.clone().into_any());
+        let all = gates(all);
+        assert!(all.asks_first() && all.hears_flight());
+        let admitted = all.admit(Ask::First).unwrap();
+        assert_eq!(admitted.wait, Duration::from_millis(50));
+        assert_eq!(
+            (budget.tokens(), quota.tokens(), pacer.permits()),
+            (1.0, 20.0, 0)
+        );
+        assert_eq!(all.admit(Ask::First).err(), Some(StopReason::Throttled));
+        // Held for a wait and dropped: given back; sent: spent.
+        drop(Reserved::new(&all, admitted));
+        assert_eq!(pacer.permits(), 1);
+        Reserved::new(&all, all.admit(Ask::First).unwrap()).spend();
+        assert_eq!(pacer.permits(), 0);
+    }
+
+    #[test]
+    fn a_presence_ends_each_attempt_once_and_the_request_when_dropped() {
+        let pacer = pacer::Pacer::new(Duration::ZERO, 0);
+        let gates = gates(vec![pacer.clone().into_any()]);
+        let uri = http::Uri::from_static("http://a.example/");
+        let headers = http::HeaderMap::new();
+        assert!(
+            Own::start(&Gates::default(), &uri, &headers)
+                .presence
+                .is_none()
+        );
+        let mut own = Some(Own::start(&gates, &uri, &headers));
+        assert!(Own::counted(&own));
+        assert_eq!(pacer.flight(), (1, 0, 0));
+        let presence = Own::presence(&mut own).unwrap();
+        presence.started(1, Ask::First);
+        presence.started(2, Ask::Hedge(FailureKind::Other));
+        presence.started(3, Ask::Hedge(FailureKind::Other));
+        assert_eq!(pacer.flight(), (1, 3, 3));
+        presence.ended(2);
+        presence.ended(2);
+        assert_eq!(pacer.flight(), (1, 2, 3));
+        drop(own);
+        assert_eq!(pacer.flight(), (0, 0, 3));
     }
 
     #[test]

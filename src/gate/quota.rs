@@ -326,7 +326,7 @@ impl Kind for Quota {
         // (the server never saw the attempt) is outside the quota.
         let kind = match ask {
             Ask::Retry(kind) | Ask::Hedge(kind) => kind,
-            Ask::Transparent => return Admission::ADMIT,
+            Ask::Transparent | Ask::First => return Admission::ADMIT,
         };
         match self.withdraw(kind) {
             Some(units) => Admission::took(units),
