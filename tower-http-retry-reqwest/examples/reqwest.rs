@@ -1,11 +1,11 @@
 //! The layer over a `reqwest::Client`.
 //!
-//! Starts a flaky hyper server on 127.0.0.1 and sends requests through
-//! `RetryLayer -> ReqwestService -> reqwest::Client`: a GET that meets two 503s, a PUT with
-//! a streaming body whose first attempt loses its connection, a POST that gets a generated
-//! `Idempotency-Key` and a 429 with `Retry-After`, and a GET slower than the client's
-//! timeout once. Each request prints its attempts, waits and reasons, and the body it got
-//! back through reqwest's own `Response`.
+//! Starts a flaky hyper server on 127.0.0.1 and sends reqwest's own request builders
+//! through `RetryLayer -> ReqwestService -> reqwest::Client` with `send_with`: a GET that
+//! meets two 503s, a PUT with a streaming body whose first attempt loses its connection, a
+//! POST that gets a generated `Idempotency-Key` and a 429 with `Retry-After`, and a GET
+//! slower than the client's timeout once. Each request prints its attempts, waits and
+//! reasons, and the body of the `reqwest::Response` it got back.
 //!
 //! Run with `cargo run -p tower-http-retry-reqwest --example reqwest`. It ends by itself in about
 //! two seconds.
@@ -19,13 +19,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Method, Request, Response};
 use http_body::Frame;
-use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower::{BoxError, ServiceBuilder};
 use tower_http_retry::{Backoff, IdempotencyKey, RetryInfo, RetryLayer, RetryPolicy};
-use tower_http_retry_reqwest::ReqwestService;
+use tower_http_retry_reqwest::{RequestBuilderExt, ReqwestService};
 
 /// Attempts per method and path; keys the POST handler has applied.
 #[derive(Default)]
@@ -101,10 +101,10 @@ async fn answer(
 }
 
 /// A body of three chunks with no length, as an upload stream would be.
-fn upload() -> BoxBody<Bytes, Infallible> {
+fn upload() -> reqwest::Body {
     let chunks = ["part one, ", "part two, ", "part three"]
-        .map(|c| Ok(Frame::data(Bytes::from_static(c.as_bytes()))));
-    BoxBody::new(StreamBody::new(futures_util::stream::iter(chunks)))
+        .map(|c| Ok::<_, Infallible>(Frame::data(Bytes::from_static(c.as_bytes()))));
+    reqwest::Body::wrap(StreamBody::new(futures_util::stream::iter(chunks)))
 }
 
 #[tokio::main]
@@ -132,43 +132,43 @@ async fn main() -> Result<(), BoxError> {
                     .idempotency_key(IdempotencyKey::new()),
             ),
         )
-        .service(ReqwestService::new(client));
+        .service(ReqwestService::new(client.clone()));
 
-    let empty = || BoxBody::new(Full::new(Bytes::new()).map_err(|e| match e {}));
+    let url = |path: &str| format!("http://{addr}{path}");
+    // reqwest's own builders, as an application already makes them.
     let requests = [
-        (Method::GET, "/flaky", empty(), "503 twice, then 200"),
         (
-            Method::PUT,
-            "/upload",
-            upload(),
+            "GET /flaky",
+            client.get(url("/flaky")),
+            "503 twice, then 200",
+        ),
+        (
+            "PUT /upload",
+            client.put(url("/upload")).body(upload()),
             "drops the first connection (streaming body)",
         ),
         (
-            Method::POST,
-            "/orders",
-            BoxBody::new(Full::new(Bytes::from_static(b"{\"sku\":7}"))),
+            "POST /orders",
+            client
+                .post(url("/orders"))
+                .header("content-type", "application/json")
+                .body("{\"sku\":7}"),
             "429 with Retry-After: 1, then applies the key",
         ),
         (
-            Method::GET,
-            "/slow",
-            empty(),
+            "GET /slow",
+            client.get(url("/slow")),
             "slower than the client's 200 ms timeout once",
         ),
     ];
-    for (method, path, body, behaviour) in requests {
-        println!("{:<4} {path:<8} server: {behaviour}", method.as_str());
-        let request = Request::builder()
-            .method(method)
-            .uri(format!("http://{addr}{path}"))
-            .body(body)?;
+    for (label, builder, behaviour) in requests {
+        println!("{label:<13} server: {behaviour}");
         let start = Instant::now();
-        match service.clone().oneshot(request).await {
+        // `.send()` would bypass the layer; `.send_with(&service)` goes through it.
+        match builder.send_with(&service).await {
             Ok(response) => {
                 let took = start.elapsed();
                 let info = response.extensions().get::<RetryInfo>().cloned();
-                // reqwest's own `Response`, for its helpers.
-                let response = reqwest::Response::from(response);
                 let status = response.status();
                 let text = response.text().await?;
                 println!("  -> {status} \"{text}\" after {took:.1?}");
@@ -176,7 +176,14 @@ async fn main() -> Result<(), BoxError> {
                     print_record(&info);
                 }
             }
-            Err(error) => println!("  -> error: {error}"),
+            Err(error) => {
+                // reqwest's own error, one call away.
+                let timeout = error.as_reqwest().is_some_and(|e| e.is_timeout());
+                println!("  -> error (timeout: {timeout}): {error}");
+                if let Some(info) = error.info() {
+                    print_record(info);
+                }
+            }
         }
         println!();
     }

@@ -1,49 +1,163 @@
-//! [`tower_http_retry`]'s layer over a [`reqwest::Client`].
+//! [`tower_http_retry`]'s retries for [reqwest], with your reqwest call sites as they are.
+//! The rules are the core crate's: a POST is sent again only when its server never saw it
+//! or it carries an `Idempotency-Key`; backoff with jitter, `Retry-After`, a retry budget,
+//! a deadline, and a record of every attempt ([`RetryInfo`](tower_http_retry::RetryInfo))
+//! in each response.
 //!
-//! `reqwest::Client` is a `Service<reqwest::Request>`, not a
-//! `Service<http::Request<B>>`, so [`RetryLayer`](tower_http_retry::RetryLayer) cannot wrap it directly.
-//! [`ReqwestService`] is the adapter: it takes the `http::Request<ReplayBody<B>>` the layer
-//! hands down, converts it into a `reqwest::Request` (what `reqwest::Request::try_from`
-//! makes of it, with the URL built from its origin's, parsed once per service, instead of
-//! the whole URI printed and parsed again for every attempt), sends it with the client, and
-//! gives back reqwest's response as an `http::Response<reqwest::Body>`.
+//! # In place of reqwest-retry: `RetryMiddleware`
+//!
+//! With the `middleware` feature, [`RetryMiddleware`] is the layer as a reqwest-middleware
+//! `Middleware`: add it where a reqwest-retry user adds `RetryTransientMiddleware`. The
+//! requests, the responses and the errors (`reqwest_middleware::Error`, with its
+//! `is_timeout()` and `status()`) stay what they were.
+//!
+#![cfg_attr(feature = "middleware", doc = "```")]
+#![cfg_attr(not(feature = "middleware"), doc = "```ignore")]
+//! use std::time::Duration;
+//! use tower_http_retry::{Backoff, RetryInfo, RetryLayer, RetryPolicy};
+//! use tower_http_retry_reqwest::RetryMiddleware;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower::BoxError> {
+//! # let addr = serve_503_once().await;
+//! // reqwest-retry's `build_with_max_retries(3)`: three retries, four attempts.
+//! let policy = RetryPolicy::new()
+//!     .max_attempts(4)
+//!     .backoff(Backoff::exponential(Duration::from_millis(100), Duration::from_secs(10)));
+//! # /*
+//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+//! # */
+//! # let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::builder().no_proxy().build()?)
+//!     .with(RetryMiddleware::new(RetryLayer::new().policy(policy)))
+//!     .build();
+//!
+//! let response = client.get(format!("http://{addr}/items/1")).send().await?;
+//! assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts(), 2); // 503, then 200
+//! # assert_eq!(response.text().await?, "hello");
+//! # Ok(())
+//! # }
+//! # // A server on 127.0.0.1 that answers 503 once, then 200.
+//! # async fn serve_503_once() -> std::net::SocketAddr {
+//! #     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+//! #     let addr = listener.local_addr().unwrap();
+//! #     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+//! #     tokio::spawn(async move {
+//! #         while let Ok((stream, _)) = listener.accept().await {
+//! #             let calls = calls.clone();
+//! #             let service = hyper::service::service_fn(move |_req| {
+//! #                 let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+//! #                 let status = if n == 0 { 503 } else { 200 };
+//! #                 let body = http_body_util::Full::new(bytes::Bytes::from("hello"));
+//! #                 async move { http::Response::builder().status(status).body(body) }
+//! #             });
+//! #             let io = hyper_util::rt::TokioIo::new(stream);
+//! #             tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+//! #         }
+//! #     });
+//! #     addr
+//! # }
+//! ```
+//!
+//! Middlewares added before it see one logical request, those after it every attempt. See
+//! [`RetryMiddleware`] for what it does with extensions and errors.
+//!
+//! # Over a `reqwest::Client` as a tower service: `ReqwestService`
+//!
+//! Without reqwest-middleware, or in a tower stack (timeouts, a circuit breaker, a
+//! concurrency limit), the layer wraps a [`ReqwestService`], and reqwest's request builders
+//! go through it with [`RequestBuilderExt::send_with`]: `client.get(url).send()` becomes
+//! `client.get(url).send_with(&service)`, and the answer is still a `reqwest::Response`.
+//! Its error, an [`Error`], gives reqwest's own back in one call ([`Error::as_reqwest`]),
+//! so a check such as `e.is_timeout()` keeps working:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::ServiceBuilder;
+//! use tower_http_retry::{RetryInfo, RetryLayer, RetryPolicy};
+//! use tower_http_retry_reqwest::{ReqwestService, RequestBuilderExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower_http_retry_reqwest::Error> {
+//! # let addr = serve_503_once().await;
+//! let client = reqwest::Client::builder()
+//!     .timeout(Duration::from_secs(2)) // each attempt's limit
+//! #   .no_proxy() // the server is on 127.0.0.1
+//!     .build()?;
+//! let service = ServiceBuilder::new()
+//!     .layer(RetryLayer::new().policy(RetryPolicy::new().deadline(Duration::from_secs(10))))
+//!     .service(ReqwestService::new(client.clone()));
+//!
+//! match client.get(format!("http://{addr}/items/1")).send_with(&service).await {
+//!     Ok(response) => {
+//!         let attempts = response.extensions().get::<RetryInfo>().unwrap().attempts();
+//!         assert_eq!((attempts, response.text().await?.as_str()), (2, "hello"));
+//!     }
+//!     Err(e) if e.as_reqwest().is_some_and(|e| e.is_timeout()) => println!("timed out: {e}"),
+//!     Err(e) => return Err(e),
+//! }
+//! # Ok(())
+//! # }
+//! # // A server on 127.0.0.1 that answers 503 once, then 200.
+//! # async fn serve_503_once() -> std::net::SocketAddr {
+//! #     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+//! #     let addr = listener.local_addr().unwrap();
+//! #     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+//! #     tokio::spawn(async move {
+//! #         while let Ok((stream, _)) = listener.accept().await {
+//! #             let calls = calls.clone();
+//! #             let service = hyper::service::service_fn(move |_req| {
+//! #                 let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+//! #                 let status = if n == 0 { 503 } else { 200 };
+//! #                 let body = http_body_util::Full::new(bytes::Bytes::from("hello"));
+//! #                 async move { http::Response::builder().status(status).body(body) }
+//! #             });
+//! #             let io = hyper_util::rt::TokioIo::new(stream);
+//! #             tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+//! #         }
+//! #     });
+//! #     addr
+//! # }
+//! ```
+//!
+//! The tower path is the lighter one: no conversions at a middleware boundary and no boxed
+//! future per attempt. A caller that already builds `http::Request`s sends them with
+//! `oneshot`, as [`ReqwestService`] shows.
 //!
 //! ```text
 //! RetryLayer  ->  ReqwestService  ->  reqwest::Client (pool, DNS, TLS, redirects)
 //! ```
 //!
-//! reqwest's own errors reach the layer already recognised ([`recognize`], handed over as
-//! a [`Recognized`] error): a connect error (`is_connect`,
-//! also a connect timeout) proves the server never saw the request; a timeout
-//! (`is_timeout`: reqwest's own, whose type is private, or one underneath) is a retryable
-//! timeout; anything else is judged by what it wraps, so a reset or a closed connection
-//! underneath is found too. The caller still gets reqwest's own error back.
-//!
-//! With the `middleware` feature, `RetryMiddleware` runs the same retry loop as a
-//! reqwest-middleware `Middleware`, for applications built on `ClientWithMiddleware`.
-//!
 //! # Things to know
 //!
+//! - **reqwest's errors are classified like hyper's.** [`ReqwestService`] hands them to the
+//!   layer already recognised ([`recognize`]): a connect error (`is_connect`, a connect
+//!   timeout too) proves the server never saw the request, so even a POST without a key is
+//!   sent again; a timeout (`is_timeout`) is a retryable timeout; anything else is judged by
+//!   what it wraps, so a reset or a closed connection underneath is found too. The caller
+//!   gets reqwest's own error back.
 //! - **Timeouts.** Every attempt is a separate `execute`, so reqwest's
-//!   `ClientBuilder::timeout` bounds each attempt, and its expiry is retried as a timeout.
-//!   It also keeps running while the response body is read, after the layer has returned
-//!   the response. [`RetryPolicy::attempt_timeout`](tower_http_retry::RetryPolicy::attempt_timeout) and
-//!   [`RetryPolicy::deadline`](tower_http_retry::RetryPolicy::deadline) do the same job inside the
-//!   layer, with the time left before the deadline taken into account.
+//!   `ClientBuilder::timeout` (and a request's `RequestBuilder::timeout`) bounds each
+//!   attempt, and its expiry is retried as a timeout. It also keeps running while the
+//!   response body is read, after the layer has returned the response.
+//!   [`RetryPolicy::attempt_timeout`](tower_http_retry::RetryPolicy::attempt_timeout) and
+//!   [`RetryPolicy::deadline`](tower_http_retry::RetryPolicy::deadline) do the same job inside
+//!   the layer, with the time left before the deadline taken into account.
 //! - **reqwest's own retries stay out of the way.** reqwest retries HTTP/2 protocol
 //!   refusals itself only for bodies it can clone; the body handed to it here is a stream,
 //!   so it never sends a copy of its own and the layer's limits and budget hold.
 //! - **Redirects.** reqwest follows them (unless its redirect policy says otherwise), but a
 //!   307 or 308 for a request with a non-empty body is returned as is, since it cannot
 //!   clone the body.
-//! - **The response.** `reqwest::Response::from(response)` turns it back into a
-//!   `reqwest::Response` (`text()`, `json()`, `error_for_status()`), with the final URL
-//!   and the [`RetryInfo`](tower_http_retry::RetryInfo) in its extensions.
 //! - **Features.** reqwest is built without its default features here (no TLS, no
 //!   HTTP/2); enable what your application needs on your own reqwest dependency (for
 //!   example `reqwest = { version = "0.13", features = ["rustls"] }`) and Cargo builds one
 //!   reqwest with both.
-
+//!
+#![cfg_attr(feature = "middleware", doc = "[`RetryMiddleware`]: RetryMiddleware")]
+#![cfg_attr(
+    not(feature = "middleware"),
+    doc = "[`RetryMiddleware`]: https://docs.rs/tower-http-retry-reqwest/latest/tower_http_retry_reqwest/struct.RetryMiddleware.html"
+)]
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,
@@ -70,8 +184,16 @@ use tower_service::Service;
 use tower_http_retry::classify::{Recognized, RetryReason};
 use tower_http_retry::{Attempt, ReplayBody};
 
+mod bridge;
 #[cfg(feature = "middleware")]
 mod middleware;
+
+pub use self::bridge::{Error, RequestBuilderExt};
+
+// The README's examples compile as doc tests (the first needs the `middleware` feature).
+#[cfg(all(doctest, feature = "middleware"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 #[cfg(feature = "middleware")]
 #[cfg_attr(docsrs, doc(cfg(feature = "middleware")))]
 pub use self::middleware::RetryMiddleware;
@@ -84,6 +206,12 @@ pub use self::middleware::RetryMiddleware;
 /// layer; the layer's caller gets the `reqwest::Error` itself back): also when the request
 /// cannot be converted (`is_builder()`, for example for a URI without a scheme and host),
 /// in which case nothing is sent.
+///
+/// With reqwest's request builders, send through the layer over it with
+/// [`RequestBuilderExt::send_with`]. With `http::Request`s, as below: the answer goes back
+/// to a `reqwest::Response` with `reqwest::Response::from`, and the layer's error (a
+/// `BoxError`) is read with [`Error::from`]: reqwest's own error is
+/// [`Error::as_reqwest`], the record [`Error::info`].
 ///
 /// `B` is the caller's request body type (the layer hands down `ReplayBody<B>`), inferred
 /// from the requests sent. Any body works: a `Full<Bytes>`, a `String`, a stream, a
@@ -102,7 +230,7 @@ pub use self::middleware::RetryMiddleware;
 /// use bytes::Bytes;
 /// use http_body_util::{BodyExt, Full};
 /// use tower::{ServiceBuilder, ServiceExt};
-/// use tower_http_retry_reqwest::ReqwestService;
+/// use tower_http_retry_reqwest::{Error, ReqwestService};
 /// use tower_http_retry::{Backoff, RetryInfo, RetryLayer, RetryPolicy};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -137,7 +265,7 @@ pub use self::middleware::RetryMiddleware;
 ///
 /// let request = http::Request::get(format!("http://{addr}/greeting"))
 ///     .body(Full::new(Bytes::new()))?;
-/// let response = service.oneshot(request).await?;
+/// let response = service.clone().oneshot(request).await?;
 /// assert_eq!(response.status(), 200);
 /// assert_eq!(response.extensions().get::<RetryInfo>().unwrap().attempts(), 2); // 503, then 200
 ///
@@ -145,6 +273,13 @@ pub use self::middleware::RetryMiddleware;
 /// let response = reqwest::Response::from(response);
 /// assert_eq!(response.url().path(), "/greeting");
 /// assert_eq!(response.text().await?, "hello");
+///
+/// // A failure: reqwest's error and the record, from the layer's `BoxError`.
+/// let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?; // nothing listens
+/// let request = http::Request::get(format!("http://{closed}/")).body(Full::new(Bytes::new()))?;
+/// let error = Error::from(service.oneshot(request).await.unwrap_err());
+/// assert!(error.as_reqwest().is_some_and(|e| e.is_connect()));
+/// assert_eq!(error.info().map(|info| info.attempts()), Some(3));
 /// # Ok(())
 /// # }
 /// ```

@@ -1,6 +1,6 @@
-//! The `reqwest` and `reqwest-middleware` features, one test binary
-//! (`required-features = ["reqwest"]`): `ReqwestService` and `RetryMiddleware` against a
-//! real hyper server on 127.0.0.1, in real time, on both runtimes.
+//! The reqwest crate's tests, one binary: `ReqwestService`, the request-builder bridge
+//! (`send_with`) and `RetryMiddleware` (feature `middleware`) against a real hyper server on
+//! 127.0.0.1, in real time, on both runtimes.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -29,5 +29,6 @@ macro_rules! on_both_runtimes {
     };
 }
 
+mod bridge;
 mod middleware;
 mod service;
