@@ -120,6 +120,15 @@
 //! (`client.ready()`, `client.oneshot(..)`) fails with `E0599: the method ... exists for
 //! struct Retry<..>, but its trait bounds were not satisfied`.
 //!
+//! # Guides
+//!
+//! The [`guide`] pages go into each part in depth: [what is retried and the
+//! defaults](guide::defaults), [idempotency keys](guide::idempotency), [server hints,
+//! deadlines and timeouts](guide::time), [budgets and retry storms](guide::budgets),
+//! [per-route policies](guide::routes), [composing with timeouts and circuit
+//! breakers](guide::composing), [hedging](guide::hedging) and
+//! [troubleshooting](guide::troubleshooting).
+//!
 //! # Features
 //!
 //! - `tracing` (default): a span per logical request, an event per retry, a warning when
@@ -154,6 +163,7 @@ mod decision;
 mod error;
 pub mod future;
 mod gate;
+pub mod guide;
 mod head;
 mod hedge;
 pub mod hints;

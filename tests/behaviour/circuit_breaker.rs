@@ -1,6 +1,6 @@
-//! The README's circuit breaker stacked outside the layer: the layer returns a last 503 as
-//! `Ok`, so a breaker that counts only errors never opens during a 503 outage, and one with
-//! the README's failure classifier does. Paused time, a mock that is down.
+//! The circuit breaker of the guide on composing (`guide::composing`) stacked outside the
+//! layer: the layer returns a last 503 as `Ok`, so a breaker that counts only errors never
+//! opens during a 503 outage, and one with the guide's failure classifier does. Paused time, a mock that is down.
 
 use crate::common;
 

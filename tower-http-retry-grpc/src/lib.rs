@@ -118,6 +118,9 @@ mod adapter;
 mod config;
 mod headers;
 
+#[doc = include_str!("parity.md")]
+pub mod parity {}
+
 /// Real h2 and hyper errors of a broken HTTP/2 connection, for the tests.
 #[cfg(all(test, feature = "hyper"))]
 #[path = "../../tests/common/broken_h2.rs"]

@@ -1,0 +1,39 @@
+//! Guides: what the layer does in depth, a page per subject. The README and the crate's
+//! front page say what it is and how to start; these pages say how each part behaves and
+//! why, with examples that are compiled and run as the crate's tests.
+//!
+//! - [`defaults`]: what is retried, the defaults, bodies and transports, where an attempt
+//!   ends.
+//! - [`idempotency`]: idempotency keys, where to turn them on, quoted or raw.
+//! - [`time`]: `Retry-After` and the server's other hints, deadlines, per-attempt timeouts,
+//!   the errors a request ends with.
+//! - [`budgets`]: why a budget and not only max attempts; the budget, the throttle and the
+//!   quota; per-server gates; the storm example's tables and their arithmetic.
+//! - [`routes`]: per-route policies, and how a route's policy is laid over the layer's.
+//! - [`composing`]: with timeouts and circuit breakers.
+//! - [`hedging`]: hedging slow requests.
+//! - [`troubleshooting`]: body types, and the compiler errors a first use meets.
+
+#[doc = include_str!("guide/defaults.md")]
+pub mod defaults {}
+
+#[doc = include_str!("guide/idempotency.md")]
+pub mod idempotency {}
+
+#[doc = include_str!("guide/time.md")]
+pub mod time {}
+
+#[doc = include_str!("guide/budgets.md")]
+pub mod budgets {}
+
+#[doc = include_str!("guide/routes.md")]
+pub mod routes {}
+
+#[doc = include_str!("guide/composing.md")]
+pub mod composing {}
+
+#[doc = include_str!("guide/hedging.md")]
+pub mod hedging {}
+
+#[doc = include_str!("guide/troubleshooting.md")]
+pub mod troubleshooting {}
