@@ -242,7 +242,9 @@ pub(crate) enum Answer {
     },
 }
 
-fn stop(info: &mut RetryInfo, reason: StopReason) -> Answer {
+/// Returns the outcome, for `reason`; `cause` is the reason its attempt was given, if any.
+fn stop(info: &mut RetryInfo, reason: StopReason, cause: Option<RetryReason>) -> Answer {
+    attempt_classified(info, cause);
     record_stop(info, reason);
     Answer::Return
 }
@@ -289,20 +291,24 @@ pub(crate) fn decide(
     };
     let reason = match judged {
         Ok(reason) => reason,
-        Err(reason) => return stop(info, reason),
+        Err(stopped) => return stop(info, stopped, verdict.reason()),
     };
     if gated.is_err() {
-        return stop(info, StopReason::Throttled);
+        return stop(info, StopReason::Throttled, Some(reason));
     }
     if let Classification::Stop(_) = verdict {
-        return stop(info, StopReason::ServerSaidStop);
+        return stop(info, StopReason::ServerSaidStop, Some(reason));
     }
     match facts.replay() {
         Ok(()) => {}
         // The transport has not dropped the last attempt's body yet (hyper does that in its
-        // connection task or body pipe, after failing the response future).
-        Err(NotReplayable::InFlight) if !outcome.released => return Answer::AwaitRelease,
-        Err(_) => return stop(info, StopReason::BodyNotReplayable),
+        // connection task or body pipe, after failing the response future). The outcome
+        // may be returned after that wait: its cause is booked now.
+        Err(NotReplayable::InFlight) if !outcome.released => {
+            attempt_classified(info, Some(reason));
+            return Answer::AwaitRelease;
+        }
+        Err(_) => return stop(info, StopReason::BodyNotReplayable, Some(reason)),
     }
 
     // A first retry's course is made here, and kept only if the retry goes ahead.
@@ -336,7 +342,7 @@ pub(crate) fn decide(
             if refused == StopReason::BudgetExhausted {
                 crate::trace::budget_refused(info.attempts(), &reason);
             }
-            return stop(info, refused);
+            return stop(info, refused, Some(reason));
         }
     };
     // After an exact hint the backoff starts again from the first retry's; a transparent
@@ -686,6 +692,15 @@ pub(crate) fn record_stop(info: &mut RetryInfo, stop: StopReason) {
 #[inline]
 pub(crate) fn attempt_ended(info: &mut RetryInfo, outcome: AttemptOutcome) {
     info.set_outcome(outcome);
+}
+
+/// Books the reason the classifier gave the last attempt sent, when no retry will carry it
+/// (the request stops on it). Nothing for an outcome without one (a success, a final
+/// status): the record names it by the outcome.
+pub(crate) fn attempt_classified(info: &mut RetryInfo, cause: Option<RetryReason>) {
+    if let Some(reason) = cause {
+        info.set_cause(info.attempts(), reason);
+    }
 }
 
 /// Books whose outcome the caller gets: the last attempt's, unless the layer's own limit

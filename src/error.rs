@@ -42,6 +42,7 @@ use crate::reason::{Recognized, RetryReason};
 /// let error = error.downcast::<RetryError>().unwrap();
 /// assert_eq!(error.info().attempts(), 3);
 /// assert_eq!(error.info().stop(), StopReason::MaxAttempts);
+/// assert_eq!(error.to_string(), "connection refused (after 3 attempt(s); stopped: max attempts)");
 /// let io = error.into_source().downcast::<std::io::Error>().unwrap();
 /// assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
 /// # }
@@ -112,7 +113,7 @@ impl fmt::Display for RetryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} (after {} attempt(s); {})",
+            "{} (after {} attempt(s); stopped: {})",
             self.source,
             self.info.attempts(),
             self.info.stop()

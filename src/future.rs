@@ -208,8 +208,9 @@ impl Report {
         }
     }
 
-    /// Tells the gates of the one attempt's outcome.
-    fn hear<RB>(&self, result: &Result<Response<RB>, BoxError>) {
+    /// Tells the gates of the one attempt's outcome, and books the reason the classifier
+    /// gave it.
+    fn hear<RB>(&self, result: &Result<Response<RB>, BoxError>, info: &mut RetryInfo) {
         if !self.told {
             return;
         }
@@ -225,6 +226,7 @@ impl Report {
         let verdict = self.plan.policy.classify_parts(self.parts.as_deref(), seen);
         let gates = Own::gates(&self.own, &self.plan.gates);
         decision::sent_once(gates, verdict);
+        decision::attempt_classified(info, verdict.reason());
     }
 }
 
@@ -632,7 +634,7 @@ where
                 | Attempted::TimedOut(result)
                 | Attempted::Deadline(result) => {
                     if let Some(report) = report {
-                        report.hear(&result);
+                        report.hear(&result, info);
                     }
                     Step::Once(result)
                 }

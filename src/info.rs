@@ -30,11 +30,22 @@ use crate::reason::RetryReason;
 ///
 /// # Display
 ///
-/// `{}` is a one-line summary, for a log line: the attempts and what each got, the time
+/// `{}` is a one-line summary, for a log line: each attempt named by its cause, the time
 /// waited in all and what set the waits (`backoff`, `Retry-After`, `RateLimit`, ...), and
-/// why the layer stopped ([`StopReason::as_str`]). `{:#}` adds a line per attempt, with the
-/// reason for its retry and the wait before it, then why the layer stopped in words
-/// (unless the outcome was final), and the idempotency key, if any:
+/// why the layer stopped, in [`StopReason`]'s words (`stopped: max attempts`).
+///
+/// An attempt's cause is the reason the classifier gave its outcome
+/// ([`RetryReason`](crate::classify::RetryReason)) when that says more than the outcome: an
+/// error's kind (`connect error`, `connection closed`, `timeout`, ...), a protocol's code
+/// (`gRPC UNAVAILABLE`, on an HTTP 200), a custom classifier's reason. Otherwise the outcome
+/// names it ([`AttemptOutcome`]: `503`, `200`, `error`, `timed out`, ...): a success, a
+/// status, an error no rule recognised, an attempt the layer itself ended.
+///
+/// `{:#}` adds a line per attempt: the wait before it and what set it (or that it was a
+/// transparent retry, or a hedge and what sent it), and its cause, with the HTTP status or
+/// `error` beside a protocol's code or a custom reason (`gRPC UNAVAILABLE (HTTP 200)`);
+/// then a line if the caller got the layer's own error instead of an attempt's outcome,
+/// and the idempotency key, if any:
 ///
 /// ```
 /// use bytes::Bytes;
@@ -67,16 +78,28 @@ use crate::reason::RetryReason;
 ///     format!("{info:#}"),
 ///     "2 attempts: 503, 200; waited 150 ms (backoff); stopped: final\n\
 ///      \x20 attempt 1: 503\n\
-///      \x20 attempt 2, after status 503 and 150 ms (backoff): 200",
+///      \x20 attempt 2, after 150 ms (backoff): 200",
 /// );
 /// # }
 /// ```
+///
+/// Three refused connections read `3 attempts: connect error, connect error, connect error;
+/// waited 300 ms (backoff); stopped: max attempts`. A gRPC call answered `UNAVAILABLE`, then
+/// `OK`, reads `2 attempts: gRPC UNAVAILABLE, 200; ...`: a classifier gives a success no
+/// reason, so its HTTP status names it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RetryInfo {
     /// What the first attempt got.
     first: AttemptOutcome,
-    /// Every retry decided, in order; only the last may not have been sent.
+    /// Every retry decided, in order; only the last may not have been sent. Each one's
+    /// reason is the cause of the attempt before it, unless it is a hedge.
     retries: Vec<RetryRecord>,
+    /// The causes no retry names: of the attempt the request stopped on, when the
+    /// classifier gave it a reason; of a hedged request's attempts, each so judged.
+    // Boxed: a request that succeeds at once never has one, and pays a null pointer for them
+    // (8 bytes of the record, one word written and moved) instead of a `RetryReason` inline
+    // (40 bytes). A request that stops on a failure allocates the box once.
+    causes: Option<Box<Causes>>,
     /// The attempt whose outcome the caller got (1 for the first).
     returned: Option<u32>,
     stop: StopReason,
@@ -201,6 +224,58 @@ impl RetryInfo {
         }
     }
 
+    /// Books the reason the classifier gave attempt `number`'s outcome (1 for the first),
+    /// when no retry will carry it: the request stops on it, or it is a hedged request's.
+    pub(crate) fn set_cause(&mut self, number: u32, reason: RetryReason) {
+        let cause = Cause { number, reason };
+        let Some(causes) = &mut self.causes else {
+            self.causes = Some(Box::new(Causes {
+                first: cause,
+                more: Vec::new(),
+            }));
+            return;
+        };
+        if let Some(booked) = causes.iter_mut().find(|booked| booked.number == number) {
+            *booked = cause;
+            return;
+        }
+        causes.more.push(cause);
+    }
+
+    /// The reason the classifier gave attempt `number`'s outcome (1 for the first), if the
+    /// record has it: booked for the attempt itself, or the reason of the retry after it
+    /// (a hedge's is not: it was sent for its delay, or for another attempt's failure).
+    fn cause_of(&self, number: u32) -> Option<RetryReason> {
+        if let Some(cause) = self.booked().find(|cause| cause.number == number) {
+            return Some(cause.reason);
+        }
+        let next = self
+            .retries
+            .get(usize::try_from(number).ok()?.checked_sub(1)?)?;
+        (next.kind != AttemptKind::Hedge).then_some(next.reason)
+    }
+
+    /// The causes booked for attempts no retry names.
+    fn booked(&self) -> impl Iterator<Item = &Cause> {
+        self.causes.iter().flat_map(|causes| causes.iter())
+    }
+
+    /// The causes booked for attempts no retry names, with their attempts' numbers.
+    #[cfg(test)]
+    pub(crate) fn booked_causes(&self) -> Vec<(u32, RetryReason)> {
+        self.booked()
+            .map(|cause| (cause.number, cause.reason))
+            .collect()
+    }
+
+    /// Every attempt sent, in order, as the record names it.
+    fn named(&self) -> impl Iterator<Item = Named> + '_ {
+        (1..).zip(self.outcomes()).map(|(number, outcome)| Named {
+            outcome,
+            reason: self.cause_of(number),
+        })
+    }
+
     /// Books that the caller gets attempt `number`'s outcome (a hedged request's winner).
     pub(crate) fn set_returned(&mut self, number: u32) {
         self.returned = Some(number);
@@ -243,11 +318,11 @@ impl fmt::Display for RetryInfo {
             0 => f.write_str("no attempt sent")?,
             _ => write!(f, "{attempts} attempt{plural}: ")?,
         }
-        for (i, outcome) in self.outcomes().enumerate() {
+        for (i, named) in self.named().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
             }
-            write!(f, "{outcome}")?;
+            write!(f, "{named}")?;
         }
         if self
             .retries
@@ -279,26 +354,41 @@ impl fmt::Display for RetryInfo {
             }
             f.write_str(")")?;
         }
-        write!(f, "; stopped: {}", self.stop.as_str())?;
+        write!(f, "; stopped: {}", self.stop)?;
         if !f.alternate() {
             return Ok(());
         }
-        write!(f, "\n  attempt 1: {}", self.first)?;
-        for (i, retry) in self.retries.iter().enumerate() {
-            write!(f, "\n  attempt {}, after {}", i + 2, retry.reason)?;
-            match retry.kind {
-                AttemptKind::Transparent => f.write_str(", a transparent retry")?,
-                AttemptKind::Hedge => write!(
-                    f,
-                    ", a hedge {} after the attempt before",
-                    Millis(retry.wait)
-                )?,
-                _ => write!(f, " and {} ({})", Millis(retry.wait), WaitSource::of(retry))?,
-            }
-            write!(f, ": {}", retry.outcome)?;
+        let named = |number, outcome| Named {
+            outcome,
+            reason: self.cause_of(number),
+        };
+        if !self.unsent {
+            write!(f, "\n  attempt 1: {:#}", named(1, self.first))?;
         }
-        if self.stop != StopReason::Final {
-            write!(f, "\n  stopped: {}", self.stop)?;
+        for (number, retry) in (2..).zip(&self.retries) {
+            write!(f, "\n  attempt {number}, ")?;
+            match retry.kind {
+                AttemptKind::Transparent => f.write_str("at once (transparent retry)")?,
+                AttemptKind::Hedge => {
+                    write!(
+                        f,
+                        "a hedge {} after attempt {}",
+                        Millis(retry.wait),
+                        number - 1
+                    )?;
+                    match retry.reason {
+                        RetryReason::Hedge => f.write_str(" (hedging delay)")?,
+                        reason => write!(f, " (after {})", Named::trigger(reason))?,
+                    }
+                }
+                _ => write!(
+                    f,
+                    "after {} ({})",
+                    Millis(retry.wait),
+                    WaitSource::of(retry)
+                )?,
+            }
+            write!(f, ": {:#}", named(number, retry.outcome))?;
         }
         if self.returned.is_none() && (self.unsent || !self.retries.is_empty()) {
             f.write_str("\n  returned: the layer's own error, no attempt's outcome")?;
@@ -310,6 +400,93 @@ impl fmt::Display for RetryInfo {
             }
         }
         Ok(())
+    }
+}
+
+/// The causes no retry names ([`RetryInfo::set_cause`]): one, nearly always (the attempt
+/// the request stopped on); a hedged request's may have more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Causes {
+    first: Cause,
+    more: Vec<Cause>,
+}
+
+impl Causes {
+    fn iter(&self) -> impl Iterator<Item = &Cause> {
+        std::iter::once(&self.first).chain(&self.more)
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Cause> {
+        std::iter::once(&mut self.first).chain(&mut self.more)
+    }
+}
+
+/// The reason the classifier gave one attempt's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cause {
+    /// The attempt (1 for the first).
+    number: u32,
+    /// The reason the classifier gave its outcome.
+    reason: RetryReason,
+}
+
+/// One attempt as the record names it: by the reason its outcome was given, when that says
+/// more than the outcome (an error's kind, a protocol's code or a custom reason on a
+/// response), else by the outcome. `{:#}` adds the outcome beside a name that does not say
+/// what it was: `gRPC UNAVAILABLE (HTTP 200)`, `gRPC INTERNAL (error)`.
+#[derive(Clone, Copy)]
+struct Named {
+    outcome: AttemptOutcome,
+    reason: Option<RetryReason>,
+}
+
+impl Named {
+    /// A hedge's trigger, a reason alone, as the record names it: a status by its number.
+    fn trigger(reason: RetryReason) -> impl fmt::Display {
+        let outcome = match reason {
+            RetryReason::Status(status) => AttemptOutcome::Response(status),
+            _ => AttemptOutcome::Error,
+        };
+        Named {
+            outcome,
+            reason: Some(reason),
+        }
+    }
+
+    /// The reason that names the attempt, if one does.
+    fn by_reason(&self) -> Option<RetryReason> {
+        match (self.outcome, self.reason?) {
+            (AttemptOutcome::Response(_), RetryReason::Status(_)) => None,
+            (AttemptOutcome::Response(_) | AttemptOutcome::Error, reason) => Some(reason),
+            // The layer's own ends (timed out, abandoned, ...) say what happened themselves.
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Named {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(reason) = self.by_reason() else {
+            return write!(f, "{}", self.outcome);
+        };
+        write!(f, "{reason}")?;
+        if !f.alternate() {
+            return Ok(());
+        }
+        match (self.outcome, reason) {
+            (AttemptOutcome::Response(status), _) => write!(f, " (HTTP {})", status.as_u16()),
+            // A transport failure's reason says it was one.
+            (
+                _,
+                RetryReason::Connect
+                | RetryReason::RefusedStream
+                | RetryReason::NotSent
+                | RetryReason::GoAway
+                | RetryReason::ConnectionClosed
+                | RetryReason::Timeout,
+            ) => Ok(()),
+            _ => f.write_str(" (error)"),
+        }
     }
 }
 
@@ -369,7 +546,9 @@ impl fmt::Display for Millis {
 
 /// What one attempt got.
 ///
-/// Displayed as the status code (`503`), `error`, `timed out`, `abandoned` or `not sent`.
+/// Displayed as the status code (`503`), `error`, `timed out`, `abandoned`, `cancelled` or
+/// `not sent`. [`RetryInfo`]'s `Display` names an attempt by the reason the classifier gave
+/// it when that says more (`connect error` for an `error`, `gRPC UNAVAILABLE` for a `200`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum AttemptOutcome {
@@ -435,6 +614,10 @@ impl RetryRecord {
 }
 
 /// Why the layer stopped retrying and returned what it returned.
+///
+/// Each stop has one name: [`as_str`](Self::as_str) is the stable label (`max_attempts`),
+/// and `Display` writes it in words (`max attempts`), as [`RetryInfo`]'s summary does
+/// (`stopped: max attempts`).
 ///
 /// [`RetryInfo::stop`] tells a 503 the layer gave up on from one it was not allowed to
 /// retry:
@@ -515,7 +698,8 @@ pub enum StopReason {
 }
 
 impl StopReason {
-    /// A short, stable name, for logs and metrics labels.
+    /// A short, stable name, for metrics labels and log fields: `max_attempts`. `Display`
+    /// writes the same name in words (`max attempts`), and so does the record.
     pub fn as_str(&self) -> &'static str {
         match self {
             StopReason::Final => "final",
@@ -533,28 +717,33 @@ impl StopReason {
     }
 }
 
+/// The stop in words, for people: its label's ([`StopReason::as_str`]), `_` written as a
+/// space (`max attempts`). The record writes it so.
 impl fmt::Display for StopReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = match self {
-            StopReason::Final => "final outcome",
-            StopReason::Disabled => "retries disabled",
-            StopReason::MaxAttempts => "attempt limit reached",
-            StopReason::NotIdempotent => "not idempotent and no idempotency key",
-            StopReason::BodyNotReplayable => "body cannot be replayed",
-            StopReason::BudgetExhausted => "retry budget exhausted",
-            StopReason::Deadline => "deadline would pass",
-            StopReason::HintTooLong => "server's delay hint too long",
-            StopReason::ServerSaidStop => "server said not to retry",
-            StopReason::Throttled => "retry throttle engaged",
-            StopReason::ServiceNotReady => "service not ready for the retry in time",
-        };
-        f.write_str(text)
+        for (i, word) in self.as_str().split('_').enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            f.write_str(word)?;
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::reason::{FailureKind, ProtocolCode};
+
+    const UNAVAILABLE: RetryReason = RetryReason::Code(ProtocolCode::new(
+        "gRPC",
+        14,
+        "UNAVAILABLE",
+        FailureKind::Transient,
+    ));
+    const S503: RetryReason = RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE);
 
     fn retry(reason: RetryReason, wait_ms: u64, hint: Option<HintSource>) -> RetryRecord {
         RetryRecord {
@@ -570,111 +759,520 @@ mod tests {
         AttemptOutcome::Response(StatusCode::from_u16(code).unwrap())
     }
 
+    /// `{}` and `{:#}`.
+    fn shown(info: &RetryInfo) -> (String, String) {
+        (info.to_string(), format!("{info:#}"))
+    }
+
+    /// Checks `{}` and `{:#}` of `info`: `{:#}` is `{}` and then `lines`.
+    #[track_caller]
+    fn assert_shown(info: &RetryInfo, summary: &str, lines: &[&str]) {
+        let mut alternate = summary.to_string();
+        for line in lines {
+            alternate.push_str("\n  ");
+            alternate.push_str(line);
+        }
+        assert_eq!(shown(info), (summary.to_string(), alternate));
+    }
+
+    /// A request answered `outcome` once, stopped for `stop`, its reason `cause`, as the
+    /// driver books it.
+    fn stopped_on(
+        outcome: AttemptOutcome,
+        cause: Option<RetryReason>,
+        stop: StopReason,
+    ) -> RetryInfo {
+        let mut info = RetryInfo::default();
+        info.set_outcome(outcome);
+        if let Some(reason) = cause {
+            info.set_cause(info.attempts(), reason);
+        }
+        info.set_stop(stop);
+        info.set_returned_last();
+        info
+    }
+
     /// 503, then 503 with `Retry-After: 1`, then 200, on a POST with a key.
     fn retried() -> RetryInfo {
         let mut info = RetryInfo::default();
         info.set_idempotency_key(Some(HeaderValue::from_static("3f2a9c1e")));
         info.set_outcome(status(503));
-        info.push_retry(retry(
-            RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE),
-            150,
-            None,
-        ));
+        info.push_retry(retry(S503, 150, None));
         info.set_outcome(status(503));
-        info.push_retry(retry(
-            RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE),
-            1000,
-            Some(HintSource::RetryAfter),
-        ));
+        info.push_retry(retry(S503, 1000, Some(HintSource::RetryAfter)));
         info.set_outcome(status(200));
         info.set_returned_last();
         info
     }
 
+    /// Three connect errors, 100 ms and 200 ms apart: the attempt limit.
+    fn refused_three_times() -> RetryInfo {
+        let mut info = RetryInfo::default();
+        info.set_outcome(AttemptOutcome::Error);
+        info.push_retry(retry(RetryReason::Connect, 100, None));
+        info.set_outcome(AttemptOutcome::Error);
+        info.push_retry(retry(RetryReason::Connect, 200, None));
+        info.set_outcome(AttemptOutcome::Error);
+        info.set_cause(3, RetryReason::Connect);
+        info.set_stop(StopReason::MaxAttempts);
+        info.set_returned_last();
+        info
+    }
+
+    /// A hedged GET: the first attempt answers 200, the hedge sent 500 ms after it is
+    /// cancelled.
+    fn hedged() -> RetryInfo {
+        let mut info = RetryInfo::default();
+        info.push_retry(RetryRecord {
+            kind: AttemptKind::Hedge,
+            outcome: AttemptOutcome::Abandoned,
+            ..retry(RetryReason::Hedge, 500, None)
+        });
+        info.set_outcome_of(1, status(200));
+        info.set_outcome_of(2, AttemptOutcome::Cancelled);
+        info.set_returned(1);
+        info
+    }
+
     #[test]
     fn one_attempt() {
+        let info = stopped_on(status(200), None, StopReason::Final);
+        assert_shown(&info, "1 attempt: 200; stopped: final", &["attempt 1: 200"]);
+    }
+
+    /// Every outcome an attempt can have, in a record, exactly. A new outcome fails to
+    /// compile here until it has its line.
+    #[test]
+    fn every_outcome_is_written() {
+        let all = [
+            status(503),
+            AttemptOutcome::Error,
+            AttemptOutcome::TimedOut,
+            AttemptOutcome::Abandoned,
+            AttemptOutcome::Cancelled,
+            AttemptOutcome::NotSent,
+        ];
+        for outcome in all {
+            let (info, summary, lines): (RetryInfo, &str, &[&str]) = match outcome {
+                AttemptOutcome::Response(_) => (
+                    retried(),
+                    "3 attempts: 503, 503, 200; waited 1.15 s (backoff, Retry-After); \
+                     stopped: final",
+                    &[
+                        "attempt 1: 503",
+                        "attempt 2, after 150 ms (backoff): 503",
+                        "attempt 3, after 1 s (Retry-After): 200",
+                        "idempotency key: 3f2a9c1e",
+                    ],
+                ),
+                // An error the classifier gave no reason: final.
+                AttemptOutcome::Error => (
+                    stopped_on(AttemptOutcome::Error, None, StopReason::Final),
+                    "1 attempt: error; stopped: final",
+                    &["attempt 1: error"],
+                ),
+                AttemptOutcome::TimedOut => {
+                    let mut info = RetryInfo::default();
+                    info.set_outcome(AttemptOutcome::TimedOut);
+                    info.push_retry(retry(RetryReason::Timeout, 100, None));
+                    info.set_outcome(status(200));
+                    info.set_returned_last();
+                    (
+                        info,
+                        "2 attempts: timed out, 200; waited 100 ms (backoff); stopped: final",
+                        &[
+                            "attempt 1: timed out",
+                            "attempt 2, after 100 ms (backoff): 200",
+                        ],
+                    )
+                }
+                // The deadline passed during the retry: the caller got `DeadlineExceeded`.
+                AttemptOutcome::Abandoned => {
+                    let mut info = RetryInfo::default();
+                    info.set_outcome(status(503));
+                    info.push_retry(retry(S503, 100, None));
+                    info.set_outcome(AttemptOutcome::Abandoned);
+                    info.set_stop(StopReason::Deadline);
+                    (
+                        info,
+                        "2 attempts: 503, abandoned; waited 100 ms (backoff); stopped: deadline",
+                        &[
+                            "attempt 1: 503",
+                            "attempt 2, after 100 ms (backoff): abandoned",
+                            "returned: the layer's own error, no attempt's outcome",
+                        ],
+                    )
+                }
+                AttemptOutcome::Cancelled => (
+                    hedged(),
+                    "2 attempts: 200, cancelled; 1 hedge, attempt 1 returned; stopped: final",
+                    &[
+                        "attempt 1: 200",
+                        "attempt 2, a hedge 500 ms after attempt 1 (hedging delay): cancelled",
+                    ],
+                ),
+                // The retry's service was not ready in time.
+                AttemptOutcome::NotSent => {
+                    let mut info = RetryInfo::default();
+                    info.set_outcome(status(503));
+                    info.push_retry(retry(S503, 2500, Some(HintSource::Header("x-retry-in-ms"))));
+                    info.set_stop(StopReason::ServiceNotReady);
+                    info.set_returned_last();
+                    assert_eq!(info.attempts(), 1);
+                    (
+                        info,
+                        "1 attempt: 503 (the last retry not sent); waited 2.5 s (x-retry-in-ms); \
+                         stopped: service not ready",
+                        &[
+                            "attempt 1: 503",
+                            "attempt 2, after 2.5 s (x-retry-in-ms): not sent",
+                            "returned: the layer's own error, no attempt's outcome",
+                        ],
+                    )
+                }
+            };
+            assert_shown(&info, summary, lines);
+        }
+    }
+
+    /// Every stop, in a record, exactly, in the same words as its `Display`: its label
+    /// with spaces. A new stop fails to compile here until it has its line.
+    #[test]
+    fn every_stop_is_written_in_one_wording() {
+        let all = [
+            StopReason::Final,
+            StopReason::Disabled,
+            StopReason::MaxAttempts,
+            StopReason::NotIdempotent,
+            StopReason::BodyNotReplayable,
+            StopReason::BudgetExhausted,
+            StopReason::Deadline,
+            StopReason::HintTooLong,
+            StopReason::ServerSaidStop,
+            StopReason::Throttled,
+            StopReason::ServiceNotReady,
+        ];
+        for stop in all {
+            let (label, words, info, summary, lines): (_, _, _, &str, &[&str]) = match stop {
+                StopReason::Final => (
+                    "final",
+                    "final",
+                    stopped_on(status(404), None, stop),
+                    "1 attempt: 404; stopped: final",
+                    &["attempt 1: 404"],
+                ),
+                // `never()`: nothing classified the error.
+                StopReason::Disabled => (
+                    "disabled",
+                    "disabled",
+                    stopped_on(AttemptOutcome::Error, None, stop),
+                    "1 attempt: error; stopped: disabled",
+                    &["attempt 1: error"],
+                ),
+                StopReason::MaxAttempts => (
+                    "max_attempts",
+                    "max attempts",
+                    refused_three_times(),
+                    "3 attempts: connect error, connect error, connect error; \
+                     waited 300 ms (backoff); stopped: max attempts",
+                    &[
+                        "attempt 1: connect error",
+                        "attempt 2, after 100 ms (backoff): connect error",
+                        "attempt 3, after 200 ms (backoff): connect error",
+                    ],
+                ),
+                // A POST without a key, its connection reset under it.
+                StopReason::NotIdempotent => (
+                    "not_idempotent",
+                    "not idempotent",
+                    stopped_on(
+                        AttemptOutcome::Error,
+                        Some(RetryReason::ConnectionClosed),
+                        stop,
+                    ),
+                    "1 attempt: connection closed; stopped: not idempotent",
+                    &["attempt 1: connection closed"],
+                ),
+                StopReason::BodyNotReplayable => (
+                    "body_not_replayable",
+                    "body not replayable",
+                    stopped_on(status(503), Some(S503), stop),
+                    "1 attempt: 503; stopped: body not replayable",
+                    &["attempt 1: 503"],
+                ),
+                StopReason::BudgetExhausted => (
+                    "budget_exhausted",
+                    "budget exhausted",
+                    stopped_on(AttemptOutcome::Error, Some(RetryReason::Connect), stop),
+                    "1 attempt: connect error; stopped: budget exhausted",
+                    &["attempt 1: connect error"],
+                ),
+                StopReason::Deadline => (
+                    "deadline",
+                    "deadline",
+                    stopped_on(AttemptOutcome::Error, Some(RetryReason::Timeout), stop),
+                    "1 attempt: timeout; stopped: deadline",
+                    &["attempt 1: timeout"],
+                ),
+                StopReason::HintTooLong => {
+                    let info = RetryInfo {
+                        idempotency_key: Some(HeaderValue::from_static("k-1")),
+                        ..stopped_on(
+                            status(429),
+                            Some(RetryReason::Status(StatusCode::TOO_MANY_REQUESTS)),
+                            stop,
+                        )
+                    };
+                    (
+                        "hint_too_long",
+                        "hint too long",
+                        info,
+                        "1 attempt: 429; stopped: hint too long",
+                        &["attempt 1: 429", "idempotency key: k-1"],
+                    )
+                }
+                // gRPC's negative pushback.
+                StopReason::ServerSaidStop => (
+                    "server_said_stop",
+                    "server said stop",
+                    stopped_on(status(200), Some(UNAVAILABLE), stop),
+                    "1 attempt: gRPC UNAVAILABLE; stopped: server said stop",
+                    &["attempt 1: gRPC UNAVAILABLE (HTTP 200)"],
+                ),
+                StopReason::Throttled => {
+                    let mut info = RetryInfo::default();
+                    info.set_outcome(status(200));
+                    info.push_retry(retry(UNAVAILABLE, 100, None));
+                    info.set_outcome(status(200));
+                    info.set_cause(2, UNAVAILABLE);
+                    info.set_stop(stop);
+                    info.set_returned_last();
+                    (
+                        "throttled",
+                        "throttled",
+                        info,
+                        "2 attempts: gRPC UNAVAILABLE, gRPC UNAVAILABLE; waited 100 ms (backoff); \
+                         stopped: throttled",
+                        &[
+                            "attempt 1: gRPC UNAVAILABLE (HTTP 200)",
+                            "attempt 2, after 100 ms (backoff): gRPC UNAVAILABLE (HTTP 200)",
+                        ],
+                    )
+                }
+                // The retry's service failed to get ready: the caller got its error.
+                StopReason::ServiceNotReady => {
+                    let mut info = RetryInfo::default();
+                    info.set_outcome(AttemptOutcome::Error);
+                    info.push_retry(retry(RetryReason::GoAway, 0, None));
+                    info.set_stop(stop);
+                    info.set_returned_last();
+                    (
+                        "service_not_ready",
+                        "service not ready",
+                        info,
+                        "1 attempt: HTTP/2 GOAWAY (the last retry not sent); waited 0 ms (backoff); \
+                         stopped: service not ready",
+                        &[
+                            "attempt 1: HTTP/2 GOAWAY",
+                            "attempt 2, after 0 ms (backoff): not sent",
+                            "returned: the layer's own error, no attempt's outcome",
+                        ],
+                    )
+                }
+            };
+            assert_eq!((stop.as_str(), stop.to_string().as_str()), (label, words));
+            assert_eq!(info.stop(), stop);
+            assert_shown(&info, summary, lines);
+        }
+    }
+
+    /// A gate refused the first attempt: nothing was sent.
+    #[test]
+    fn no_attempt_sent() {
         let mut info = RetryInfo::default();
-        info.set_outcome(status(200));
-        info.set_returned_last();
-        assert_eq!(info.to_string(), "1 attempt: 200; stopped: final");
-        assert_eq!(
-            format!("{info:#}"),
-            "1 attempt: 200; stopped: final\n  attempt 1: 200"
+        info.set_unsent(StopReason::Throttled);
+        assert_shown(
+            &info,
+            "no attempt sent; stopped: throttled",
+            &["returned: the layer's own error, no attempt's outcome"],
         );
     }
 
+    /// Each reason names the attempt it was given, on an error or a response; a status only
+    /// by its number. A new reason fails to compile here until it has its name.
     #[test]
-    fn retries_with_their_waits_and_the_key() {
-        let info = retried();
+    fn every_reason_names_its_attempt() {
+        let all = [
+            RetryReason::Status(StatusCode::BAD_GATEWAY),
+            RetryReason::Connect,
+            RetryReason::RefusedStream,
+            RetryReason::NotSent,
+            RetryReason::GoAway,
+            RetryReason::ConnectionClosed,
+            RetryReason::Timeout,
+            UNAVAILABLE,
+            RetryReason::Custom("quota_body"),
+            RetryReason::Hedge,
+        ];
+        for reason in all {
+            // On an error, then on a 200: `{}`, then `{:#}`.
+            let (error, response): ([&str; 2], [&str; 2]) = match reason {
+                RetryReason::Status(_) => (["status 502", "status 502 (error)"], ["200", "200"]),
+                RetryReason::Connect => (
+                    ["connect error"; 2],
+                    ["connect error", "connect error (HTTP 200)"],
+                ),
+                RetryReason::RefusedStream => (
+                    ["HTTP/2 stream refused"; 2],
+                    ["HTTP/2 stream refused", "HTTP/2 stream refused (HTTP 200)"],
+                ),
+                RetryReason::NotSent => (
+                    ["request not sent"; 2],
+                    ["request not sent", "request not sent (HTTP 200)"],
+                ),
+                RetryReason::GoAway => (
+                    ["HTTP/2 GOAWAY"; 2],
+                    ["HTTP/2 GOAWAY", "HTTP/2 GOAWAY (HTTP 200)"],
+                ),
+                RetryReason::ConnectionClosed => (
+                    ["connection closed"; 2],
+                    ["connection closed", "connection closed (HTTP 200)"],
+                ),
+                RetryReason::Timeout => (["timeout"; 2], ["timeout", "timeout (HTTP 200)"]),
+                RetryReason::Code(_) => (
+                    ["gRPC UNAVAILABLE", "gRPC UNAVAILABLE (error)"],
+                    ["gRPC UNAVAILABLE", "gRPC UNAVAILABLE (HTTP 200)"],
+                ),
+                RetryReason::Custom(_) => (
+                    ["quota_body", "quota_body (error)"],
+                    ["quota_body", "quota_body (HTTP 200)"],
+                ),
+                RetryReason::Hedge => (
+                    ["hedging delay", "hedging delay (error)"],
+                    ["hedging delay", "hedging delay (HTTP 200)"],
+                ),
+            };
+            for (outcome, [summary, line]) in
+                [(AttemptOutcome::Error, error), (status(200), response)]
+            {
+                let info = stopped_on(outcome, Some(reason), StopReason::MaxAttempts);
+                assert_shown(
+                    &info,
+                    &format!("1 attempt: {summary}; stopped: max attempts"),
+                    &[&format!("attempt 1: {line}")],
+                );
+            }
+        }
+        // The layer's own ends name themselves, whatever the reason.
+        for (outcome, name) in [
+            (AttemptOutcome::TimedOut, "timed out"),
+            (AttemptOutcome::Abandoned, "abandoned"),
+            (AttemptOutcome::Cancelled, "cancelled"),
+        ] {
+            let info = stopped_on(outcome, Some(RetryReason::Timeout), StopReason::Deadline);
+            assert_eq!(
+                info.to_string(),
+                format!("1 attempt: {name}; stopped: deadline")
+            );
+        }
+    }
+
+    /// The cause booked for one attempt names that one only; the others keep their
+    /// retries' reasons, or their outcomes.
+    #[test]
+    fn a_cause_names_its_own_attempt() {
+        let mut info = refused_three_times();
+        info.set_cause(2, RetryReason::Timeout);
         assert_eq!(
             info.to_string(),
-            "3 attempts: 503, 503, 200; waited 1.15 s (backoff, Retry-After); stopped: final"
+            "3 attempts: connect error, timeout, connect error; waited 300 ms (backoff); \
+             stopped: max attempts"
         );
+        // Booked again, an attempt's cause is replaced.
+        info.set_cause(3, RetryReason::GoAway);
+        assert_eq!(
+            info.booked_causes(),
+            [(3, RetryReason::GoAway), (2, RetryReason::Timeout)]
+        );
+        assert!(
+            info.to_string()
+                .starts_with("3 attempts: connect error, timeout, HTTP/2 GOAWAY;")
+        );
+        // A hedge's reason is why it was sent, not what the attempt before it got.
+        let mut info = hedged();
+        info.retries[0].reason = RetryReason::Connect;
         assert_eq!(
             format!("{info:#}"),
-            "3 attempts: 503, 503, 200; waited 1.15 s (backoff, Retry-After); stopped: final\n\
-             \x20 attempt 1: 503\n\
-             \x20 attempt 2, after status 503 and 150 ms (backoff): 503\n\
-             \x20 attempt 3, after status 503 and 1 s (Retry-After): 200\n\
-             \x20 idempotency key: 3f2a9c1e"
+            "2 attempts: 200, cancelled; 1 hedge, attempt 1 returned; stopped: final\n\
+             \x20 attempt 1: 200\n\
+             \x20 attempt 2, a hedge 500 ms after attempt 1 (after connect error): cancelled"
+        );
+        info.retries[0].reason = S503;
+        assert!(
+            format!("{info:#}").ends_with("(after 503): cancelled"),
+            "{info:#}"
         );
     }
 
+    /// A hedged request's attempts are each named by the cause booked as they ended: a
+    /// hedge's reason is why it was sent, after a delay or another attempt's failure.
+    #[test]
+    fn hedged_attempts_are_named_by_their_own_causes() {
+        let mut info = RetryInfo::default();
+        let hedge = |reason, wait_ms| RetryRecord {
+            kind: AttemptKind::Hedge,
+            outcome: AttemptOutcome::Abandoned,
+            ..retry(reason, wait_ms, None)
+        };
+        // Attempt 2 goes at the delay; attempt 1 fails, and attempt 3 goes at once.
+        info.push_retry(hedge(RetryReason::Hedge, 500));
+        info.set_outcome_of(1, status(200));
+        info.set_cause(1, UNAVAILABLE);
+        info.push_retry(hedge(UNAVAILABLE, 200));
+        info.set_outcome_of(3, AttemptOutcome::Error);
+        info.set_cause(3, RetryReason::ConnectionClosed);
+        info.set_outcome_of(2, status(200));
+        info.set_cause(2, UNAVAILABLE);
+        info.set_stop(StopReason::MaxAttempts);
+        info.set_returned(2);
+        assert_shown(
+            &info,
+            "3 attempts: gRPC UNAVAILABLE, gRPC UNAVAILABLE, connection closed; 2 hedges, \
+             attempt 2 returned; stopped: max attempts",
+            &[
+                "attempt 1: gRPC UNAVAILABLE (HTTP 200)",
+                "attempt 2, a hedge 500 ms after attempt 1 (hedging delay): \
+                 gRPC UNAVAILABLE (HTTP 200)",
+                "attempt 3, a hedge 200 ms after attempt 2 (after gRPC UNAVAILABLE): \
+                 connection closed",
+            ],
+        );
+    }
+
+    /// A transparent retry goes at once; a hint's source and the backoff are both named.
     #[test]
     fn a_transparent_retry_and_a_limit() {
         let mut info = RetryInfo::default();
         info.set_outcome(AttemptOutcome::Error);
         info.push_retry(RetryRecord {
             kind: AttemptKind::Transparent,
-            wait: Duration::ZERO,
-            ..retry(RetryReason::Connect, 0, None)
+            ..retry(RetryReason::RefusedStream, 0, None)
         });
         info.set_outcome(AttemptOutcome::TimedOut);
         info.push_retry(retry(RetryReason::Timeout, 87, None));
         info.set_outcome(status(502));
+        info.set_cause(3, RetryReason::Status(StatusCode::BAD_GATEWAY));
         info.set_stop(StopReason::MaxAttempts);
         info.set_returned_last();
-        assert_eq!(
-            info.to_string(),
-            "3 attempts: error, timed out, 502; waited 87 ms (transparent retry, backoff); \
-             stopped: max_attempts"
-        );
-        assert_eq!(
-            format!("{info:#}"),
-            "3 attempts: error, timed out, 502; waited 87 ms (transparent retry, backoff); \
-             stopped: max_attempts\n\
-             \x20 attempt 1: error\n\
-             \x20 attempt 2, after connect error, a transparent retry: timed out\n\
-             \x20 attempt 3, after timeout and 87 ms (backoff): 502\n\
-             \x20 stopped: attempt limit reached"
-        );
-    }
-
-    #[test]
-    fn a_retry_never_sent() {
-        let mut info = RetryInfo::default();
-        info.set_outcome(status(503));
-        info.push_retry(retry(
-            RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE),
-            2500,
-            Some(HintSource::Header("x-retry-in-ms")),
-        ));
-        info.set_stop(StopReason::ServiceNotReady);
-        info.set_returned_last();
-        assert_eq!(info.attempts(), 1);
-        assert_eq!(
-            info.to_string(),
-            "1 attempt: 503 (the last retry not sent); waited 2.5 s (x-retry-in-ms); \
-             stopped: service_not_ready"
-        );
-        assert_eq!(
-            format!("{info:#}"),
-            "1 attempt: 503 (the last retry not sent); waited 2.5 s (x-retry-in-ms); \
-             stopped: service_not_ready\n\
-             \x20 attempt 1: 503\n\
-             \x20 attempt 2, after status 503 and 2.5 s (x-retry-in-ms): not sent\n\
-             \x20 stopped: service not ready for the retry in time\n\
-             \x20 returned: the layer's own error, no attempt's outcome"
+        assert_shown(
+            &info,
+            "3 attempts: HTTP/2 stream refused, timed out, 502; \
+             waited 87 ms (transparent retry, backoff); stopped: max attempts",
+            &[
+                "attempt 1: HTTP/2 stream refused",
+                "attempt 2, at once (transparent retry): timed out",
+                "attempt 3, after 87 ms (backoff): 502",
+            ],
         );
     }
 
@@ -699,10 +1297,28 @@ mod tests {
             (AttemptOutcome::Error, "error"),
             (AttemptOutcome::TimedOut, "timed out"),
             (AttemptOutcome::Abandoned, "abandoned"),
+            (AttemptOutcome::Cancelled, "cancelled"),
             (AttemptOutcome::NotSent, "not sent"),
         ];
         for (outcome, text) in all {
             assert_eq!(outcome.to_string(), text);
         }
+    }
+
+    /// The causes are boxed: the record of a request that succeeds at once holds a null
+    /// pointer for them, no more.
+    #[test]
+    fn the_record_stays_small() {
+        assert_eq!(
+            std::mem::size_of::<Option<Box<Causes>>>(),
+            std::mem::size_of::<usize>()
+        );
+        assert!(
+            std::mem::size_of::<RetryInfo>() <= 88,
+            "{}",
+            std::mem::size_of::<RetryInfo>()
+        );
+        let info = stopped_on(status(200), None, StopReason::Final);
+        assert!(info.causes.is_none());
     }
 }

@@ -113,6 +113,15 @@ pub(crate) fn outcome(
     non_fatal(Next::After(wait), source)
 }
 
+/// Books the reason the classifier gave attempt `number`'s outcome, if any. A hedge's own
+/// reason says why it was sent (its delay, or some attempt's failure), not what the
+/// attempt before it got, so each attempt's is booked as it ends.
+pub(crate) fn classified(info: &mut RetryInfo, number: u32, verdict: Classification) {
+    if let Some(reason) = verdict.reason() {
+        info.set_cause(number, reason);
+    }
+}
+
 /// Whether a hedged request may send another attempt: fewer than `max_attempts` sent.
 pub(crate) fn attempts_left(policy: &Settings, info: &RetryInfo) -> bool {
     counted_attempts(info.attempts(), info.retries()) < policy.max_attempts

@@ -384,6 +384,117 @@ fn a_body_that_cannot_be_sent_again_stops_or_is_waited_for() {
     assert_eq!(world.replays_checked, 0);
 }
 
+/// The reason an outcome was given is booked for its attempt when the request stops on it
+/// (no retry will carry it), or may (the wait for the body's release); never when a retry
+/// goes ahead, and never for an outcome without one.
+#[test]
+fn the_reason_of_the_outcome_stopped_on_is_booked_for_its_attempt() {
+    const CONNECT: RetryReason = RetryReason::Connect;
+    let error = |verdict| Outcome {
+        responded: false,
+        ..outcome(verdict)
+    };
+    let decided = |plan: &Plan, o: Outcome, world: &mut World| {
+        let mut info = first();
+        attempt_ended(&mut info, AttemptOutcome::Error);
+        let answer = decide(plan, &plan.gates, &no_limits(), &o, world, None, &mut info);
+        (answer, info)
+    };
+    // Retried: the retry carries the reason, nothing is booked.
+    let (answer, info) = decided(
+        &plan(policy()),
+        error(Classification::Retry(CONNECT)),
+        &mut World::new(),
+    );
+    assert!(wait_of(&answer).is_some());
+    assert_eq!(info.booked_causes(), []);
+    assert_eq!(info.retries()[0].reason, CONNECT);
+    // No reason to book.
+    for verdict in [Classification::Success, Classification::Done] {
+        let (_, info) = decided(&plan(policy()), error(verdict), &mut World::new());
+        assert_eq!(info.booked_causes(), [], "{verdict:?}");
+    }
+    // Every stop on an outcome with a reason books it.
+    let last = plan(policy().max_attempts(1));
+    let (_, info) = decided(
+        &last,
+        error(Classification::Retry(CONNECT)),
+        &mut World::new(),
+    );
+    assert_eq!(info.stop(), StopReason::MaxAttempts);
+    assert_eq!(info.booked_causes(), [(1, CONNECT)]);
+    assert_eq!(
+        info.to_string(),
+        "1 attempt: connect error; stopped: max attempts"
+    );
+    let keyless = Outcome {
+        may_repeat: false,
+        ..error(Classification::Retry(RetryReason::ConnectionClosed))
+    };
+    let (_, info) = decided(&plan(policy()), keyless, &mut World::new());
+    assert_eq!(info.stop(), StopReason::NotIdempotent);
+    assert_eq!(info.booked_causes(), [(1, RetryReason::ConnectionClosed)]);
+    let (_, info) = decided(
+        &plan(policy()),
+        error(Classification::Stop(CONNECT)),
+        &mut World::new(),
+    );
+    assert_eq!(info.stop(), StopReason::ServerSaidStop);
+    assert_eq!(info.booked_causes(), [(1, CONNECT)]);
+    let budget = no_refill(0.0, 1.0);
+    while tower::retry::budget::Budget::withdraw(&budget) {}
+    let empty = gated(policy(), Some(budget), None);
+    let (_, info) = decided(
+        &empty,
+        error(Classification::Retry(CONNECT)),
+        &mut World::new(),
+    );
+    assert_eq!(info.stop(), StopReason::BudgetExhausted);
+    assert_eq!(info.booked_causes(), [(1, CONNECT)]);
+    let mut world = World::new();
+    world.replay = Err(NotReplayable::TooLarge);
+    let (_, info) = decided(
+        &plan(policy()),
+        error(Classification::Retry(CONNECT)),
+        &mut world,
+    );
+    assert_eq!(info.stop(), StopReason::BodyNotReplayable);
+    assert_eq!(info.booked_causes(), [(1, CONNECT)]);
+    // The body still held: the outcome may be returned after the wait, its reason booked.
+    world.replay = Err(NotReplayable::InFlight);
+    let (answer, info) = decided(
+        &plan(policy()),
+        error(Classification::Retry(CONNECT)),
+        &mut world,
+    );
+    assert!(matches!(answer, Answer::AwaitRelease));
+    assert_eq!(info.booked_causes(), [(1, CONNECT)]);
+    // A second 500 is final; its reason is booked with it.
+    let s500 = Classification::RetryOnce(S500);
+    let mut info = first();
+    attempt_ended(
+        &mut info,
+        AttemptOutcome::Response(StatusCode::INTERNAL_SERVER_ERROR),
+    );
+    info.push_retry(record(S500));
+    attempt_ended(
+        &mut info,
+        AttemptOutcome::Response(StatusCode::INTERNAL_SERVER_ERROR),
+    );
+    let p = plan(policy());
+    decide(
+        &p,
+        &p.gates,
+        &no_limits(),
+        &outcome(s500),
+        &mut World::new(),
+        None,
+        &mut info,
+    );
+    assert_eq!(info.stop(), StopReason::Final);
+    assert_eq!(info.booked_causes(), [(2, S500)]);
+}
+
 #[test]
 fn the_classifiers_hint_comes_first_then_the_servers() {
     let plan = plan(policy());

@@ -257,7 +257,7 @@ where
                 presence.ended(number);
             }
             info.set_outcome_of(number, outcome);
-            if let Some(stop) = judge(flight, &result, limits) {
+            if let Some(stop) = judge(flight, &result, limits, number, info) {
                 flight.dropping(now);
                 let cancelled = flight.flying.drain(..).map(|a| a.number);
                 hedge::won(stop, number, cancelled, info);
@@ -323,11 +323,14 @@ where
     }
 }
 
-/// Judges an attempt's outcome: `Some` with the stop when it is returned.
+/// Judges attempt `number`'s outcome, and books the reason it was given: `Some` with the
+/// stop when it is returned.
 fn judge<F, S, B, RB>(
     flight: &mut Flight<F, S, B, Response<RB>>,
     result: &Result<Response<RB>, BoxError>,
     limits: &Limits,
+    number: u32,
+    info: &mut RetryInfo,
 ) -> Option<StopReason> {
     let retry = &flight.retry;
     let plan = &*retry.plan;
@@ -342,6 +345,7 @@ fn judge<F, S, B, RB>(
         verdict: plan.policy.classify(&retry.head, seen),
         responded: result.is_ok(),
     };
+    hedge::classified(info, number, outcome.verdict);
     let mut facts = Lookup {
         result,
         replay: &retry.replay,

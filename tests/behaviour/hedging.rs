@@ -226,9 +226,7 @@ async fn while_none_answers_an_attempt_starts_every_delay_up_to_max_attempts() {
     );
     assert_eq!(
         format!("{info:#}").lines().nth(2),
-        Some(
-            "  attempt 2, after hedging delay, a hedge 500 ms after the attempt before: cancelled"
-        )
+        Some("  attempt 2, a hedge 500 ms after attempt 1 (hedging delay): cancelled")
     );
 }
 
@@ -316,6 +314,44 @@ async fn when_every_attempt_fails_the_last_failure_is_returned() {
     let info = info(&response);
     assert_eq!(info.stop(), StopReason::MaxAttempts);
     assert_eq!(info.returned(), Some(4));
+    assert_eq!(
+        info.to_string(),
+        "4 attempts: 503, 502, 503, 504; 3 hedges, attempt 4 returned; stopped: max attempts"
+    );
+}
+
+/// Each hedged attempt is named by the reason its outcome was given as it ended (a
+/// hedge's own reason is why it was sent).
+#[tokio::test(start_paused = true)]
+async fn each_hedged_attempt_is_named_by_its_own_reason() {
+    use tower_http_retry::classify::{Classification, Classify, DefaultClassifier, Outcome};
+    let server = Timeline::new(&[
+        answer(2_000, 503),
+        answer(2_000, 502),
+        answer(2_000, 503),
+        answer(2_000, 503),
+    ]);
+    let overloaded = |head: &http::request::Parts, outcome: Outcome<'_>| match outcome {
+        Outcome::Response { status, .. } if status == StatusCode::SERVICE_UNAVAILABLE => {
+            Classification::Retry(RetryReason::Custom("overloaded"))
+        }
+        _ => DefaultClassifier.classify(head, outcome),
+    };
+    let response = a6(RetryPolicy::default().classifier(overloaded))
+        .layer(server.clone())
+        .oneshot(get())
+        .await
+        .unwrap();
+    let info = info(&response);
+    assert_eq!(
+        format!("{info:#}"),
+        "4 attempts: overloaded, 502, overloaded, overloaded; 3 hedges, attempt 4 returned; \
+         stopped: max attempts\n\
+         \x20 attempt 1: overloaded (HTTP 503)\n\
+         \x20 attempt 2, a hedge 500 ms after attempt 1 (hedging delay): 502\n\
+         \x20 attempt 3, a hedge 500 ms after attempt 2 (hedging delay): overloaded (HTTP 503)\n\
+         \x20 attempt 4, a hedge 500 ms after attempt 3 (hedging delay): overloaded (HTTP 503)"
+    );
 }
 
 #[tokio::test(start_paused = true)]

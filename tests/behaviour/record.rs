@@ -466,3 +466,122 @@ async fn the_record_keeps_every_attempt_and_whose_outcome_was_returned() {
     );
     assert_eq!((info.returned(), info.stop()), (None, StopReason::Deadline));
 }
+
+/// The record as `{}` and `{:#}` write it.
+fn shown(info: &RetryInfo) -> (String, String) {
+    (info.to_string(), format!("{info:#}"))
+}
+
+/// A budget with no token left, that earns too little back (0.01 a request) to pay for a
+/// retry.
+fn empty_budget() -> RetryBudget {
+    let budget = RetryBudget::builder()
+        .ratio(0.01)
+        .min_per_sec(0.0)
+        .max_tokens(1.0)
+        .build();
+    while tower::retry::budget::Budget::withdraw(&budget) {}
+    budget
+}
+
+/// The record names each attempt's cause through the layer, the last one's included:
+/// three refused connections are three connect errors, stopped at the attempt limit.
+#[tokio::test(start_paused = true)]
+async fn the_record_names_each_attempts_cause() {
+    let error = RetryLayer::new()
+        .policy(quick(3))
+        .layer(Mock::new([refused(), refused(), refused()]))
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap_err();
+    let error = error.downcast::<RetryError>().unwrap();
+    assert_eq!(
+        shown(error.info()),
+        (
+            "3 attempts: connect error, connect error, connect error; waited 20 ms (backoff); \
+             stopped: max attempts"
+                .to_string(),
+            "3 attempts: connect error, connect error, connect error; waited 20 ms (backoff); \
+             stopped: max attempts\n\
+             \x20 attempt 1: connect error\n\
+             \x20 attempt 2, after 10 ms (backoff): connect error\n\
+             \x20 attempt 3, after 10 ms (backoff): connect error"
+                .to_string()
+        )
+    );
+    assert_eq!(
+        error.to_string(),
+        "connection refused (after 3 attempt(s); stopped: max attempts)"
+    );
+}
+
+/// A 503 whose `Retry-After` set the wait, then a 200: the wait's source is named.
+#[tokio::test(start_paused = true)]
+async fn the_record_names_what_set_each_wait() {
+    let response = RetryLayer::new()
+        .policy(quick(3))
+        .layer(Mock::new([
+            Reply::Headers(503, vec![("retry-after", "1".to_string())]),
+            Reply::Status(200),
+        ]))
+        .oneshot(get("http://h/"))
+        .await
+        .unwrap();
+    let info = response.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(
+        shown(info),
+        (
+            "2 attempts: 503, 200; waited 1 s (Retry-After); stopped: final".to_string(),
+            "2 attempts: 503, 200; waited 1 s (Retry-After); stopped: final\n\
+             \x20 attempt 1: 503\n\
+             \x20 attempt 2, after 1 s (Retry-After): 200"
+                .to_string()
+        )
+    );
+}
+
+/// The budget refused the retry: the one attempt is named by its cause, a connection
+/// refused as well as a status.
+#[tokio::test(start_paused = true)]
+async fn a_budget_refusal_names_the_outcome_it_returned() {
+    for (reply, named) in [(Reply::Status(503), "503"), (refused(), "connect error")] {
+        let result = RetryLayer::new()
+            .policy(quick(3).gate(empty_budget()))
+            .layer(Mock::new([reply]))
+            .oneshot(get("http://h/"))
+            .await;
+        let info = match &result {
+            Ok(response) => response.extensions().get::<RetryInfo>().unwrap().clone(),
+            Err(error) => error.downcast_ref::<RetryError>().unwrap().info().clone(),
+        };
+        let summary = format!("1 attempt: {named}; stopped: budget exhausted");
+        assert_eq!(
+            shown(&info),
+            (summary.clone(), format!("{summary}\n  attempt 1: {named}"))
+        );
+    }
+}
+
+/// A request sent once under a gate that hears its outcome: the outcome is classified for
+/// the gate, and the record names it by the reason; without such a gate nothing classifies
+/// it, and the record names the outcome.
+#[tokio::test(start_paused = true)]
+async fn a_request_sent_once_is_named_by_what_the_layer_knows() {
+    let throttle = tower_http_retry::Throttle::builder().build();
+    for (policy, named) in [
+        (quick(1).gate(throttle), "connect error"),
+        (quick(1), "error"),
+    ] {
+        let error = RetryLayer::new()
+            .policy(policy)
+            .layer(Mock::new([refused()]))
+            .oneshot(get("http://h/"))
+            .await
+            .unwrap_err();
+        let info = error.downcast_ref::<RetryError>().unwrap().info();
+        assert_eq!(
+            info.to_string(),
+            format!("1 attempt: {named}; stopped: disabled")
+        );
+    }
+}

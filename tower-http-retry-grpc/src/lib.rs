@@ -797,6 +797,189 @@ mod tests {
         assert_eq!(retried_codes(&after), []);
     }
 
+    /// What one attempt of [`record`]'s call gets.
+    #[derive(Clone, Copy)]
+    enum Answer {
+        /// A Trailers-Only answer: HTTP 200 with these headers (`grpc-status` among them).
+        TrailersOnly(&'static [(&'static str, &'static str)]),
+        /// An answer of this HTTP status without `grpc-status` (a proxy's).
+        Http(u16),
+        /// The transport's error, recognised with this reason.
+        Failed(Option<RetryReason>),
+    }
+
+    /// The record of one call through `policy`, each attempt answered with the next of
+    /// `answers`, under paused time.
+    fn record(policy: RetryPolicy, answers: Vec<Answer>) -> tower_http_retry::RetryInfo {
+        use tower::{Layer, ServiceExt};
+        use tower_http_retry::{RetryError, RetryInfo};
+        let answers = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(
+            answers,
+        )));
+        let service = tower::service_fn(
+            move |_: http::Request<
+                tower_http_retry::ReplayBody<http_body_util::Empty<bytes::Bytes>>,
+            >| {
+                let answer = answers.lock().unwrap().pop_front().expect("an answer left");
+                async move {
+                    let headers: &[(&str, &str)] = match answer {
+                        Answer::TrailersOnly(headers) => headers,
+                        Answer::Http(status) => {
+                            let response = http::Response::builder().status(status);
+                            return Ok(response.body(()).unwrap());
+                        }
+                        Answer::Failed(reason) => {
+                            let error = std::io::Error::other("transport failed");
+                            let error = tower_http_retry::classify::Recognized::new(error, reason);
+                            return Err(tower::BoxError::from(error));
+                        }
+                    };
+                    let mut response = http::Response::builder();
+                    for (name, value) in headers {
+                        response = response.header(*name, *value);
+                    }
+                    Ok(response.body(()).unwrap())
+                }
+            },
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let request = http::Request::post("http://h/shop.Cart/Add")
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        let layer = RetryLayer::new()
+            .policy(RetryPolicy::new().no_gates())
+            .policy(policy);
+        match runtime.block_on(layer.layer(service).oneshot(request)) {
+            Ok(response) => response.extensions().get::<RetryInfo>().unwrap().clone(),
+            Err(error) => error.downcast_ref::<RetryError>().unwrap().info().clone(),
+        }
+    }
+
+    /// A gRPC policy of `codes`, three attempts, 100 ms between them.
+    fn grpc_policy(codes: impl IntoIterator<Item = Code>) -> RetryPolicy {
+        use tower_http_retry::{Backoff, Jitter};
+        let wait = Duration::from_millis(100);
+        RetryPolicy::new()
+            .grpc_codes(codes)
+            .max_attempts(3)
+            .backoff(Backoff::exponential(wait, wait).jitter(Jitter::None))
+    }
+
+    /// `{}` and `{:#}` of a record.
+    fn shown(info: &tower_http_retry::RetryInfo) -> (String, String) {
+        (info.to_string(), format!("{info:#}"))
+    }
+
+    /// The record names the gRPC code of every attempt the classifier gave one, whether the
+    /// call was retried after it or stopped on it, with the HTTP status (or `error`) beside
+    /// it in `{:#}`; a transport failure keeps its own name; an `OK`, and a code the policy
+    /// does not retry, have no reason, and are named by their HTTP status.
+    #[test]
+    fn the_record_names_grpc_codes() {
+        use Answer::{Failed, Http, TrailersOnly};
+        const UNAVAILABLE: &[(&str, &str)] = &[("grpc-status", "14")];
+        const OK: &[(&str, &str)] = &[("grpc-status", "0")];
+        let cases: [(_, Vec<Answer>, &str, &[&str]); 8] = [
+            (
+                grpc_policy([Code::Unavailable]),
+                vec![TrailersOnly(UNAVAILABLE), TrailersOnly(OK)],
+                "2 attempts: gRPC UNAVAILABLE, 200; waited 100 ms (backoff); stopped: final",
+                &[
+                    "attempt 1: gRPC UNAVAILABLE (HTTP 200)",
+                    "attempt 2, after 100 ms (backoff): 200",
+                ],
+            ),
+            (
+                grpc_policy([Code::Unavailable]),
+                vec![TrailersOnly(UNAVAILABLE); 3],
+                "3 attempts: gRPC UNAVAILABLE, gRPC UNAVAILABLE, gRPC UNAVAILABLE; \
+                 waited 200 ms (backoff); stopped: max attempts",
+                &[
+                    "attempt 1: gRPC UNAVAILABLE (HTTP 200)",
+                    "attempt 2, after 100 ms (backoff): gRPC UNAVAILABLE (HTTP 200)",
+                    "attempt 3, after 100 ms (backoff): gRPC UNAVAILABLE (HTTP 200)",
+                ],
+            ),
+            // The server's pushback sets the wait, or stops the call.
+            (
+                grpc_policy([Code::ResourceExhausted]),
+                vec![
+                    TrailersOnly(&[("grpc-status", "8"), ("grpc-retry-pushback-ms", "250")]),
+                    TrailersOnly(&[("grpc-status", "8"), ("grpc-retry-pushback-ms", "-1")]),
+                ],
+                "2 attempts: gRPC RESOURCE_EXHAUSTED, gRPC RESOURCE_EXHAUSTED; \
+                 waited 250 ms (grpc-retry-pushback-ms); stopped: server said stop",
+                &[
+                    "attempt 1: gRPC RESOURCE_EXHAUSTED (HTTP 200)",
+                    "attempt 2, after 250 ms (grpc-retry-pushback-ms): \
+                     gRPC RESOURCE_EXHAUSTED (HTTP 200)",
+                ],
+            ),
+            // A proxy's 503 without grpc-status is UNAVAILABLE.
+            (
+                grpc_policy([Code::Unavailable]),
+                vec![Http(503), TrailersOnly(OK)],
+                "2 attempts: gRPC UNAVAILABLE, 200; waited 100 ms (backoff); stopped: final",
+                &[
+                    "attempt 1: gRPC UNAVAILABLE (HTTP 503)",
+                    "attempt 2, after 100 ms (backoff): 200",
+                ],
+            ),
+            // A transport failure given a gRPC code by the layer below.
+            (
+                grpc_policy([Code::Internal]),
+                vec![Failed(Some(reason(Code::Internal))), TrailersOnly(OK)],
+                "2 attempts: gRPC INTERNAL, 200; waited 100 ms (backoff); stopped: final",
+                &[
+                    "attempt 1: gRPC INTERNAL (error)",
+                    "attempt 2, after 100 ms (backoff): 200",
+                ],
+            ),
+            // A refused connection keeps its own name (it is UNAVAILABLE, listed).
+            (
+                grpc_policy([Code::Unavailable]),
+                vec![Failed(Some(RetryReason::Connect)); 3],
+                "3 attempts: connect error, connect error, connect error; \
+                 waited 200 ms (backoff); stopped: max attempts",
+                &[
+                    "attempt 1: connect error",
+                    "attempt 2, after 100 ms (backoff): connect error",
+                    "attempt 3, after 100 ms (backoff): connect error",
+                ],
+            ),
+            // A stream refused before it left: A6's transparent retry, at once.
+            (
+                grpc_policy([]),
+                vec![Failed(Some(RetryReason::RefusedStream)), TrailersOnly(OK)],
+                "2 attempts: HTTP/2 stream refused, 200; waited 0 ms (transparent retry); \
+                 stopped: final",
+                &[
+                    "attempt 1: HTTP/2 stream refused",
+                    "attempt 2, at once (transparent retry): 200",
+                ],
+            ),
+            // A code the policy does not retry is final, and the classifier gives it no
+            // reason: the record has only its HTTP status.
+            (
+                grpc_policy([Code::Unavailable]),
+                vec![TrailersOnly(&[("grpc-status", "3")])],
+                "1 attempt: 200; stopped: final",
+                &["attempt 1: 200"],
+            ),
+        ];
+        for (policy, answers, summary, lines) in cases {
+            let info = record(policy, answers);
+            let alternate: String = std::iter::once(summary.to_string())
+                .chain(lines.iter().map(|line| format!("\n  {line}")))
+                .collect();
+            assert_eq!(shown(&info), (summary.to_string(), alternate));
+        }
+    }
+
     #[test]
     fn reasons_name_the_code_and_its_kind() {
         assert_eq!(
