@@ -226,7 +226,7 @@ impl Start {
             false => plan.hooks.time_limit(request.headers()),
         };
         let limits = Limits::start(&plan.policy, bound);
-        let trace = Trace::new(request);
+        let trace = Trace::new(request, &plan.log);
         // Every logical request is the client's traffic, retried or not; a gate kept per
         // authority is found for this request's once.
         let own = match plan.own_gates {
@@ -474,6 +474,7 @@ fn key<B>(plan: &Plan, request: &mut Request<B>) -> Option<HeaderValue> {
                     None => {
                         #[cfg(feature = "tracing")]
                         tracing::warn!(
+                            target: "tower_http_retry",
                             "idempotency key generator made an invalid header value; sending without a key"
                         );
                         None
