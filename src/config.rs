@@ -13,6 +13,7 @@ use crate::hook::{AttemptHeader, Hooks};
 use crate::idempotency::IdempotencyKey;
 use crate::policy::{RetryPolicy, Settings};
 use crate::route::RouteMatch;
+use crate::trace::Log;
 
 /// Default cap on the bytes of a request body kept for replays: 64 KiB.
 pub(crate) const DEFAULT_MAX_REPLAY_BYTES: usize = 64 * 1024;
@@ -27,6 +28,8 @@ pub(crate) struct Config {
     pub(crate) routes: Vec<(RouteMatch, RetryPolicy)>,
     pub(crate) max_replay_bytes: usize,
     pub(crate) attempt_header: Option<HeaderName>,
+    /// How the layer logs (nothing without the `tracing` feature).
+    pub(crate) log: Log,
 }
 
 impl Default for Config {
@@ -37,19 +40,23 @@ impl Default for Config {
             routes: Vec::new(),
             max_replay_bytes: DEFAULT_MAX_REPLAY_BYTES,
             attempt_header: None,
+            log: Log::default(),
         }
     }
 }
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RetryLayer")
-            .field("base", &self.base)
+        let mut f = f.debug_struct("RetryLayer");
+        f.field("base", &self.base)
             .field("policy", &self.policy)
             .field("routes", &self.routes)
             .field("max_replay_bytes", &self.max_replay_bytes)
-            .field("attempt_header", &self.attempt_header)
-            .finish()
+            .field("attempt_header", &self.attempt_header);
+        #[cfg(feature = "tracing")]
+        f.field("retry_log_level", &self.log.retries)
+            .field("log_full_uri", &self.log.full_uri);
+        f.finish()
     }
 }
 
@@ -74,6 +81,8 @@ pub(crate) struct Plan {
     pub(crate) hooks: Hooks,
     /// How the route hedges, if it does: the policy's hedging with more than one attempt.
     pub(crate) hedging: Option<Hedging>,
+    /// How the layer logs.
+    pub(crate) log: Log,
     /// Whether outcomes are classified by the default table (no custom classifier), under
     /// which every 2xx response is a success, and no gate needs telling of one.
     plain_successes: bool,
@@ -148,6 +157,7 @@ impl Plan {
             key_header,
             hooks,
             hedging,
+            log: config.log,
         }
     }
 }

@@ -232,6 +232,9 @@ fn leaves_no_time(now: Instant, wait: Duration, deadline: Instant) -> bool {
 pub(crate) enum Answer {
     /// Return it: the record says why ([`RetryInfo::stop`]).
     Return,
+    /// Return it: a gate refused the retry that this reason called for (the record's
+    /// stop says which, [`by_gate`]).
+    Refused(RetryReason),
     /// Keep it and wait for the transport to release the body, then decide again.
     AwaitRelease,
     /// Drop it, wait `wait`, then send the next attempt. `start` is the request's course
@@ -240,6 +243,12 @@ pub(crate) enum Answer {
         wait: Duration,
         start: Option<Course>,
     },
+}
+
+/// Whether `stop` is a gate's refusal of a retry (or hedge) that everything else allowed:
+/// the budget's or a quota's, or the throttle's.
+pub(crate) fn by_gate(stop: StopReason) -> bool {
+    matches!(stop, StopReason::BudgetExhausted | StopReason::Throttled)
 }
 
 /// Returns the outcome, for `reason`; `cause` is the reason its attempt was given, if any.
@@ -294,7 +303,8 @@ pub(crate) fn decide(
         Err(stopped) => return stop(info, stopped, verdict.reason()),
     };
     if gated.is_err() {
-        return stop(info, StopReason::Throttled, Some(reason));
+        stop(info, StopReason::Throttled, Some(reason));
+        return Answer::Refused(reason);
     }
     if let Classification::Stop(_) = verdict {
         return stop(info, StopReason::ServerSaidStop, Some(reason));
@@ -340,9 +350,13 @@ pub(crate) fn decide(
         Ok(record) => record,
         Err(refused) => {
             if refused == StopReason::BudgetExhausted {
-                crate::trace::budget_refused(info.attempts(), &reason);
+                crate::trace::budget_refused(&reason);
             }
-            return stop(info, refused, Some(reason));
+            stop(info, refused, Some(reason));
+            return match by_gate(refused) {
+                true => Answer::Refused(reason),
+                false => Answer::Return,
+            };
         }
     };
     // After an exact hint the backoff starts again from the first retry's; a transparent

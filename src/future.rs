@@ -862,6 +862,13 @@ where
             self.info,
         ) {
             Answer::Return => Some(result),
+            Answer::Refused(reason) => {
+                let attempts = self.info.attempts();
+                let stop = self.info.stop();
+                self.trace
+                    .refused(&plan.log, &retry.head, attempts, &reason, stop);
+                Some(result)
+            }
             Answer::AwaitRelease => {
                 let end = self.limits.wait_end(Instant::now(), Some(RELEASE_GRACE));
                 arm(self.timer, end);
@@ -874,8 +881,9 @@ where
             }
             Answer::Retry { wait, start } => {
                 if let Some(record) = self.info.retries().last() {
-                    let error = result.as_ref().err().map(|e| &**e);
-                    self.trace.retry(self.info.attempts(), record, error);
+                    let attempt = self.info.attempts() + 1;
+                    self.trace
+                        .retry(&retry.plan.log, &retry.head, attempt, record);
                 }
                 // The outcome is dropped before the wait: holding a response across it
                 // would keep its connection busy.
@@ -989,10 +997,7 @@ fn finish<RB>(
         Ok(response) => Ok(succeed(info, trace, response)),
         Err(error) => {
             let info = std::mem::take(info);
-            if error.is::<DeadlineExceeded>() {
-                trace.deadline(&*error);
-            }
-            trace.finish(&info, Some(&*error));
+            trace.finish(&info);
             Err(Box::new(RetryError::new(info, error)))
         }
     }
@@ -1002,7 +1007,7 @@ fn finish<RB>(
 #[inline]
 fn succeed<RB>(info: &mut RetryInfo, trace: &Trace, mut response: Response<RB>) -> Response<RB> {
     let info = std::mem::take(info);
-    trace.finish(&info, None);
+    trace.finish(&info);
     response.extensions_mut().insert(info);
     response
 }

@@ -58,6 +58,24 @@ impl Head {
         }
     }
 
+    /// The request's method, for the logs.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    pub(crate) fn method(&self) -> &Method {
+        match self {
+            Head::Parts(parts) => &parts.method,
+            Head::Compact(compact) => &compact.method,
+        }
+    }
+
+    /// The request's URI, for the logs.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    pub(crate) fn uri(&self) -> &Uri {
+        match self {
+            Head::Parts(parts) => &parts.uri,
+            Head::Compact(compact) => &compact.uri,
+        }
+    }
+
     /// A new `Parts` equal to the original head, for the next attempt.
     pub(crate) fn to_parts(&self) -> request::Parts {
         match self {

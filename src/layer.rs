@@ -162,6 +162,48 @@ impl RetryLayer {
     pub fn attempt_header(self, name: HeaderName) -> Self {
         self.edit(|c| c.attempt_header = Some(name))
     }
+
+    /// The level at which each retry is logged (INFO by default): one event per retry,
+    /// transparent retry and hedge, on the target `tower_http_retry`, with the attempt it
+    /// sends, why, and the wait before it:
+    ///
+    /// ```text
+    /// INFO tower_http_retry: retrying attempt=2 reason="status 503" wait=150ms method=GET uri=https://api.example/v1/items
+    /// ```
+    ///
+    /// A retry that a gate refuses (the budget, a quota, the throttle) is logged at WARN,
+    /// or at this level if it is ERROR. The span of each request and its end are DEBUG.
+    /// The crate docs' [Logging](crate#logging) section shows every line.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryLayer;
+    /// use tracing::Level;
+    ///
+    /// // Retries as warnings, as reqwest-retry logs them.
+    /// let layer = RetryLayer::new().retry_log_level(Level::WARN);
+    /// # let _ = layer;
+    /// ```
+    #[cfg(feature = "tracing")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tracing")))]
+    pub fn retry_log_level(self, level: tracing::Level) -> Self {
+        self.edit(|c| c.log.retries = level)
+    }
+
+    /// Logs every request's URI whole (`true`), instead of without its query string and
+    /// user info (`false`, the default): tokens and personal data often travel there.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// // `uri=https://api.example/v1/items?page=2` instead of `uri=https://api.example/v1/items`.
+    /// let layer = RetryLayer::new().log_full_uri(true);
+    /// # let _ = layer;
+    /// ```
+    #[cfg(feature = "tracing")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tracing")))]
+    pub fn log_full_uri(self, full: bool) -> Self {
+        self.edit(|c| c.log.full_uri = full)
+    }
 }
 
 impl<S: Clone> Layer<S> for RetryLayer {

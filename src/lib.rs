@@ -120,6 +120,30 @@
 //! (`client.ready()`, `client.oneshot(..)`) fails with `E0599: the method ... exists for
 //! struct Retry<..>, but its trait bounds were not satisfied`.
 //!
+//! # Logging
+//!
+//! With the `tracing` feature (on by default), the layer logs through
+//! [tracing](https://docs.rs/tracing), on the target `tower_http_retry`:
+//!
+//! - every retry, transparent retry and hedge, at INFO ([`RetryLayer::retry_log_level`]
+//!   sets another level): the attempt it sends, why, and the wait before it (for a hedge,
+//!   the time since the attempt before it), with the request's method and URI;
+//! - a retry a gate refuses (the budget, a quota, the throttle), at WARN;
+//! - every request's span, `http_retry`, and its end (`done`: the attempts, what the one
+//!   returned got, why the layer stopped, the time it waited), at DEBUG.
+//!
+//! A URI is logged without its query string and user info, where tokens and personal data
+//! travel, unless [`RetryLayer::log_full_uri`] says to log it whole. No error's text is
+//! logged (a client's error may hold the URL): the reason says what failed, and the caller
+//! gets the error. With a subscriber that reads `RUST_LOG` (tracing-subscriber's
+//! `EnvFilter`), a 503 retried once, then a retry the budget refused:
+//!
+//! ```text
+//! RUST_LOG=tower_http_retry=info
+//!  INFO tower_http_retry: retrying attempt=2 reason="status 503" wait=150ms method=GET uri=https://api.example/v1/items
+//!  WARN tower_http_retry: not retrying: budget exhausted attempts=2 reason="status 503" method=GET uri=https://api.example/v1/items
+//! ```
+//!
 //! # Guides
 //!
 //! The [`guide`] pages go into each part in depth: [what is retried and the
@@ -131,8 +155,8 @@
 //!
 //! # Features
 //!
-//! - `tracing` (default): a span per logical request, an event per retry, a warning when
-//!   the budget refuses.
+//! - `tracing` (default): an event per retry, a warning when a gate refuses one, a span
+//!   per logical request ([Logging](#logging)).
 //! - `hyper` (default): recognise hyper, hyper-util and h2 errors when classifying.
 //! - `metrics`: through the [`metrics`](https://docs.rs/metrics) facade, the counter
 //!   `http_retry_retries_total` (label `reason`), the counter

@@ -226,7 +226,7 @@ impl Start {
             false => plan.hooks.time_limit(request.headers()),
         };
         let limits = Limits::start(&plan.policy, bound);
-        let trace = Trace::new(request);
+        let trace = Trace::new(request, &plan.log);
         // Every logical request is the client's traffic, retried or not; a gate kept per
         // authority is found for this request's once.
         let own = match plan.own_gates {
@@ -462,6 +462,8 @@ fn first_attempt(hooks: &Hooks, limits: &Limits, headers: &mut http::HeaderMap) 
 /// The request's idempotency key: where the plan stamps keys on its method, the caller's
 /// own or a new one (the one lookup that finds or inserts it); elsewhere, the caller's.
 #[inline]
+// Without `tracing`, the failure's arm only returns `None`.
+#[cfg_attr(not(feature = "tracing"), allow(clippy::manual_map))]
 fn key<B>(plan: &Plan, request: &mut Request<B>) -> Option<HeaderValue> {
     // Whether a key is stamped depends on the key configuration alone, never on whether
     // retries are on.
@@ -474,6 +476,7 @@ fn key<B>(plan: &Plan, request: &mut Request<B>) -> Option<HeaderValue> {
                     None => {
                         #[cfg(feature = "tracing")]
                         tracing::warn!(
+                            target: "tower_http_retry",
                             "idempotency key generator made an invalid header value; sending without a key"
                         );
                         None

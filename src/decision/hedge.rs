@@ -148,7 +148,7 @@ pub(crate) fn send(
         Ok(admitted) => admitted,
         Err(refused) => {
             if refused == StopReason::BudgetExhausted {
-                crate::trace::budget_refused(info.attempts(), &reason);
+                crate::trace::budget_refused(&reason);
             }
             return Err(refused);
         }

@@ -299,7 +299,8 @@ fn the_throttle_hears_each_outcome_once_and_its_refusal_comes_after_the_limits()
         outcome(Classification::Retry(S503)),
         &mut World::new(),
     );
-    assert!(matches!(answer, Answer::Return));
+    // Refused by a gate: the driver logs it as such, with the reason it refused.
+    assert!(matches!(answer, Answer::Refused(S503)));
     assert_eq!(info.stop(), StopReason::Throttled);
     assert_eq!(throttle.tokens(), 2.0);
     // The limits' own stop is the reason, but the failure is still counted.
@@ -649,8 +650,7 @@ fn the_budget_is_asked_last_and_its_refusal_is_recorded() {
         outcome(Classification::Retry(S503)),
         &mut World::new(),
     );
-    assert!(matches!(answer, Answer::Return));
-    assert_eq!(info.stop(), StopReason::BudgetExhausted);
+    assert!(matches!(answer, Answer::Refused(S503)));
     assert_eq!(info.stop(), StopReason::BudgetExhausted);
     // A retry that cannot happen for another reason spends nothing.
     tower::retry::budget::Budget::deposit(&budget);

@@ -257,7 +257,7 @@ where
                 presence.ended(number);
             }
             info.set_outcome_of(number, outcome);
-            if let Some(stop) = judge(flight, &result, limits, number, info) {
+            if let Some(stop) = judge(flight, &result, limits, number, info, trace) {
                 flight.dropping(now);
                 let cancelled = flight.flying.drain(..).map(|a| a.number);
                 hedge::won(stop, number, cancelled, info);
@@ -331,6 +331,7 @@ fn judge<F, S, B, RB>(
     limits: &Limits,
     number: u32,
     info: &mut RetryInfo,
+    trace: &Trace,
 ) -> Option<StopReason> {
     let retry = &flight.retry;
     let plan = &*retry.plan;
@@ -374,7 +375,19 @@ fn judge<F, S, B, RB>(
                         flight.next_at = Some(decision::after(now, wait));
                     }
                 }
-                Next::Freeze(stop) => flight.freeze(stop),
+                Next::Freeze(stop) => {
+                    // A gate's refusal of the hedge this failure would have sent, if one
+                    // could still go.
+                    if decision::by_gate(stop)
+                        && flight.frozen.is_none()
+                        && hedge::attempts_left(&flight.retry.plan.policy, info)
+                    {
+                        let retry = &flight.retry;
+                        let attempts = info.attempts();
+                        trace.refused(&retry.plan.log, &retry.head, attempts, &reason, stop);
+                    }
+                    flight.freeze(stop);
+                }
             }
             None
         }
@@ -430,12 +443,17 @@ where
     ) {
         Ok(attempt) => attempt,
         Err(stop) => {
+            if decision::by_gate(stop) {
+                let reason = trigger.map_or(RetryReason::Hedge, |(reason, _)| reason);
+                let attempts = info.attempts();
+                trace.refused(&retry.plan.log, &retry.head, attempts, &reason, stop);
+            }
             flight.freeze(stop);
             return Sending::Frozen;
         }
     };
     if let Some(record) = info.retries().last() {
-        trace.retry(attempt.number - 1, record, None);
+        trace.retry(&retry.plan.log, &retry.head, attempt.number, record);
     }
     let request = retry.attempt_request(&attempt);
     let Some(service) = flight.service.as_mut() else {

@@ -28,6 +28,7 @@ mod edge_cases;
 mod hedging;
 mod hints;
 mod idempotency;
+mod logs;
 mod partitions;
 mod proptest_parsers;
 mod quota;
