@@ -69,7 +69,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
-use tower::{BoxError, Layer, Service, ServiceExt};
+use tower::{BoxError, Layer, Service};
 use tower_http_retry::{
     AttemptKind, Hedging, ReplayBody, Retry, RetryInfo, RetryLayer, RetryPolicy, StopReason,
 };

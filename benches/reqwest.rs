@@ -48,7 +48,6 @@ use reqwest_middleware::ClientWithMiddleware;
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
 use tokio::net::TcpListener;
-use tower::ServiceExt;
 use tower_http_retry::{Backoff, IdempotencyKey, Retry, RetryLayer, RetryPolicy};
 use tower_http_retry_reqwest::{ReqwestService, RetryMiddleware};
 

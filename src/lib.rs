@@ -114,10 +114,10 @@
 //! # }
 //! ```
 //!
-//! A client built for `B` itself (`build_http::<Body>()`) does not fit: where the compiler
-//! checks a `Service` bound on the layered client, it says that the client "cannot be the
-//! inner service of `tower_http_retry::Retry`", and a method call on it
-//! (`client.ready()`, `client.oneshot(..)`) fails with `E0599: the method ... exists for
+//! A client built for `B` itself (`build_http::<Body>()`) does not fit: the compiler says
+//! that the client "cannot be the inner service of `tower_http_retry::Retry`" where it
+//! checks the bound (a `Service` bound, [`Retry::oneshot`]), and a call of another
+//! `ServiceExt` method (`client.ready()`) fails with `E0599: the method ... exists for
 //! struct Retry<..>, but its trait bounds were not satisfied`.
 //!
 //! # Logging

@@ -116,6 +116,46 @@ impl<S> Retry<S> {
     }
 }
 
+impl<S: Clone> Retry<S> {
+    /// Sends `request` once the service is ready, and answers: tower's
+    /// [`ServiceExt::oneshot`](tower::ServiceExt::oneshot), for this service. It is the
+    /// same call, here so that a client built for the caller's body instead of
+    /// `ReplayBody` of it is reported with what to change ("cannot be the inner service of
+    /// `tower_http_retry::Retry`", and the fix) rather than as a method whose trait bounds
+    /// were not satisfied.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::{Request, Response};
+    /// use http_body_util::Full;
+    /// use tower::Layer;
+    /// use tower_http_retry::{ReplayBody, RetryLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower::BoxError> {
+    /// let inner = tower::service_fn(|_: Request<ReplayBody<Full<Bytes>>>| async {
+    ///     Ok::<_, std::convert::Infallible>(Response::new(()))
+    /// });
+    /// let client = RetryLayer::new().layer(inner);
+    /// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new()))?;
+    /// let response = client.oneshot(request).await?;
+    /// assert_eq!(response.status(), 200);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn oneshot<B>(
+        mut self,
+        request: Request<B>,
+    ) -> Result<Response<S::ResponseBody>, BoxError>
+    where
+        S: InnerService<B>,
+        B: Body + Unpin,
+    {
+        std::future::poll_fn(|cx| Service::<Request<B>>::poll_ready(&mut self, cx)).await?;
+        self.call(request).await
+    }
+}
+
 mod sealed {
     pub trait Sealed<B> {}
 }

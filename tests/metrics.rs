@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{Mock, get};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use tower::{Layer, ServiceExt};
+use tower::Layer;
 use tower_http_retry::{Backoff, Hedging, Jitter, RetryBudget, RetryLayer, RetryPolicy};
 
 #[tokio::test(start_paused = true)]

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use common::server::{respond_with, serve};
 use common::{Mock, Reply, get};
 use http::{Request, StatusCode};
-use tower::{Layer, ServiceExt};
+use tower::Layer;
 use tower_http_retry::classify::{
     Classification, Classify, DefaultClassifier, Outcome, RetryReason,
 };

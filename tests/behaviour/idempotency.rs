@@ -12,7 +12,7 @@ use common::{Mock, request};
 use futures_util::future::join_all;
 use http::{HeaderName, HeaderValue, Method, Request};
 use http_body_util::Full;
-use tower::{Layer, ServiceExt};
+use tower::Layer;
 use tower_http_retry::{
     Backoff, IdempotencyKey, Jitter, RetryInfo, RetryLayer, RetryPolicy, RouteMatch, StopReason,
 };

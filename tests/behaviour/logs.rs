@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Mock, Reply, get};
-use tower::{Layer, ServiceExt};
+use tower::Layer;
 use tower_http_retry::classify::{
     Classification, FailureKind, Outcome, ProtocolCode, Recognized, RetryReason,
 };

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderName, Request, Response};
 use http_body_util::Full;
-use tower::{BoxError, Layer, Service, ServiceExt};
+use tower::{BoxError, Layer, Service};
 use tower_http_retry::{
     Backoff, Gate, Hedging, ReplayBody, RetryInfo, RetryLayer, RetryPolicy, StopReason, Throttle,
 };

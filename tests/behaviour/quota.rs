@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{Mock, get};
 use http::Method;
-use tower::{Layer, ServiceExt};
+use tower::Layer;
 use tower_http_retry::classify::{Classification, Classify, DefaultClassifier, Outcome};
 use tower_http_retry::{
     Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, RetryQuota, StopReason, Throttle,

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use common::{Mock, Reply, get, request};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
-use tower::{BoxError, Layer, Service, ServiceExt};
+use tower::{BoxError, Layer, Service};
 use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
     Attempt, AttemptKind, AttemptOutcome, AttemptTimedOut, Backoff, DeadlineExceeded,

@@ -12,7 +12,7 @@ use common::Mock;
 use http::{Method, Request, Response};
 use http_body_util::Full;
 use tokio::time::Instant;
-use tower::{BoxError, Layer, Service, ServiceExt};
+use tower::{BoxError, Layer, Service};
 use tower_http_retry::classify::{Recognized, RetryReason};
 use tower_http_retry::{
     AttemptKind, Backoff, DeadlineExceeded, Hedging, IdempotencyKey, Jitter, ReplayBody,

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use common::{Mock, Reply, get};
 use http::StatusCode;
 use tokio::time::Instant;
-use tower::{Layer, ServiceExt};
+use tower::Layer;
 use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
     AttemptTimedOut, Backoff, DeadlineExceeded, Jitter, RetryInfo, RetryLayer, RetryPolicy,

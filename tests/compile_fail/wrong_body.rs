@@ -30,6 +30,11 @@ fn main() {
         .body(Full::new(Bytes::new()).map_err(|e| match e {}).boxed())
         .unwrap();
 
+    let second = Request::get("http://127.0.0.1:3000/")
+        .body(Full::new(Bytes::new()).map_err(|e| match e {}).boxed())
+        .unwrap();
+
     send(client.clone()); // ERROR
+    let _ = client.clone().oneshot(second); // ERROR
     let _ = ServiceExt::oneshot(client, request); // ERROR
 }

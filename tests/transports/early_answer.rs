@@ -35,7 +35,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tower::{ServiceBuilder, ServiceExt};
+use tower::ServiceBuilder;
 use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
     Backoff, Jitter, ReplayBody, RetryInfo, RetryLayer, RetryPolicy, StopReason,

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use common::server::{Action, client, respond, serve, serve_failing_first, serve_on};
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
-use tower::{Layer, ServiceExt};
+use tower::Layer;
 use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy, StopReason};
 

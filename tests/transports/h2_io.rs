@@ -23,7 +23,7 @@ use http::{Method, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
-use tower::{BoxError, Layer, ServiceExt};
+use tower::{BoxError, Layer};
 use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
     Backoff, Jitter, RetryError, RetryInfo, RetryLayer, RetryPolicy, StopReason,

@@ -34,7 +34,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tower::{BoxError, Layer, Service, ServiceExt};
+use tower::{BoxError, Layer, Service};
 use tower_http_retry::{
     Attempt, AttemptOutcome, Hedging, ReplayBody, RetryInfo, RetryLayer, RetryPolicy,
 };

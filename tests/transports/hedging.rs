@@ -14,7 +14,7 @@ use common::transport::{
 };
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use tower::{Layer, ServiceExt};
+use tower::Layer;
 use tower_http_retry::{AttemptOutcome, Hedging, RetryInfo, RetryLayer, RetryPolicy};
 
 const RUNS: usize = 50;

@@ -18,7 +18,7 @@ use common::transport::{
     on_every_runtime, raw_goaway, read_all, repeat, status,
 };
 use http::{Method, Request};
-use tower::{BoxError, Layer, ServiceExt};
+use tower::{BoxError, Layer};
 use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
     Backoff, IdempotencyKey, Jitter, RetryInfo, RetryLayer, RetryPolicy, StopReason,

@@ -36,7 +36,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
-use tower::{BoxError, Layer, ServiceExt};
+use tower::{BoxError, Layer};
 use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
     Backoff, Jitter, ReplayBody, RetryInfo, RetryLayer, RetryPolicy, StopReason,

@@ -38,7 +38,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
-use tower::{BoxError, Layer, Service, ServiceExt};
+use tower::{BoxError, Layer, Service};
 use tower_http_retry::{
     Attempt, Hedging, ReplayBody, RetryInfo, RetryLayer, RetryPolicy, StopReason, Throttle,
 };

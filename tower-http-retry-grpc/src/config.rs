@@ -1288,7 +1288,7 @@ mod tests {
     /// gRPC policy that has it, answered Trailers-Only `UNAVAILABLE`. The path alone, as a
     /// tonic client sends it: the count of requests without an authority.
     fn fail_once_under(throttle: &Throttle) {
-        use tower::{Layer, ServiceExt};
+        use tower::Layer;
         let layer = tower_http_retry::RetryLayer::new().policy(
             RetryPolicy::new()
                 .max_attempts(1)

@@ -544,7 +544,7 @@ mod sealed {
 /// code, Trailers-Only, and counting its attempts.
 #[cfg(test)]
 fn retried_codes(policy: &RetryPolicy) -> Vec<Code> {
-    use tower::{Layer, ServiceExt};
+    use tower::Layer;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -811,7 +811,7 @@ mod tests {
     /// The record of one call through `policy`, each attempt answered with the next of
     /// `answers`, under paused time.
     fn record(policy: RetryPolicy, answers: Vec<Answer>) -> tower_http_retry::RetryInfo {
-        use tower::{Layer, ServiceExt};
+        use tower::Layer;
         use tower_http_retry::{RetryError, RetryInfo};
         let answers = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(
             answers,

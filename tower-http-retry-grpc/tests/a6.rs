@@ -195,7 +195,6 @@ async fn a_pushback_that_says_stop_takes_a_token_whatever_the_code() {
 async fn a_pushback_longer_than_max_retry_after_is_waited_out() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use tower::ServiceExt;
 
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = calls.clone();
@@ -383,7 +382,7 @@ async fn refusing(refusals: usize) -> Server {
 /// one-attempt gRPC policy that has it, answered Trailers-Only UNAVAILABLE. The path alone,
 /// as tonic's clients send it: the count of requests without an authority.
 async fn fail_once_under(throttle: &Throttle) {
-    use tower::{Layer, ServiceExt};
+    use tower::Layer;
     let layer =
         RetryLayer::grpc().policy(RetryPolicy::new().max_attempts(1).gate(throttle.clone()));
     let unavailable = tower::service_fn(
@@ -711,7 +710,6 @@ fn quick_plain() -> RetryPolicy {
 #[test]
 fn a_failure_is_counted_once_when_the_retry_waits_for_the_body() {
     use common::transport::{Proto, Script, Step as Chunk, client};
-    use tower::ServiceExt;
 
     on_every_runtime(Duration::from_secs(60), |mode| {
         repeat(mode, 10, |_| async {
