@@ -3,11 +3,11 @@
 // Everything here is a pure function of the retry number, the previous sleep and a random
 // number generator, so it is tested as plain maths. The formulas are on [`Backoff`].
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rand::rngs::SmallRng;
-use rand::{Rng, RngExt, SeedableRng};
+use fastrand::Rng;
 
 use crate::error::InvalidConfig;
 
@@ -356,32 +356,27 @@ impl Backoff {
 
     /// The wait before retry `n` (1 for the first retry), given the previous wait (`base`
     /// before the first retry; only [`Jitter::Decorrelated`] uses it).
-    pub(crate) fn delay<R: Rng + ?Sized>(
-        &self,
-        n: u32,
-        previous: Duration,
-        rng: &mut R,
-    ) -> Duration {
+    pub(crate) fn delay(&self, n: u32, previous: Duration, rng: &mut Rng) -> Duration {
         match self.jitter {
             Jitter::None => self.ceiling(n),
             Jitter::Full => {
                 let ceiling = nanos(self.ceiling(n));
-                Duration::from_nanos(rng.random_range(0..=ceiling))
+                Duration::from_nanos(rng.u64(0..=ceiling))
             }
             Jitter::Equal => {
                 let ceiling = nanos(self.ceiling(n));
                 let half = ceiling / 2;
                 // `ceiling - half` keeps the odd nanosecond, so the top is the ceiling itself.
-                Duration::from_nanos(half + rng.random_range(0..=ceiling - half))
+                Duration::from_nanos(half + rng.u64(0..=ceiling - half))
             }
             Jitter::Decorrelated => {
                 let base = nanos(self.base);
                 let high = nanos(previous).saturating_mul(3).max(base);
-                let drawn = rng.random_range(base..=high);
+                let drawn = rng.u64(base..=high);
                 Duration::from_nanos(drawn.min(nanos(self.cap)))
             }
             Jitter::Proportional => {
-                let factor = rng.random_range(0.8..=1.2);
+                let factor = 0.8 + 0.4 * rng.f64_inclusive();
                 Duration::from_nanos(f64_nanos(nanos(self.ceiling(n)) as f64 * factor))
             }
         }
@@ -393,19 +388,47 @@ impl Backoff {
 /// By default every draw comes from the thread's generator, so no two requests share a
 /// sequence. With a seed (tests, simulations), each logical request gets its own generator,
 /// seeded from the policy's seed and the request's place in line.
+///
+/// Jitter needs numbers that are spread evenly and differ between clients, not numbers no
+/// one can predict: the generator is fastrand's wyrand (64 bits of state), each thread's
+/// seeded once from the operating system.
 #[derive(Debug)]
 pub(crate) enum JitterRng {
     Thread,
-    Seeded(SmallRng),
+    Seeded(Rng),
 }
 
 impl JitterRng {
     pub(crate) fn draw(&mut self, backoff: &Backoff, n: u32, previous: Duration) -> Duration {
         match self {
-            JitterRng::Thread => backoff.delay(n, previous, &mut rand::rng()),
+            JitterRng::Thread => {
+                THREAD_RNG.with(|rng| backoff.delay(n, previous, &mut rng.borrow_mut()))
+            }
             JitterRng::Seeded(rng) => backoff.delay(n, previous, rng),
         }
     }
+}
+
+thread_local! {
+    /// The thread's jitter generator, seeded when the thread first draws.
+    static THREAD_RNG: RefCell<Rng> = RefCell::new(Rng::with_seed(os_seed()));
+}
+
+/// A seed from the operating system's generator. Should there be none to be had (a
+/// sandbox without `getrandom(2)` or `/dev/urandom`), a hash of the process, the thread and
+/// where this thread's stack lies (randomised per process where the system does so), so
+/// that clients still differ: jitter that works beats a panic that fails the request the
+/// retry was for.
+fn os_seed() -> u64 {
+    getrandom::u64().unwrap_or_else(|_| {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::process::id().hash(&mut hasher);
+        std::thread::current().id().hash(&mut hasher);
+        let here = 0u8;
+        (std::ptr::from_ref(&here) as usize).hash(&mut hasher);
+        hasher.finish()
+    })
 }
 
 /// A seed shared by every request of one policy: each request takes the next stream.
@@ -426,9 +449,7 @@ impl SeedSequence {
 
     pub(crate) fn rng(&self) -> JitterRng {
         let index = self.next.fetch_add(1, Ordering::Relaxed);
-        JitterRng::Seeded(SmallRng::seed_from_u64(splitmix(
-            self.seed ^ splitmix(index),
-        )))
+        JitterRng::Seeded(Rng::with_seed(splitmix(self.seed ^ splitmix(index))))
     }
 }
 
@@ -443,6 +464,7 @@ fn splitmix(mut x: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fastrand::Rng;
     use proptest::prelude::*;
 
     const MS: Duration = Duration::from_millis(1);
@@ -471,7 +493,7 @@ mod tests {
     #[test]
     fn no_jitter_is_the_ceiling() {
         let b = default_with(Jitter::None);
-        let mut rng = SmallRng::seed_from_u64(1);
+        let mut rng = Rng::with_seed(1);
         assert_eq!(b.delay(3, MS, &mut rng), 800 * MS);
     }
 
@@ -587,7 +609,7 @@ mod tests {
     #[test]
     fn proportional_jitter_stays_within_a_fifth_of_the_ceiling() {
         let b = default_with(Jitter::Proportional);
-        let mut rng = SmallRng::seed_from_u64(7);
+        let mut rng = Rng::with_seed(7);
         for n in 1..=8 {
             let ceiling = b.ceiling(n).as_secs_f64();
             let waits: Vec<f64> = (0..200)
@@ -609,7 +631,7 @@ mod tests {
     #[test]
     fn full_jitter_keeps_sub_millisecond_precision() {
         let b = default_with(Jitter::Full);
-        let mut rng = SmallRng::seed_from_u64(7);
+        let mut rng = Rng::with_seed(7);
         let fractional = (0..100)
             .map(|_| b.delay(1, MS, &mut rng))
             .filter(|d| d.subsec_nanos() % 1_000_000 != 0)
@@ -633,6 +655,48 @@ mod tests {
         assert_eq!(a, a2);
     }
 
+    /// `RetryPolicy::rng_seed` promises the same waits run after run: the sequence a seed
+    /// gives is pinned here, so that a change of generator (or of how fastrand draws from
+    /// a range) is seen, and its figures (the storm example's) redone on purpose.
+    #[test]
+    fn a_seed_gives_the_same_waits_in_every_build() {
+        let sequence = SeedSequence::new(42);
+        let full = default_with(Jitter::Full);
+        let mut first = sequence.rng();
+        let waits: Vec<u64> = (1..=4)
+            .map(|n| first.draw(&full, n, MS).as_nanos() as u64)
+            .collect();
+        assert_eq!(waits, PINNED_FULL);
+        let decorrelated = default_with(Jitter::Decorrelated);
+        let mut second = sequence.rng();
+        let mut previous = decorrelated.base();
+        let waits: Vec<u64> = (1..=4)
+            .map(|n| {
+                previous = second.draw(&decorrelated, n, previous);
+                previous.as_nanos() as u64
+            })
+            .collect();
+        assert_eq!(waits, PINNED_DECORRELATED);
+    }
+
+    /// Nanoseconds: seed 42's first request under full jitter (ceilings 200, 400, 800 and
+    /// 1,600 ms), and its second under decorrelated jitter (from 100 ms).
+    const PINNED_FULL: [u64; 4] = [137_887_402, 317_473_459, 776_245_844, 676_789_811];
+    const PINNED_DECORRELATED: [u64; 4] = [273_037_885, 239_004_487, 224_074_235, 300_562_005];
+
+    #[test]
+    fn each_thread_seeds_its_own_generator() {
+        let draws = || -> Vec<Duration> {
+            let b = default_with(Jitter::Full);
+            let mut rng = JitterRng::Thread;
+            (0..4).map(|_| rng.draw(&b, 1, MS)).collect()
+        };
+        let one = std::thread::spawn(draws).join().unwrap();
+        let other = std::thread::spawn(draws).join().unwrap();
+        // Two new threads seeded alike would draw the same four waits.
+        assert_ne!(one, other);
+    }
+
     #[test]
     fn thread_rng_requests_do_not_share_a_sequence() {
         let b = default_with(Jitter::Full);
@@ -654,7 +718,7 @@ mod tests {
         ) {
             let base = Duration::from_millis(base_ms);
             let cap = base + Duration::from_millis(extra_ms);
-            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut rng = Rng::with_seed(seed);
             let prev = Duration::from_millis(prev_ms).max(base);
             let ceiling = Backoff::exponential(base, cap).ceiling(n);
             prop_assert!(ceiling <= cap);
@@ -707,7 +771,7 @@ mod tests {
             if n > 0 && multiplier <= 1.0 {
                 prop_assert!(next <= ceiling);
             }
-            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut rng = Rng::with_seed(seed);
             let full = backoff.jitter(Jitter::Full).delay(n, base, &mut rng);
             prop_assert!(full <= ceiling);
             let equal = backoff.jitter(Jitter::Equal).delay(n, base, &mut rng);
@@ -732,7 +796,7 @@ mod tests {
             let a6 = Duration::from_nanos(raised.min(max.as_nanos() as f64).round() as u64);
             prop_assert_eq!(backoff.ceiling(n), a6);
             prop_assert!(backoff.base <= max);
-            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut rng = Rng::with_seed(seed);
             prop_assert!(backoff.delay(n, initial, &mut rng) <= a6);
             let near = backoff.jitter(Jitter::Proportional).delay(n, initial, &mut rng);
             prop_assert!(near.as_nanos() * 10 >= (a6.as_nanos() * 8).saturating_sub(10));

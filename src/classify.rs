@@ -38,6 +38,12 @@
 //! judged by that I/O error's kind like any other; when nothing in the chain says more,
 //! it is still a connection that broke under the request.
 //!
+//! hyper's and hyper-util's errors are recognised with the `hyper` feature, h2's (the
+//! HTTP/2 rows above: `REFUSED_STREAM`, `GOAWAY`, another `RST_STREAM`, and a connection's
+//! I/O failure as h2 reports it) with the `h2` feature; both are on by default. An
+//! HTTP/1-only client can leave `h2` off. Without a feature, that crate's errors are
+//! judged by the I/O errors their chains hold, if any.
+//!
 //! Clients and protocols above the core hand their own error types to it already
 //! recognised, as a [`Recognized`] error with its reason: the reqwest client's service
 //! does so for reqwest's errors (a connect error, a timeout), so nothing here needs to know
@@ -242,15 +248,18 @@ pub(crate) fn classify_error(error: &(dyn StdError + 'static)) -> Classification
     Classification::Done
 }
 
-/// True when `error` is a connection's own I/O failure, as hyper and h2 report it.
-#[cfg(feature = "hyper")]
+/// True when `error` is a connection's own I/O failure, as hyper or h2 reports it (each
+/// with its feature; without them, neither's errors are recognised).
+#[cfg_attr(not(any(feature = "hyper", feature = "h2")), allow(unused_variables))]
 fn connection_io(error: &(dyn StdError + 'static)) -> bool {
-    hyper_errors::is_connection_io(error)
-}
-
-/// Without the `hyper` feature hyper's and h2's errors are not recognised.
-#[cfg(not(feature = "hyper"))]
-fn connection_io(_: &(dyn StdError + 'static)) -> bool {
+    #[cfg(feature = "hyper")]
+    if hyper_errors::is_connection_io(error) {
+        return true;
+    }
+    #[cfg(feature = "h2")]
+    if h2_errors::is_connection_io(error) {
+        return true;
+    }
     false
 }
 
@@ -263,16 +272,16 @@ fn next_link<'a>(error: &'a (dyn StdError + 'static)) -> Option<&'a (dyn StdErro
             None => io.source(),
         };
     }
-    #[cfg(feature = "hyper")]
-    if let Some(io) = hyper_errors::h2_io(error) {
+    #[cfg(feature = "h2")]
+    if let Some(io) = h2_errors::h2_io(error) {
         return Some(io);
     }
     error.source()
 }
 
 /// The reason, when `error` is the transport's proof that the request never left the
-/// client: an `RST_STREAM(REFUSED_STREAM)` the server sent on its stream, or a request
-/// hyper never started (with the `hyper` feature).
+/// client: an `RST_STREAM(REFUSED_STREAM)` the server sent on its stream (with the `h2`
+/// feature), or a request hyper never started (with the `hyper` feature).
 pub(crate) fn never_left(error: &(dyn StdError + 'static)) -> Option<RetryReason> {
     match classify_error(error) {
         Classification::Retry(reason @ (RetryReason::RefusedStream | RetryReason::NotSent)) => {
@@ -309,6 +318,10 @@ fn classify_link(error: &(dyn StdError + 'static)) -> Option<Classification> {
     if let Some(verdict) = hyper_errors::classify(error) {
         return Some(verdict);
     }
+    #[cfg(feature = "h2")]
+    if let Some(verdict) = h2_errors::classify(error) {
+        return Some(verdict);
+    }
     None
 }
 
@@ -328,36 +341,15 @@ fn classify_io(kind: io::ErrorKind) -> Option<Classification> {
 mod hyper_errors {
     use super::{Classification, RetryReason, StdError, io, retry};
 
-    /// The I/O error inside an `h2::Error` of the I/O kind: h2's errors have no source.
-    pub(super) fn h2_io<'a>(
-        error: &'a (dyn StdError + 'static),
-    ) -> Option<&'a (dyn StdError + 'static)> {
-        let io = error.downcast_ref::<h2::Error>()?.get_io()?;
-        Some(io)
-    }
-
-    /// True for a connection's own I/O failure: an `h2::Error` of the I/O kind, or a
-    /// `hyper::Error` whose cause is an I/O error (reading, writing or shutting down the
-    /// connection; hyper hands an HTTP/2 connection's I/O error over this way, without
-    /// the `h2::Error` around it).
+    /// True for a `hyper::Error` whose cause is an I/O error: reading, writing or shutting
+    /// down the connection (hyper hands an HTTP/2 connection's I/O error over this way,
+    /// without the `h2::Error` around it).
     pub(super) fn is_connection_io(error: &(dyn StdError + 'static)) -> bool {
-        let io = match error.downcast_ref::<h2::Error>() {
-            Some(e) => e.get_io(),
-            None => error
-                .downcast_ref::<hyper::Error>()
-                .and_then(StdError::source)
-                .and_then(|cause| cause.downcast_ref::<io::Error>()),
-        };
-        // Only the kinds that say nothing more than that the stream broke (an HTTP/2
-        // connection that ends in the middle of a frame gives `Other`). A kind that says
-        // what went wrong (a TLS alert's `InvalidData`, `PermissionDenied`, ...) would fail
-        // the same way again.
-        io.is_some_and(|io| {
-            matches!(
-                io.kind(),
-                io::ErrorKind::Other | io::ErrorKind::UnexpectedEof
-            )
-        })
+        let io = error
+            .downcast_ref::<hyper::Error>()
+            .and_then(StdError::source)
+            .and_then(|cause| cause.downcast_ref::<io::Error>());
+        io.is_some_and(super::breaks_the_connection)
     }
 
     pub(super) fn classify(error: &(dyn StdError + 'static)) -> Option<Classification> {
@@ -393,29 +385,64 @@ mod hyper_errors {
             }
             return None;
         }
-        if let Some(e) = error.downcast_ref::<h2::Error>() {
-            if e.is_go_away() {
-                return retry(RetryReason::GoAway);
+        None
+    }
+}
+
+#[cfg(feature = "h2")]
+mod h2_errors {
+    use super::{Classification, RetryReason, StdError, retry};
+
+    /// The I/O error inside an `h2::Error` of the I/O kind: h2's errors have no source.
+    pub(super) fn h2_io<'a>(
+        error: &'a (dyn StdError + 'static),
+    ) -> Option<&'a (dyn StdError + 'static)> {
+        let io = error.downcast_ref::<h2::Error>()?.get_io()?;
+        Some(io)
+    }
+
+    /// True for an `h2::Error` of the I/O kind: the connection's own I/O failure.
+    pub(super) fn is_connection_io(error: &(dyn StdError + 'static)) -> bool {
+        let io = error
+            .downcast_ref::<h2::Error>()
+            .and_then(h2::Error::get_io);
+        io.is_some_and(super::breaks_the_connection)
+    }
+
+    pub(super) fn classify(error: &(dyn StdError + 'static)) -> Option<Classification> {
+        let e = error.downcast_ref::<h2::Error>()?;
+        if e.is_go_away() {
+            return retry(RetryReason::GoAway);
+        }
+        if e.is_reset() && e.is_remote() {
+            if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+                // RST_STREAM received on this very stream: the one proof HTTP/2 gives
+                // that the server did not process it (RFC 9113, section 8.7).
+                return retry(RetryReason::RefusedStream);
             }
-            if e.is_reset() && e.is_remote() {
-                if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
-                    // RST_STREAM received on this very stream: the one proof HTTP/2 gives
-                    // that the server did not process it (RFC 9113, section 8.7).
-                    return retry(RetryReason::RefusedStream);
-                }
-                // The server reset the stream before answering: HTTP/2's counterpart of a
-                // connection reset under an HTTP/1 request.
-                return retry(RetryReason::ConnectionClosed);
-            }
-            return None;
+            // The server reset the stream before answering: HTTP/2's counterpart of a
+            // connection reset under an HTTP/1 request.
+            return retry(RetryReason::ConnectionClosed);
         }
         None
     }
 }
 
+/// Whether a connection's own I/O error (hyper's or h2's) says no more than that the
+/// stream broke: only those kinds (an HTTP/2 connection that ends in the middle of a frame
+/// gives `Other`). A kind that says what went wrong (a TLS alert's `InvalidData`,
+/// `PermissionDenied`, ...) would fail the same way again.
+#[cfg(any(feature = "hyper", feature = "h2"))]
+fn breaks_the_connection(io: &io::Error) -> bool {
+    matches!(
+        io.kind(),
+        io::ErrorKind::Other | io::ErrorKind::UnexpectedEof
+    )
+}
+
 /// Real h2 and hyper errors of an HTTP/2 connection that failed with an I/O error, for the
 /// tests here (shared with the gRPC crate's tests).
-#[cfg(all(test, feature = "hyper"))]
+#[cfg(test)]
 #[path = "../tests/common/broken_h2.rs"]
 pub(crate) mod broken_h2;
 
@@ -552,12 +579,13 @@ mod tests {
         assert_eq!(classify_error(&d), Classification::Done);
     }
 
-    #[cfg(feature = "hyper")]
+    #[cfg(feature = "h2")]
     #[test]
     fn only_a_received_refused_stream_is_proof() {
         // A reason made locally is not a frame the server sent on this stream; the real
-        // RST_STREAM(REFUSED_STREAM) and GOAWAY cases run against servers in
-        // tests/transports/real_transports.rs, as h2 makes its remote errors only from frames.
+        // RST_STREAM(REFUSED_STREAM) is `reset_by_server`'s below, and the GOAWAY cases run
+        // against servers in tests/transports/real_transports.rs, as h2 makes its remote
+        // errors only from frames.
         let local = h2::Error::from(h2::Reason::REFUSED_STREAM);
         assert_eq!(
             classify_error(&*nest(Box::new(local), 2)),
@@ -572,8 +600,63 @@ mod tests {
         assert_eq!(classify_error(&other), Classification::Done);
     }
 
+    /// The error h2's client gives a GET whose stream an h2 server resets with `reason`
+    /// (a real `RST_STREAM` frame, over an in-memory connection).
+    async fn reset_by_server(reason: h2::Reason) -> h2::Error {
+        let (client_io, server_io) = tokio::io::duplex(16 * 1024);
+        tokio::spawn(async move {
+            let mut connection = h2::server::handshake(server_io).await.unwrap();
+            let (_, mut respond) = connection.accept().await.unwrap().unwrap();
+            respond.send_reset(reason);
+            // Driven on until the client is gone, so that the frame goes out.
+            while connection.accept().await.is_some() {}
+        });
+        let (client, connection) = h2::client::handshake(client_io).await.unwrap();
+        tokio::spawn(connection);
+        let mut client = client.ready().await.unwrap();
+        let request = http::Request::get("http://h/").body(()).unwrap();
+        let (response, _) = client.send_request(request, true).unwrap();
+        response.await.unwrap_err()
+    }
+
+    #[cfg(feature = "h2")]
+    #[tokio::test]
+    async fn a_stream_the_server_refused_never_left_and_another_reset_closed_it() {
+        let refused = reset_by_server(h2::Reason::REFUSED_STREAM).await;
+        assert!(refused.is_reset() && refused.is_remote(), "{refused:?}");
+        let expected = Classification::Retry(RetryReason::RefusedStream);
+        assert_eq!(classify_error(&refused), expected);
+        assert_eq!(never_left(&refused), Some(RetryReason::RefusedStream));
+        let wrapped = nest(Box::new(refused), 2);
+        assert_eq!(classify_error(&*wrapped), expected);
+        for reason in [h2::Reason::INTERNAL_ERROR, h2::Reason::CANCEL] {
+            let reset = reset_by_server(reason).await;
+            assert_eq!(
+                classify_error(&reset),
+                Classification::Retry(RetryReason::ConnectionClosed),
+                "{reason:?}"
+            );
+            assert_eq!(never_left(&reset), None, "{reason:?}");
+        }
+    }
+
+    /// What an HTTP/1-only build gives up: without the `h2` feature, nothing h2 says is
+    /// recognised, not even the proof that a stream never left.
+    #[cfg(not(feature = "h2"))]
+    #[tokio::test]
+    async fn without_the_h2_feature_h2s_errors_are_not_recognised() {
+        let refused = reset_by_server(h2::Reason::REFUSED_STREAM).await;
+        assert!(refused.is_reset() && refused.is_remote(), "{refused:?}");
+        assert_eq!(classify_error(&refused), Classification::Done);
+        assert_eq!(never_left(&refused), None);
+        for (kind, _) in IO_FAILURES {
+            let error = broken_h2::h2_error(io::Error::new(kind, "cut")).await;
+            assert_eq!(error.get_io().map(io::Error::kind), Some(kind), "{error:?}");
+            assert_eq!(classify_error(&error), Classification::Done, "{kind:?}");
+        }
+    }
+
     /// What the walk must make of a connection that failed with an I/O error of `kind`.
-    #[cfg(feature = "hyper")]
     const IO_FAILURES: [(io::ErrorKind, RetryReason); 4] = [
         (io::ErrorKind::UnexpectedEof, RetryReason::ConnectionClosed),
         (
@@ -585,7 +668,7 @@ mod tests {
         (io::ErrorKind::Other, RetryReason::ConnectionClosed),
     ];
 
-    #[cfg(feature = "hyper")]
+    #[cfg(feature = "h2")]
     #[tokio::test]
     async fn an_h2_io_error_is_judged_by_the_io_error_inside() {
         for (kind, reason) in IO_FAILURES {
@@ -617,9 +700,23 @@ mod tests {
         }
     }
 
+    /// Without the `hyper` feature, hyper's error is not known to be the connection's own:
+    /// the I/O error under it counts by its kind alone, and `Other` says nothing.
+    #[cfg(not(feature = "hyper"))]
+    #[tokio::test]
+    async fn without_the_hyper_feature_only_the_kind_under_hypers_error_counts() {
+        for (kind, reason) in IO_FAILURES {
+            let error = broken_h2::hyper_h2_error(io::Error::new(kind, "cut")).await;
+            let expected = match kind {
+                io::ErrorKind::Other => Classification::Done,
+                _ => Classification::Retry(reason),
+            };
+            assert_eq!(classify_error(&error), expected, "{kind:?}");
+        }
+    }
+
     /// A connection's I/O error whose kind says what went wrong (a TLS alert read with the
     /// response is `InvalidData`) is no broken connection: it would fail the same again.
-    #[cfg(feature = "hyper")]
     #[tokio::test]
     async fn a_connection_io_error_that_says_what_went_wrong_is_final() {
         for kind in [io::ErrorKind::InvalidData, io::ErrorKind::PermissionDenied] {

@@ -18,7 +18,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue, Method};
-use rand::Rng;
 
 /// The default header name, `Idempotency-Key`.
 pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -26,14 +25,16 @@ pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempote
 /// A generator of key tokens: `Fn() -> String`.
 type MakeKey = dyn Fn() -> String + Send + Sync;
 
-/// The default tokens: random UUID v4 from the thread's cryptographically secure generator
-/// (`rand::rng()`: ChaCha, seeded and reseeded from the operating system).
+/// The default tokens: random UUID v4, their 122 random bits straight from the operating
+/// system's generator (`getrandom`), so that no one can guess another request's key.
 struct UuidV4;
 
 impl UuidV4 {
     fn write(quoted: bool) -> HeaderValue {
         let mut bytes = [0u8; 16];
-        rand::rng().fill_bytes(&mut bytes);
+        // Without the operating system's generator there is no key worth sending: a
+        // predictable one would let one request's stored outcome answer another's.
+        getrandom::fill(&mut bytes).expect("the operating system's random number generator");
         let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
         let mut buf = [0u8; 38];
         let start = usize::from(quoted);

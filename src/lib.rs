@@ -157,7 +157,13 @@
 //!
 //! - `tracing` (default): an event per retry, a warning when a gate refuses one, a span
 //!   per logical request ([Logging](#logging)).
-//! - `hyper` (default): recognise hyper, hyper-util and h2 errors when classifying.
+//! - `hyper` (default): recognise hyper's and hyper-util's errors when classifying (a
+//!   connect error, a request hyper never started, a connection closed under it).
+//! - `h2` (default): recognise h2's errors, HTTP/2's: `RST_STREAM(REFUSED_STREAM)` as the
+//!   proof that a request never left, `GOAWAY`, a reset stream, a connection's I/O
+//!   failure as h2 reports it. An HTTP/1-only client leaves it off
+//!   (`default-features = false, features = ["tracing", "hyper"]`), and h2 with indexmap and
+//!   tokio-util leave its dependencies.
 //! - `metrics`: through the [`metrics`](https://docs.rs/metrics) facade, the counter
 //!   `http_retry_retries_total` (label `reason`), the counter
 //!   `http_retry_budget_refusals_total` (label `reason`) and the histogram

@@ -442,8 +442,9 @@ impl RetryPolicy {
     }
 
     /// Sends a request again at once when the transport proved it never left the client
-    /// (`RST_STREAM(REFUSED_STREAM)` on the request's own stream, or a request hyper never
-    /// started because its connection closed; with the `hyper` feature): once per logical
+    /// (`RST_STREAM(REFUSED_STREAM)` on the request's own stream, with the `h2` feature; or
+    /// a request hyper never started because its connection closed, with the `hyper`
+    /// feature): once per logical
     /// request, whatever the classifier says, without counting against
     /// [`max_attempts`](Self::max_attempts), without a wait, and outside the throttle and
     /// the quota; the deadline and the budget still apply, and a second such failure is

@@ -197,7 +197,8 @@ impl ProtocolCode {
 
 /// An error a client or protocol module recognised before handing it to the layer.
 ///
-/// The core's classification knows std's, tower's, hyper's and h2's errors. A module on top
+/// The core's classification knows std's, tower's, hyper's and h2's errors (hyper's and
+/// h2's with the features of those names). A module on top
 /// (the reqwest client, a protocol's transport glue) whose own error types it cannot know
 /// returns this instead, with the reason it read from its error (reqwest's `is_connect`,
 /// say): the [`DefaultClassifier`](crate::classify::DefaultClassifier) takes that reason as the verdict, or, with none, judges

@@ -86,7 +86,9 @@ async fn each_balance_follows_the_costs_refunds_and_rewards() {
 
 /// A transparent retry (a stream the server refused before it left) is the transport's,
 /// not a failure of the server's: the quota neither pays for it nor counts it as a retry,
-/// so a success after it is a first-try success for the quota.
+/// so a success after it is a first-try success for the quota. (The refusal is h2's
+/// `RST_STREAM(REFUSED_STREAM)`: recognised with the `h2` feature.)
+#[cfg(feature = "h2")]
 #[tokio::test]
 async fn a_transparent_retry_costs_the_quota_nothing() {
     use common::transport::{H2Action, Proto, Script, client, h2_server};

@@ -151,7 +151,10 @@
 //! - **Features.** reqwest is built without its default features here (no TLS, no
 //!   HTTP/2); enable what your application needs on your own reqwest dependency (for
 //!   example `reqwest = { version = "0.13", features = ["rustls"] }`) and Cargo builds one
-//!   reqwest with both.
+//!   reqwest with both. This crate's `h2` feature (on by default) has the core recognise
+//!   HTTP/2's errors under reqwest's (a refused stream, `GOAWAY`, a reset stream); a
+//!   reqwest without HTTP/2 can leave it off (`default-features = false`), and h2 leaves
+//!   the tree.
 //!
 #![cfg_attr(feature = "middleware", doc = "[`RetryMiddleware`]: RetryMiddleware")]
 #![cfg_attr(
