@@ -13,6 +13,8 @@
 //! - [`composing`]: with timeouts and circuit breakers.
 //! - [`hedging`]: hedging slow requests.
 //! - [`troubleshooting`]: body types, and the compiler errors a first use meets.
+//! - [`comparison`]: what tower's retry and hedge, reqwest, reqwest-retry,
+//!   tower-resilience and seatbelt do out of the box, beside this crate.
 
 #[doc = include_str!("guide/defaults.md")]
 pub mod defaults {}
@@ -37,3 +39,6 @@ pub mod hedging {}
 
 #[doc = include_str!("guide/troubleshooting.md")]
 pub mod troubleshooting {}
+
+#[doc = include_str!("guide/comparison.md")]
+pub mod comparison {}
