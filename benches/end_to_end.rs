@@ -13,12 +13,18 @@
 //! multiplexes its 64 requests over one connection).
 //!
 //! Two kinds of request: `get` (empty body) and `put_1k` (a 1 KiB `Full<Bytes>` body, which
-//! our layer records for replay). Five clients per protocol, each with its own connection
+//! our layer records for replay). Eight clients per protocol, each with its own connection
 //! pool: `bare`, `ours` (`RetryLayer::new()`, every default), `tower` (`tower::retry::Retry`
 //! with the policy `benches/overhead.rs` compares against, [`TowerPolicy`]: the request
-//! cloned up front, a `TpsBudget` deposit per request), and two variants that show where the
+//! cloned up front, a `TpsBudget` deposit per request), two variants that show where the
 //! layer's cost goes: `ours_no_gates` (`RetryPolicy::no_gates()`) and `ours_never` (a
-//! `RetryPolicy::never()` default: no retry state, no head or service clone).
+//! `RetryPolicy::never()` default: no retry state, no head or service clone), and three for
+//! Microsoft's seatbelt (`benches/support/seatbelt.rs`): `seatbelt` (its retry through its
+//! `tower-service` feature, over the client as it is), `adapter` (the client built over
+//! seatbelt_http's `HttpBody`, under the adapter that turns its answers into
+//! `HttpResponse`s, with no retry: what seatbelt_http's types cost alone) and
+//! `seatbelt_http` (seatbelt_http's retry over that adapter). The last two are sent
+//! `HttpBody` requests and read `HttpBody` answers, as a seatbelt_http caller does.
 //!
 //! Each criterion sample reports its iterations times their median batch time (see
 //! [`timed`]). Criterion runs the cases one after the other, and on a busy machine the load
@@ -30,7 +36,9 @@
 //! sending 8 requests one after the other (how a server's handlers share a client). In the
 //! first, everything the client side does runs on one thread, which makes any cost on the
 //! caller's side count more; in the second, that work is spread over the workers. A summary
-//! of the per-round medians ends the output.
+//! of the per-round medians ends the output, and a second one for seatbelt's rows (seatbelt
+//! and ours against bare and each other, the adapter against bare, seatbelt_http against
+//! the adapter).
 //!
 //! Run: `cargo bench --bench end_to_end` (only the interleaved part:
 //! `cargo bench --bench end_to_end -- interleaved-only`, a filter no criterion case matches).
@@ -46,6 +54,7 @@ use futures_util::StreamExt;
 use futures_util::stream;
 use http::{Method, Request, Response};
 use http_body_util::{BodyExt, Full};
+use http_extensions::HttpBody;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -57,7 +66,9 @@ use tower_http_retry::{ReplayBody, Retry, RetryLayer, RetryPolicy};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{TowerPolicy, extra_runs, median};
+use support::{RequestBody, TowerPolicy, extra_runs, median};
+#[path = "support/seatbelt.rs"]
+mod seatbelt_rows;
 
 /// Requests per iteration.
 const BATCH: usize = 512;
@@ -71,6 +82,7 @@ const ANSWER: &[u8] = b"ok, handled...\n";
 type Bare = Client<HttpConnector, Full<Bytes>>;
 type Ours = Retry<Client<HttpConnector, ReplayBody<Full<Bytes>>>>;
 type Tower = tower::retry::Retry<TowerPolicy, Bare>;
+type Seatbelt = seatbelt_rows::SeatbeltRetry<Full<Bytes>>;
 
 /// The protocol between a client and its server.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -128,7 +140,9 @@ async fn serve(proto: Proto) -> SocketAddr {
     addr
 }
 
-fn request(addr: SocketAddr, method: &Method, i: usize) -> Request<Full<Bytes>> {
+/// A request with the body type `B` its client takes (`Full<Bytes>`, or seatbelt_http's
+/// `HttpBody`).
+fn request<B: RequestBody>(addr: SocketAddr, method: &Method, i: usize) -> Request<B> {
     let body = if method == Method::GET {
         Bytes::new()
     } else {
@@ -138,15 +152,33 @@ fn request(addr: SocketAddr, method: &Method, i: usize) -> Request<Full<Bytes>> 
         .method(method.clone())
         .uri(format!("http://{addr}/items/{i}"))
         .header(http::header::ACCEPT, "text/plain")
-        .body(Full::new(body))
+        .body(B::of(body))
         .expect("a valid request")
 }
 
-/// One request through any client-like service; reads the response body to its end.
-async fn one<S, E>(svc: S, request: Request<Full<Bytes>>)
+/// What the harness asks of a client under test: requests with a body it can make (`B`),
+/// answers with a body it can read (`RB`: hyper's `Incoming`, or seatbelt_http's
+/// `HttpBody`).
+trait Sends<B, RB>:
+    Service<Request<B>, Response = Response<RB>, Error = Self::Fails> + Clone + Send + 'static
+{
+    type Fails: Into<BoxError>;
+}
+
+impl<S, B, RB, E> Sends<B, RB> for S
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E>,
+    S: Service<Request<B>, Response = Response<RB>, Error = E> + Clone + Send + 'static,
     E: Into<BoxError>,
+{
+    type Fails = E;
+}
+
+/// One request through any client-like service; reads the response body to its end.
+async fn one<S, B, RB>(svc: S, request: Request<B>)
+where
+    S: Sends<B, RB>,
+    RB: http_body::Body,
+    RB::Error: std::fmt::Debug,
 {
     let (status, body) = support::exchange(svc, request).await;
     assert!(status.is_success());
@@ -154,10 +186,12 @@ where
 }
 
 /// `BATCH` requests, `IN_FLIGHT` at a time.
-async fn batch<S, E>(svc: &S, addr: SocketAddr, method: &Method)
+async fn batch<S, B, RB>(svc: &S, addr: SocketAddr, method: &Method)
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E> + Clone,
-    E: Into<BoxError>,
+    S: Sends<B, RB>,
+    B: RequestBody,
+    RB: http_body::Body,
+    RB::Error: std::fmt::Debug,
 {
     stream::iter(0..BATCH)
         .map(|i| one(svc.clone(), request(addr, method, i)))
@@ -177,14 +211,14 @@ enum Driver {
 
 /// `BATCH` requests from `IN_FLIGHT` tasks spawned on the runtime, each sending its share
 /// one after the other.
-async fn batch_spawned<S, E>(svc: &S, addr: SocketAddr, method: &Method)
+async fn batch_spawned<S, B, RB>(svc: &S, addr: SocketAddr, method: &Method)
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E>
-        + Clone
-        + Send
-        + 'static,
+    S: Sends<B, RB>,
     S::Future: Send,
-    E: Into<BoxError>,
+    B: RequestBody + Send + 'static,
+    RB: http_body::Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: std::fmt::Debug,
 {
     let per_task = BATCH / IN_FLIGHT;
     let mut tasks = Vec::with_capacity(IN_FLIGHT);
@@ -205,7 +239,7 @@ where
 /// `iters` batches; returns `iters` times the median batch time. The median, not the sum:
 /// the machine is shared, and a batch during which the scheduler gave both cores to
 /// something else would otherwise count in full.
-fn timed<S, E>(
+fn timed<S, B, RB>(
     runtime: &Runtime,
     svc: &S,
     addr: SocketAddr,
@@ -214,12 +248,12 @@ fn timed<S, E>(
     iters: u64,
 ) -> Duration
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E>
-        + Clone
-        + Send
-        + 'static,
+    S: Sends<B, RB>,
     S::Future: Send,
-    E: Into<BoxError>,
+    B: RequestBody + Send + 'static,
+    RB: http_body::Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: std::fmt::Debug,
 {
     let mut times = Vec::with_capacity(iters as usize);
     runtime.block_on(async {
@@ -260,19 +294,26 @@ struct Case<'a> {
     timed: Timer<'a>,
 }
 
-/// The clients of one protocol, each with its own pool: bare first, then ours, tower and
-/// the two variants of ours.
+/// The clients of one protocol, each with its own pool: bare first, then ours, tower, the
+/// two variants of ours, and seatbelt's three.
 struct Clients {
     bare: Bare,
     ours: Ours,
     tower: Tower,
     ours_no_gates: Ours,
     ours_never: Ours,
+    seatbelt: Seatbelt,
+    adapter: seatbelt_rows::Adapter,
+    seatbelt_http: seatbelt_rows::HttpRetrying,
 }
 
 impl Clients {
-    /// Must be called inside the runtime (the clients' pools spawn on it).
+    /// Must be called inside the runtime (the clients' pools and seatbelt's clock spawn on
+    /// it).
     fn new(proto: Proto) -> Self {
+        // seatbelt's backoff from 100 ms, as ours' default (nothing is retried here).
+        let base = Duration::from_millis(100);
+        let clock = seatbelt_rows::clock();
         Self {
             bare: client(proto),
             ours: RetryLayer::new().layer(client(proto)),
@@ -283,23 +324,30 @@ impl Clients {
             ours_never: RetryLayer::new()
                 .policy(RetryPolicy::never())
                 .layer(client(proto)),
+            seatbelt: seatbelt_rows::retry(&clock, client(proto), base),
+            adapter: seatbelt_rows::Adapter(client(proto)),
+            seatbelt_http: seatbelt_rows::http_retry(
+                &clock,
+                seatbelt_rows::Adapter(client(proto)),
+                base,
+            ),
         }
     }
 
     fn cases<'a>(&'a self, runtime: &'a Runtime, addr: SocketAddr) -> Vec<Case<'a>> {
-        fn case<'a, S, E>(
+        fn case<'a, S, B, RB>(
             name: &'static str,
             runtime: &'a Runtime,
             svc: &'a S,
             addr: SocketAddr,
         ) -> Case<'a>
         where
-            S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E>
-                + Clone
-                + Send
-                + 'static,
+            S: Sends<B, RB>,
             S::Future: Send,
-            E: Into<BoxError>,
+            B: RequestBody + Send + 'static,
+            RB: http_body::Body + Send + 'static,
+            RB::Data: Send,
+            RB::Error: std::fmt::Debug,
         {
             Case {
                 name,
@@ -312,6 +360,9 @@ impl Clients {
             case("tower", runtime, &self.tower, addr),
             case("ours_no_gates", runtime, &self.ours_no_gates, addr),
             case("ours_never", runtime, &self.ours_never, addr),
+            case("seatbelt", runtime, &self.seatbelt, addr),
+            case::<_, HttpBody, HttpBody>("adapter", runtime, &self.adapter, addr),
+            case::<_, HttpBody, HttpBody>("seatbelt_http", runtime, &self.seatbelt_http, addr),
         ]
     }
 }
@@ -321,7 +372,19 @@ struct Summary {
     label: String,
     /// (case name, median of per-round ratios to bare, to tower when the case is ours).
     ratios: Vec<(&'static str, f64, Option<f64>)>,
+    /// The medians of the per-round ratios of the pairs in [`PAIRS`], in that order.
+    pairs: Vec<f64>,
 }
+
+/// The pairs of cases compared round by round for the seatbelt summary: (numerator,
+/// denominator), requests per second.
+const PAIRS: [(&str, &str); 5] = [
+    ("seatbelt", "bare"),
+    ("ours", "seatbelt"),
+    ("seatbelt", "tower"),
+    ("adapter", "bare"),
+    ("seatbelt_http", "adapter"),
+];
 
 /// Cycles through the cases, `rounds` times `PER_ROUND` batches each (the order rotating
 /// every round); prints the median requests per second of each, and for each layered case
@@ -378,7 +441,19 @@ fn interleaved(
         println!("{line}");
         ratios.push((case.name, to_bare, to_tower));
     }
-    Summary { label, ratios }
+    let at = |name: &str| cases.iter().position(|c| c.name == name);
+    let pairs = PAIRS
+        .iter()
+        .map(|(a, b)| match (at(a), at(b)) {
+            (Some(a), Some(b)) => per_round(a, b),
+            _ => f64::NAN,
+        })
+        .collect();
+    Summary {
+        label,
+        ratios,
+        pairs,
+    }
 }
 
 fn method_name(method: &Method) -> &'static str {
@@ -472,5 +547,19 @@ fn main() {
             get("ours_no_gates", false),
             get("ours_never", false),
         );
+    }
+    println!();
+    println!("summary, seatbelt, medians of the per-round ratios (requests per second):");
+    print!("  {:<20}", "");
+    for (a, b) in PAIRS {
+        print!(" {:>22}", format!("{a}/{b}"));
+    }
+    println!();
+    for summary in &summaries {
+        print!("  {:<20}", summary.label);
+        for ratio in &summary.pairs {
+            print!(" {ratio:>22.3}");
+        }
+        println!();
     }
 }

@@ -23,10 +23,18 @@
 //! | `ours after 10ms` | `RetryPolicy::default().max_attempts(2).hedge(Hedging::after(10 ms))` |
 //! | `ours p0.9` and up | `max_attempts(2)` and `Hedging::percentile(p).fallback(10 ms)` (50 samples by default) |
 //! | `ours 3x after 10ms` | `max_attempts(3)` and `Hedging::after(10 ms)` (the 5% setting only) |
+//! | `seatbelt after 10ms` | Microsoft's seatbelt, its hedging through its `tower-service` feature: 2 attempts, the second after 10 ms (`benches/support/seatbelt.rs`) |
+//! | `seatbelt_http after 10ms` | seatbelt_http's hedging over a hyper-util client through the adapter of `benches/support/seatbelt.rs`, the same settings |
+//! | `seatbelt 3x after 10ms` | seatbelt's, 3 attempts, each after 10 ms (the 5% setting and the outage; in the outage seatbelt_http's too) |
 //!
 //! Ours runs under `RetryPolicy::no_gates()` in the latency settings, so that the
 //! budget, which pays for every hedge, does not get in the way of what is measured; in the
-//! outage it runs with the default budget (and, for contrast, with none).
+//! outage it runs with the default budget (and, for contrast, with none). seatbelt has no
+//! budget, and no delay read from the latencies: a fixed delay (or one computed from the
+//! request) is what it offers. Like ours, it sends the next attempt at once when one answers
+//! with a status worth another (a 503 here); its timers run on tick's clock, driven by a
+//! task on the clients' runtime. It keeps no record of its hedges, so its hedges per request
+//! and delay are not printed (the server's count gives its extra load).
 //!
 //! Tower's `Hedge` is not `Clone`: the tasks share it behind a `std::sync::Mutex`, held only
 //! for `poll_ready` (always ready over a hyper-util client) and `call`. Its docs suggest no
@@ -67,9 +75,10 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use tick::Clock;
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
-use tower::{BoxError, Layer, Service};
+use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::{
     AttemptKind, Hedging, ReplayBody, Retry, RetryInfo, RetryLayer, RetryPolicy, StopReason,
 };
@@ -77,6 +86,9 @@ use tower_http_retry::{
 #[path = "support/mod.rs"]
 mod support;
 use support::median;
+#[path = "support/seatbelt.rs"]
+mod seatbelt_rows;
+use seatbelt_rows::{Adapter, HttpClient, HttpHedge, SeatbeltHedge};
 
 /// Tasks sharing a client.
 const TASKS: usize = 16;
@@ -251,15 +263,21 @@ enum Kind {
     Hand,
     /// Our layer: its policy, and whether it has the default budget (else none).
     Ours(Box<RetryPolicy>, bool),
+    /// seatbelt's hedging, this many attempts in all.
+    Seatbelt(u8),
+    /// seatbelt_http's hedging over the adapter, this many attempts in all.
+    SeatbeltHttp(u8),
 }
 
 /// A client under test: its name and kind, and the hyper-util client it wraps, one per
-/// protocol, kept for the whole run.
+/// protocol, kept for the whole run (and, for seatbelt's, the clock of its timers).
 struct Spec {
     name: String,
     kind: Kind,
     plain: [Plain; 2],
     replay: [Replay; 2],
+    http: [HttpClient; 2],
+    clock: Option<Clock>,
 }
 
 /// A client's wrapper for one round, shared by the tasks.
@@ -269,15 +287,22 @@ enum Sender {
     Tower(Arc<Mutex<TowerHedge>>),
     Hand(Plain),
     Ours(Ours),
+    Seatbelt(SeatbeltHedge<Empty<Bytes>>),
+    SeatbeltHttp(HttpHedge),
 }
 
 impl Spec {
+    /// Must be called inside the clients' runtime (seatbelt's clock spawns its driver there).
     fn new(name: impl Into<String>, kind: Kind) -> Self {
+        let clock =
+            matches!(kind, Kind::Seatbelt(_) | Kind::SeatbeltHttp(_)).then(seatbelt_rows::clock);
         Self {
             name: name.into(),
             kind,
             plain: [client(Proto::H1), client(Proto::H2)],
             replay: [client(Proto::H1), client(Proto::H2)],
+            http: [client(Proto::H1), client(Proto::H2)],
+            clock,
         }
     }
 
@@ -304,6 +329,18 @@ impl Spec {
                         .layer(self.replay[i].clone()),
                 )
             }
+            Kind::Seatbelt(attempts) => Sender::Seatbelt(seatbelt_rows::hedge(
+                self.clock.as_ref().expect("seatbelt's clock"),
+                plain,
+                *attempts,
+                DELAY,
+            )),
+            Kind::SeatbeltHttp(attempts) => Sender::SeatbeltHttp(seatbelt_rows::http_hedge(
+                self.clock.as_ref().expect("seatbelt's clock"),
+                Adapter(self.http[i].clone()),
+                *attempts,
+                DELAY,
+            )),
         }
     }
 }
@@ -320,9 +357,14 @@ struct Sample {
     hedge_after: Option<Duration>,
 }
 
-async fn read(response: Response<Incoming>) -> Result<StatusCode, BoxError> {
+/// Reads a response body to its end (hyper's `Incoming`, or seatbelt_http's `HttpBody`).
+async fn read<B>(response: Response<B>) -> Result<StatusCode, BoxError>
+where
+    B: http_body::Body,
+    B::Error: Into<BoxError>,
+{
     let status = response.status();
-    response.into_body().collect().await?;
+    response.into_body().collect().await.map_err(Into::into)?;
     Ok(status)
 }
 
@@ -379,6 +421,15 @@ impl Sender {
                         .map(|r| r.wait);
                 }
                 read(response).await?
+            }
+            Sender::Seatbelt(service) => {
+                read(ServiceExt::oneshot(service.clone(), get(uri)).await?).await?
+            }
+            Sender::SeatbeltHttp(service) => {
+                let request = Request::get(uri.clone())
+                    .body(seatbelt_rows::bodies().empty())
+                    .expect("a valid request");
+                read(ServiceExt::oneshot(service.clone(), request).await?).await?
             }
         };
         sample.latency = start.elapsed();
@@ -446,7 +497,7 @@ fn run(runtime: &Runtime, sender: Sender, server: &Server, requests: usize) -> S
     let n = samples.len().max(1) as f64;
     let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
     latencies.sort_unstable();
-    let says = !matches!(sender, Sender::Tower(_) | Sender::Bare(_));
+    let says = matches!(sender, Sender::Hand(_) | Sender::Ours(_));
     let ours = matches!(sender, Sender::Ours(_));
     let share = |f: &dyn Fn(&Sample) -> f64| samples.iter().map(f).sum::<f64>() / n;
     Stats {
@@ -535,7 +586,7 @@ impl Table {
             self.rounds.first().map_or(0, Vec::len)
         );
         println!(
-            "  {:<20} {:>18} {:>18} {:>20} {:>20} {:>18} {:>12} {:>12} {:>10} {:>16}",
+            "  {:<28} {:>18} {:>18} {:>20} {:>20} {:>18} {:>12} {:>12} {:>10} {:>16}",
             "client",
             "p50 ms",
             "p90 ms",
@@ -553,7 +604,7 @@ impl Table {
                 spread(rounds.iter().map(|r| f(r).unwrap_or(f64::NAN)))
             };
             println!(
-                "  {:<20} {:>18} {:>18} {:>20} {:>20} {:>18} {:>12} {:>12} {:>10} {:>16}",
+                "  {:<28} {:>18} {:>18} {:>20} {:>20} {:>18} {:>12} {:>12} {:>10} {:>16}",
                 name,
                 s(&|r| r.p50).show(1.0, 2),
                 s(&|r| r.p90).show(1.0, 2),
@@ -678,6 +729,11 @@ fn main() {
                 "ours 3x, no budget",
                 Kind::Ours(Box::new(policy(3, Hedging::after(DELAY))), false),
             ));
+            specs.push(Spec::new("seatbelt 3x after 10ms", Kind::Seatbelt(3)));
+            specs.push(Spec::new(
+                "seatbelt_http 3x after 10ms",
+                Kind::SeatbeltHttp(3),
+            ));
             return specs;
         }
         specs.push(Spec::new("hand 10ms", Kind::Hand));
@@ -696,6 +752,11 @@ fn main() {
                 "ours 3x after 10ms",
                 Kind::Ours(Box::new(policy(3, Hedging::after(DELAY))), false),
             ));
+        }
+        specs.push(Spec::new("seatbelt after 10ms", Kind::Seatbelt(2)));
+        specs.push(Spec::new("seatbelt_http after 10ms", Kind::SeatbeltHttp(2)));
+        if setting == Setting::Slow(0.05) {
+            specs.push(Spec::new("seatbelt 3x after 10ms", Kind::Seatbelt(3)));
         }
         specs
     };
@@ -800,6 +861,18 @@ fn summary(tables: &[Table]) {
                     ours.0 / hand.0,
                     ours.1 / hand.1
                 );
+                for name in ["seatbelt after 10ms", "seatbelt_http after 10ms"] {
+                    let p99 = table.of(name, |r| r.p99).median;
+                    let p999 = table.of(name, |r| r.p999).median;
+                    println!(
+                        "    {name} p99 {p99:.1} / p99.9 {p999:.1} ms, load {:.2}%: against ours after 10ms {:.3}, {:.3}, against the hand-written {:.3}, {:.3} (ratios of p99, p99.9)",
+                        table.of(name, |r| r.load).median * 100.0,
+                        p99 / ours.0,
+                        p999 / ours.1,
+                        p99 / hand.0,
+                        p999 / hand.1,
+                    );
+                }
                 if fraction > 0.02 {
                     let fast = table.of("bare", |r| r.p50).median;
                     let bound = 3.0 * DELAY.as_secs_f64() * 1e3 + fast;
@@ -807,6 +880,10 @@ fn summary(tables: &[Table]) {
                     println!(
                         "    ours 3x after 10ms p99.9 {p999:.1} ms against 3 x 10 ms + bare p50 {fast:.2} ms = {bound:.1} ms: {}",
                         if p999 < bound { "met" } else { "missed" }
+                    );
+                    println!(
+                        "    seatbelt 3x after 10ms p99.9 {:.1} ms",
+                        table.of("seatbelt 3x after 10ms", |r| r.p999).median
                     );
                 }
             }
@@ -827,6 +904,13 @@ fn summary(tables: &[Table]) {
                     },
                     table.of("ours 3x, no budget", |r| r.attempts).median,
                     table.of("tower p0.9", |r| r.attempts).median,
+                );
+                println!(
+                    "    seatbelt 3x after 10ms (no budget) {:.3} attempts per request, seatbelt_http's {:.3}",
+                    table.of("seatbelt 3x after 10ms", |r| r.attempts).median,
+                    table
+                        .of("seatbelt_http 3x after 10ms", |r| r.attempts)
+                        .median,
                 );
             }
         }

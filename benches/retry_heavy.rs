@@ -12,14 +12,20 @@
 //! | `bare_heavy`, `bare_clean` | the bare client (sees the 503s, retries nothing) |
 //! | `ours_heavy`, `ours_clean` | ours: `RetryLayer::new()` with a zero backoff |
 //! | `tower_heavy`, `tower_clean` | `tower::retry::Retry` with [`TowerPolicy`] |
+//! | `seatbelt_heavy`, `seatbelt_clean` | Microsoft's seatbelt, its retry through its `tower-service` feature |
+//! | `adapter_heavy`, `adapter_clean` | the client over seatbelt_http's `HttpBody`, under the adapter of `benches/support/seatbelt.rs`, no retry (sees the 503s) |
+//! | `seatbelt_http_heavy`, `seatbelt_http_clean` | seatbelt_http's retry over that adapter |
 //!
-//! Both retrying clients make at most 3 attempts, retry a 503 at once (ours with a zero
-//! `Backoff`, tower's policy with a ready future), deposit into a budget per request and
-//! withdraw per retry; both budgets are given room for a retry per request (ours
+//! Every retrying client makes at most 3 attempts and retries a 503 at once (ours with a
+//! zero `Backoff`, tower's policy with a ready future, seatbelt's with a zero base delay).
+//! Ours and tower's deposit into a budget per request and withdraw per retry; both budgets
+//! are given room for a retry per request (ours
 //! `RetryBudget::builder().ratio(1.0).min_per_sec(10).max_tokens(100).build()`, tower's `TpsBudget::new(10 s, 10, 1.0)`), so neither
 //! runs dry and both retry every 503 (the bench prints the 503s left at the end: the
-//! requests whose three attempts all drew a 503). The retry-heavy traffic is about 11
-//! attempts per 10 requests.
+//! requests whose three attempts all drew a 503). seatbelt has no budget: it retries every
+//! 503 without that bookkeeping. The retry-heavy traffic is about 11 attempts per 10
+//! requests. The `adapter` and `seatbelt_http` clients are sent `HttpBody` requests and
+//! read `HttpBody` answers, as a seatbelt_http caller does.
 //!
 //! The servers run on a runtime of their own (one worker, threads named `server`), the
 //! clients on another (one worker, `client`); the bench thread only waits. One batch is
@@ -36,10 +42,10 @@
 //!   rounds as a check on the former;
 //! - the attempts the server received, so retries = attempts - requests.
 //!
-//! Then for ours and tower's: CPU per retry = (CPU of the heavy turn - CPU of the clean
+//! Then for each retrying client: CPU per retry = (CPU of the heavy turn - CPU of the clean
 //! turn) / the heavy turn's retries, that is what the 503s and their retries added; printed
-//! as the median over the rounds and as the total over all rounds, and as ratios ours /
-//! tower. The process figure includes the server's half of every extra attempt (the same
+//! as the median over the rounds and as the total over all rounds, and as ratios (ours /
+//! tower, ours / seatbelt, seatbelt_http / seatbelt). The process figure includes the server's half of every extra attempt (the same
 //! for both), the client figure is the client threads alone (the connections' tasks
 //! included). The bare client's heavy - clean difference per 503 shows what the 503s cost
 //! without any retry. The CPU per request of the heavy turns, as medians of per-round
@@ -59,6 +65,7 @@ use futures_util::StreamExt;
 use futures_util::stream;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use http_extensions::HttpBody;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -71,7 +78,9 @@ use tower_http_retry::{Backoff, ReplayBody, Retry, RetryBudget, RetryLayer, Retr
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{TowerPolicy, extra_runs, median};
+use support::{RequestBody, TowerPolicy, extra_runs, median};
+#[path = "support/seatbelt.rs"]
+mod seatbelt_rows;
 
 /// Requests per batch.
 const BATCH: usize = 512;
@@ -89,6 +98,7 @@ const ANSWER: &[u8] = b"ok, handled...\n";
 type Bare = Client<HttpConnector, Full<Bytes>>;
 type Ours = Retry<Client<HttpConnector, ReplayBody<Full<Bytes>>>>;
 type Tower = tower::retry::Retry<TowerPolicy, Bare>;
+type Seatbelt = seatbelt_rows::SeatbeltRetry<Full<Bytes>>;
 
 /// A server's address and the number of requests it has received.
 struct Server {
@@ -137,7 +147,9 @@ async fn serve(every: Option<u64>) -> Server {
     Server { addr, received }
 }
 
-fn request(addr: SocketAddr, method: &Method, i: usize) -> Request<Full<Bytes>> {
+/// A request with the body type `B` its client takes (`Full<Bytes>`, or seatbelt_http's
+/// `HttpBody`).
+fn request<B: RequestBody>(addr: SocketAddr, method: &Method, i: usize) -> Request<B> {
     let body = if method == Method::GET {
         Bytes::new()
     } else {
@@ -147,16 +159,34 @@ fn request(addr: SocketAddr, method: &Method, i: usize) -> Request<Full<Bytes>> 
         .method(method.clone())
         .uri(format!("http://{addr}/items/{i}"))
         .header(http::header::ACCEPT, "text/plain")
-        .body(Full::new(body))
+        .body(B::of(body))
         .expect("a valid request")
+}
+
+/// What the harness asks of a client under test: requests with a body it can make (`B`),
+/// answers with a body it can read (`RB`: hyper's `Incoming`, or seatbelt_http's
+/// `HttpBody`).
+trait Sends<B, RB>:
+    Service<Request<B>, Response = Response<RB>, Error = Self::Fails> + Clone + Send + 'static
+{
+    type Fails: Into<BoxError>;
+}
+
+impl<S, B, RB, E> Sends<B, RB> for S
+where
+    S: Service<Request<B>, Response = Response<RB>, Error = E> + Clone + Send + 'static,
+    E: Into<BoxError>,
+{
+    type Fails = E;
 }
 
 /// One request; reads the response body to its end. Returns whether the final answer was
 /// a 503.
-async fn one<S, E>(svc: S, request: Request<Full<Bytes>>) -> bool
+async fn one<S, B, RB>(svc: S, request: Request<B>) -> bool
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E>,
-    E: Into<BoxError>,
+    S: Sends<B, RB>,
+    RB: http_body::Body,
+    RB::Error: std::fmt::Debug,
 {
     match support::exchange(svc, request).await {
         (StatusCode::OK, body) => {
@@ -169,10 +199,12 @@ where
 }
 
 /// `BATCH` requests, `IN_FLIGHT` at a time, from one task; returns the final 503s.
-async fn batch<S, E>(svc: S, addr: SocketAddr, method: Method) -> u64
+async fn batch<S, B, RB>(svc: S, addr: SocketAddr, method: Method) -> u64
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E> + Clone,
-    E: Into<BoxError>,
+    S: Sends<B, RB>,
+    B: RequestBody,
+    RB: http_body::Body,
+    RB::Error: std::fmt::Debug,
 {
     stream::iter(0..BATCH)
         .map(move |i| one(svc.clone(), request(addr, &method, i)))
@@ -246,14 +278,14 @@ struct Turn {
 }
 
 /// Runs `PER_ROUND` batches through `svc` on the client runtime and measures them.
-fn turn<S, E>(runtime: &Runtime, svc: &S, server: &Server, method: &Method) -> Turn
+fn turn<S, B, RB>(runtime: &Runtime, svc: &S, server: &Server, method: &Method) -> Turn
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E>
-        + Clone
-        + Send
-        + 'static,
+    S: Sends<B, RB>,
     S::Future: Send,
-    E: Into<BoxError>,
+    B: RequestBody + Send + 'static,
+    RB: http_body::Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: std::fmt::Debug,
 {
     let svc = svc.clone();
     let (addr, method) = (server.addr, method.clone());
@@ -284,19 +316,19 @@ struct Case<'a> {
     run: Box<dyn Fn(&Method) -> Turn + 'a>,
 }
 
-fn case<'a, S, E>(
+fn case<'a, S, B, RB>(
     name: &'static str,
     runtime: &'a Runtime,
     svc: &'a S,
     server: &'a Server,
 ) -> Case<'a>
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = E>
-        + Clone
-        + Send
-        + 'static,
+    S: Sends<B, RB>,
     S::Future: Send,
-    E: Into<BoxError>,
+    B: RequestBody + Send + 'static,
+    RB: http_body::Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: std::fmt::Debug,
 {
     Case {
         name,
@@ -339,6 +371,21 @@ fn tower() -> Tower {
     tower::retry::Retry::new(TowerPolicy::with_budget(budget), client())
 }
 
+/// seatbelt's retry (`benches/support/seatbelt.rs`): 3 attempts, no delay between them.
+fn seatbelt(clock: &tick::Clock) -> Seatbelt {
+    seatbelt_rows::retry(clock, client(), Duration::ZERO)
+}
+
+/// The client over seatbelt_http's `HttpBody`, under the adapter alone.
+fn adapter() -> seatbelt_rows::Adapter {
+    seatbelt_rows::Adapter(client())
+}
+
+/// seatbelt_http's retry over the adapter, as [`seatbelt`].
+fn seatbelt_http(clock: &tick::Clock) -> seatbelt_rows::HttpRetrying {
+    seatbelt_rows::http_retry(clock, adapter(), Duration::ZERO)
+}
+
 const US: f64 = 1e-3; // ns to µs
 
 /// Cycles through the cases `rounds` times and prints the medians.
@@ -373,7 +420,7 @@ fn interleaved(cases: &[Case<'_>], method: &Method, rounds: usize) {
          64 in flight; the heavy server answers 503 to every {EVERY}th request):"
     );
     println!(
-        "  {:<12} {:>8} {:>13} {:>12} {:>13} {:>13} {:>15}",
+        "  {:<20} {:>8} {:>13} {:>12} {:>13} {:>13} {:>15}",
         "case",
         "req/s",
         "process µs/req",
@@ -391,7 +438,7 @@ fn interleaved(cases: &[Case<'_>], method: &Method, rounds: usize) {
         // 10 ms per tick, summed over the rounds.
         let stat_us = ticks as f64 * 10_000.0 / (requests * rounds as f64);
         println!(
-            "  {:<12} {:>8.0} {:>13.2} {:>12.2} {:>13.3} {:>15.1} {:>15.2}",
+            "  {:<20} {:>8.0} {:>13.2} {:>12.2} {:>13.3} {:>15.1} {:>15.2}",
             case.name,
             med(i, &|t| requests / t.secs),
             med(i, &|t| t.cpu.process as f64 * US / requests),
@@ -410,6 +457,12 @@ fn interleaved(cases: &[Case<'_>], method: &Method, rounds: usize) {
     let (bare, ours, tower) = (at("bare_heavy"), at("ours_heavy"), at("tower_heavy"));
     let (bare_clean, ours_clean, tower_clean) =
         (at("bare_clean"), at("ours_clean"), at("tower_clean"));
+    let (seatbelt, adapter, seatbelt_http) = (
+        at("seatbelt_heavy"),
+        at("adapter_heavy"),
+        at("seatbelt_http_heavy"),
+    );
+    let (seatbelt_clean, adapter_clean) = (at("seatbelt_clean"), at("adapter_clean"));
     let logical = (PER_ROUND * BATCH) as u64;
     // What the 503s and their retries added, per retry, in ns: per round (heavy turn minus
     // the clean turn of the same round, over the heavy turn's retries), and over all rounds.
@@ -442,22 +495,24 @@ fn interleaved(cases: &[Case<'_>], method: &Method, rounds: usize) {
          process, client threads"
     );
     let by: [fn(&Cpu) -> u64; 2] = [|c| c.process, |c| c.client];
-    let [(op, oc), (tp, tc)] = [(ours, ours_clean), (tower, tower_clean)]
-        .map(|(h, c)| (per_retry(h, c, by[0]), per_retry(h, c, by[1])));
-    println!(
-        "    ours         {:>6.2} / {:>6.2}   {:>6.2} / {:>6.2}",
-        op.0 * US,
-        op.1 * US,
-        oc.0 * US,
-        oc.1 * US
-    );
-    println!(
-        "    tower        {:>6.2} / {:>6.2}   {:>6.2} / {:>6.2}",
-        tp.0 * US,
-        tp.1 * US,
-        tc.0 * US,
-        tc.1 * US
-    );
+    // Each retrying client's heavy case is followed by its clean one.
+    let retrying = ["ours", "tower", "seatbelt", "seatbelt_http"];
+    let figures: Vec<((f64, f64), (f64, f64))> = retrying
+        .iter()
+        .map(|name| {
+            let h = at(&format!("{name}_heavy"));
+            (per_retry(h, h + 1, by[0]), per_retry(h, h + 1, by[1]))
+        })
+        .collect();
+    for (name, (p, c)) in retrying.iter().zip(&figures) {
+        println!(
+            "    {name:<14} {:>6.2} / {:>6.2}   {:>6.2} / {:>6.2}",
+            p.0 * US,
+            p.1 * US,
+            c.0 * US,
+            c.1 * US
+        );
+    }
     // Bare retries nothing: its heavy turn minus its clean turn, per 503 received.
     let bare_503 = |f: fn(&Cpu) -> u64| {
         let mut v: Vec<f64> = turns[bare]
@@ -472,13 +527,20 @@ fn interleaved(cases: &[Case<'_>], method: &Method, rounds: usize) {
         bare_503(by[0]) * US,
         bare_503(by[1]) * US
     );
-    println!(
-        "    ours / tower {:>6.3} / {:>6.3}   {:>6.3} / {:>6.3}",
-        op.0 / tp.0,
-        op.1 / tp.1,
-        oc.0 / tc.0,
-        oc.1 / tc.1
-    );
+    for (label, a, b) in [
+        ("ours / tower", 0, 1),
+        ("ours / seatbelt", 0, 2),
+        ("seatbelt_http / seatbelt", 3, 2),
+    ] {
+        let ((ap, ac), (bp, bc)) = (figures[a], figures[b]);
+        println!(
+            "    {label:<24} {:>6.3} / {:>6.3}   {:>6.3} / {:>6.3}",
+            ap.0 / bp.0,
+            ap.1 / bp.1,
+            ac.0 / bc.0,
+            ac.1 / bc.1
+        );
+    }
     println!(
         "  CPU per request, medians of per-round ratios (process, client threads): \
          heavy ours / tower {:.3}, {:.3}; heavy ours / bare {:.3}, {:.3}; \
@@ -492,14 +554,47 @@ fn interleaved(cases: &[Case<'_>], method: &Method, rounds: usize) {
         ratio(ours_clean, tower_clean, by[0]),
         ratio(ours_clean, tower_clean, by[1]),
     );
-    let mut wall: Vec<f64> = turns[ours]
-        .iter()
-        .zip(&turns[tower])
-        .map(|(o, t)| t.secs / o.secs)
-        .collect();
     println!(
-        "  requests per second under retry-heavy traffic: ours / tower {:.3} (per round)",
-        median(&mut wall)
+        "  CPU per request, seatbelt (process, client threads): \
+         heavy ours / seatbelt {:.3}, {:.3}; heavy seatbelt / bare {:.3}, {:.3}; \
+         heavy seatbelt / tower {:.3}, {:.3}; clean ours / seatbelt {:.3}, {:.3}; \
+         heavy adapter / bare {:.3}, {:.3}; clean adapter / bare {:.3}, {:.3}; \
+         heavy seatbelt_http / adapter {:.3}, {:.3}; heavy seatbelt_http / seatbelt {:.3}, {:.3}",
+        ratio(ours, seatbelt, by[0]),
+        ratio(ours, seatbelt, by[1]),
+        ratio(seatbelt, bare, by[0]),
+        ratio(seatbelt, bare, by[1]),
+        ratio(seatbelt, tower, by[0]),
+        ratio(seatbelt, tower, by[1]),
+        ratio(ours_clean, seatbelt_clean, by[0]),
+        ratio(ours_clean, seatbelt_clean, by[1]),
+        ratio(adapter, bare, by[0]),
+        ratio(adapter, bare, by[1]),
+        ratio(adapter_clean, bare_clean, by[0]),
+        ratio(adapter_clean, bare_clean, by[1]),
+        ratio(seatbelt_http, adapter, by[0]),
+        ratio(seatbelt_http, adapter, by[1]),
+        ratio(seatbelt_http, seatbelt, by[0]),
+        ratio(seatbelt_http, seatbelt, by[1]),
+    );
+    // Requests per second under retry-heavy traffic, `a` over `b`, per round.
+    let wall = |a: usize, b: usize| {
+        let mut r: Vec<f64> = turns[a]
+            .iter()
+            .zip(&turns[b])
+            .map(|(x, y)| y.secs / x.secs)
+            .collect();
+        median(&mut r)
+    };
+    println!(
+        "  requests per second under retry-heavy traffic (per round): ours / tower {:.3}; \
+         ours / seatbelt {:.3}; seatbelt / tower {:.3}; adapter / bare {:.3}; \
+         seatbelt_http / adapter {:.3}",
+        wall(ours, tower),
+        wall(ours, seatbelt),
+        wall(seatbelt, tower),
+        wall(adapter, bare),
+        wall(seatbelt_http, adapter),
     );
 }
 
@@ -524,11 +619,17 @@ fn main() {
     let clean = servers.block_on(serve(None));
     let (bare_heavy, bare_clean): (Bare, Bare);
     let (ours_heavy, ours_clean, tower_heavy, tower_clean);
+    let (seatbelt_heavy, seatbelt_clean, adapter_heavy, adapter_clean);
+    let (seatbelt_http_heavy, seatbelt_http_clean);
     {
         let _guard = clients.enter();
         (bare_heavy, bare_clean) = (client(), client());
         (ours_heavy, ours_clean) = (ours(), ours());
         (tower_heavy, tower_clean) = (tower(), tower());
+        let clock = seatbelt_rows::clock();
+        (seatbelt_heavy, seatbelt_clean) = (seatbelt(&clock), seatbelt(&clock));
+        (adapter_heavy, adapter_clean) = (adapter(), adapter());
+        (seatbelt_http_heavy, seatbelt_http_clean) = (seatbelt_http(&clock), seatbelt_http(&clock));
     }
     let rt = &clients;
     // In pairs, heavy then clean (see `interleaved`).
@@ -539,6 +640,12 @@ fn main() {
         case("ours_clean", rt, &ours_clean, &clean),
         case("tower_heavy", rt, &tower_heavy, &heavy),
         case("tower_clean", rt, &tower_clean, &clean),
+        case("seatbelt_heavy", rt, &seatbelt_heavy, &heavy),
+        case("seatbelt_clean", rt, &seatbelt_clean, &clean),
+        case::<_, HttpBody, HttpBody>("adapter_heavy", rt, &adapter_heavy, &heavy),
+        case::<_, HttpBody, HttpBody>("adapter_clean", rt, &adapter_clean, &clean),
+        case::<_, HttpBody, HttpBody>("seatbelt_http_heavy", rt, &seatbelt_http_heavy, &heavy),
+        case::<_, HttpBody, HttpBody>("seatbelt_http_clean", rt, &seatbelt_http_clean, &clean),
     ];
     // Warm up: every pool opens its connections.
     for case in &cases {

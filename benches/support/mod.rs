@@ -1,6 +1,7 @@
 //! Pieces the benches and `tests/alloc.rs` share: the no-op inner service, the tower
 //! `Retry` policy they compare against (`overhead`, `end_to_end` and `retry_heavy` all use
-//! [`TowerPolicy`]), and how much of a bench's extra (non-criterion) part to run.
+//! [`TowerPolicy`]), and how much of a bench's extra (non-criterion) part to run. The
+//! seatbelt rows' pieces are in `seatbelt.rs` beside this file.
 #![allow(dead_code)]
 
 use std::future::{Ready, ready};
@@ -176,12 +177,32 @@ pub fn drain<B: Body + Unpin>(mut body: B) -> u64 {
     bytes
 }
 
+/// A request body the end-to-end benches make from the bytes they send: `Full<Bytes>` for
+/// hyper-util clients and the layers over them; seatbelt_http's `HttpBody` has its own
+/// implementation in `benches/support/seatbelt.rs` (kept out of this module, which
+/// `tests/alloc.rs` shares and builds without seatbelt).
+pub trait RequestBody {
+    fn of(bytes: bytes::Bytes) -> Self;
+}
+
+impl RequestBody for http_body_util::Full<bytes::Bytes> {
+    fn of(bytes: bytes::Bytes) -> Self {
+        http_body_util::Full::new(bytes)
+    }
+}
+
 /// One request through a client-like service, its response body read to the end: what the
-/// end-to-end benches do per request.
-pub async fn exchange<S, E, B>(mut svc: S, request: Request<B>) -> (http::StatusCode, bytes::Bytes)
+/// end-to-end benches do per request. The response body is hyper's `Incoming` for every
+/// client but seatbelt_http's, whose `HttpBody` is read the same way.
+pub async fn exchange<S, E, B, RB>(
+    mut svc: S,
+    request: Request<B>,
+) -> (http::StatusCode, bytes::Bytes)
 where
-    S: Service<Request<B>, Response = Response<hyper::body::Incoming>, Error = E>,
+    S: Service<Request<B>, Response = Response<RB>, Error = E>,
     E: Into<tower::BoxError>,
+    RB: Body,
+    RB::Error: std::fmt::Debug,
 {
     use http_body_util::BodyExt;
     use tower::ServiceExt;
