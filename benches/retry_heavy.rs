@@ -125,7 +125,7 @@ async fn serve(every: Option<u64>) -> Server {
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                     let n = count.fetch_add(1, Ordering::Relaxed) + 1;
-                    let unavailable = every.is_some_and(|e| n % e == 0);
+                    let unavailable = every.is_some_and(|e| n.is_multiple_of(e));
                     async move {
                         let _ = request.into_body().collect().await;
                         let response = if unavailable {
