@@ -156,7 +156,11 @@ async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<Full<
     match path.as_str() {
         "/ok" => status(StatusCode::OK),
         "/flaky" => {
-            if state.flaky.fetch_add(1, Ordering::Relaxed).is_multiple_of(10) {
+            if state
+                .flaky
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(10)
+            {
                 status(StatusCode::SERVICE_UNAVAILABLE)
             } else {
                 status(StatusCode::OK)
