@@ -102,11 +102,6 @@ impl RetryError {
     pub fn into_source(self) -> BoxError {
         self.source
     }
-
-    /// The record and the last error.
-    pub fn into_parts(self) -> (RetryInfo, BoxError) {
-        (self.info, self.source)
-    }
 }
 
 impl fmt::Display for RetryError {

@@ -584,6 +584,13 @@ where
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(succeed(this.info, this.trace, response)));
                 }
+                // A response to a request sent once is the caller's at once: the error
+                // path's checks are `finish`'s (16 instructions a `never()` request).
+                Step::Once(Ok(response)) => {
+                    decision::returning(this.info, false);
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(succeed(this.info, this.trace, response)));
+                }
                 Step::Once(result) => {
                     this.state.set(State::Done);
                     return Poll::Ready(finish(this.info, this.trace, result));

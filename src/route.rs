@@ -47,7 +47,7 @@ macro_rules! shorthand {
             #[doc = "assert!(route.matches(&request));"]
             #[doc = "```"]
             pub fn $name() -> Self {
-                Self::method(Method::$method)
+                Self::methods([Method::$method])
             }
         )*
     };
@@ -67,25 +67,8 @@ impl RouteMatch {
         Self::default()
     }
 
-    /// Matches requests with this method (for several, [`RouteMatch::methods`]).
-    ///
-    /// ```
-    /// use http::Method;
-    /// use tower_http_retry::RouteMatch;
-    ///
-    /// let queries = RouteMatch::method(Method::from_bytes(b"QUERY").unwrap());
-    /// let query = http::Request::builder().method("QUERY").uri("http://h/items").body(()).unwrap();
-    /// assert!(queries.matches(&query));
-    /// assert!(!queries.matches(&http::Request::get("http://h/items/1").body(()).unwrap()));
-    /// ```
-    pub fn method(method: Method) -> Self {
-        Self {
-            methods: vec![method],
-            ..Self::default()
-        }
-    }
-
-    /// Matches requests with any of these methods.
+    /// Matches requests with any of these methods (one, or several; the common ones also
+    /// have a shorthand: [`RouteMatch::get`] and its siblings).
     ///
     /// ```
     /// use http::Method;
@@ -94,6 +77,10 @@ impl RouteMatch {
     /// let writes = RouteMatch::methods([Method::POST, Method::PUT, Method::PATCH]);
     /// assert!(writes.matches(&http::Request::put("http://h/items/1").body(()).unwrap()));
     /// assert!(!writes.matches(&http::Request::get("http://h/items/1").body(()).unwrap()));
+    ///
+    /// let queries = RouteMatch::methods([Method::from_bytes(b"QUERY").unwrap()]);
+    /// let query = http::Request::builder().method("QUERY").uri("http://h/items").body(()).unwrap();
+    /// assert!(queries.matches(&query));
     /// ```
     pub fn methods<I: IntoIterator<Item = Method>>(methods: I) -> Self {
         Self {

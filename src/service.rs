@@ -313,6 +313,9 @@ impl<S: Clone> Retry<S> {
         if plan.reports_once && (request.method() != Method::CONNECT || Own::counted(&own)) {
             return self.call_reported(request, plan, limits, trace, own, info);
         }
+        if let Some(own) = own {
+            Own::end(own);
+        }
         first_attempt(&plan.hooks, &limits, request.headers_mut());
         let future = self.inner.call(request.map(ReplayBody::passthrough));
         ResponseFuture::once(future, limits, info, trace)

@@ -58,7 +58,7 @@ async fn a_failed_request_carries_its_record_and_the_last_error() {
         source.downcast_ref::<io::Error>().unwrap().kind(),
         io::ErrorKind::ConnectionRefused
     );
-    let (_, last) = error.into_parts();
+    let last = error.into_source();
     assert!(last.is::<io::Error>());
     assert_eq!(mock.calls(), 3);
 }
