@@ -368,33 +368,68 @@ impl fmt::Display for ServiceNotReady {
 
 impl std::error::Error for ServiceNotReady {}
 
-/// A request the client's own gates refused to send: not one attempt went out, so the
-/// server never saw it and nothing is retried. The record says why
-/// ([`RetryInfo::stop`](crate::RetryInfo::stop)).
-// Crate-private while no public kind of gate refuses a first attempt (only the tests' does):
-// it becomes public with the first that does, so that callers can tell it apart.
+/// A request the client's own rate limit refused to send: not one attempt went out, so the
+/// server never saw it and nothing is retried. The record says so
+/// ([`RetryInfo::attempts`](crate::RetryInfo::attempts) is 0, written "no attempt sent")
+/// and why ([`RetryInfo::stop`](crate::RetryInfo::stop): [`StopReason::Throttled`]).
+///
+/// A gate that paces first attempts makes it: an [`AdaptiveLimiter`](crate::AdaptiveLimiter)
+/// whose wait for a token would be longer than its `max_wait`. (A retry it refuses returns
+/// the last outcome instead, as a budget's refusal does.) Like the layer's other errors it
+/// comes inside a [`RetryError`], which carries the record.
+///
+/// ```
+/// use std::time::Duration;
+/// use http::{Request, Response};
+/// use http_body_util::Full;
+/// use bytes::Bytes;
+/// use tower::{Layer, ServiceExt};
+/// use tower_http_retry::{
+///     AdaptiveLimiter, LocallyRefused, RetryError, RetryLayer, RetryPolicy, StopReason,
+/// };
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // A server that throttles everything, and a limiter that never waits.
+/// let server = tower::service_fn(|_: Request<_>| async {
+///     Ok::<_, std::convert::Infallible>(Response::builder().status(429).body(()).unwrap())
+/// });
+/// let limiter = AdaptiveLimiter::builder().max_wait(Duration::ZERO).build();
+/// let policy = RetryPolicy::new().max_attempts(1).gate(limiter);
+/// let client = RetryLayer::new().policy(policy).layer(server);
+/// let get = || Request::get("http://api.test/").body(Full::new(Bytes::new())).unwrap();
+/// // The first request is sent and throttled; the limiter is on, its bucket empty.
+/// assert_eq!(client.clone().oneshot(get()).await.unwrap().status(), 429);
+/// let error = client.oneshot(get()).await.unwrap_err();
+/// let error = error.downcast_ref::<RetryError>().unwrap();
+/// assert!(error.get_ref().is::<LocallyRefused>());
+/// assert_eq!(error.info().attempts(), 0);
+/// assert_eq!(error.info().stop(), StopReason::Throttled);
+/// assert_eq!(error.info().to_string(), "no attempt sent; stopped: throttled");
+/// # }
+/// ```
 #[derive(Debug, Clone)]
-pub(crate) struct Refused {
+pub struct LocallyRefused {
     stop: StopReason,
 }
 
-impl Refused {
+impl LocallyRefused {
     pub(crate) fn new(stop: StopReason) -> Self {
         Self { stop }
     }
 }
 
-impl fmt::Display for Refused {
+impl fmt::Display for LocallyRefused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "request not sent: the client's own limit refused it ({})",
+            "request not sent: the client's own rate limit refused it ({})",
             self.stop
         )
     }
 }
 
-impl std::error::Error for Refused {}
+impl std::error::Error for LocallyRefused {}
 
 /// A configuration value was refused at construction: the one error type of every `try_`
 /// constructor ([`RetryPolicy::try_max_attempts`](crate::RetryPolicy::try_max_attempts),

@@ -15,7 +15,7 @@
 // Before the first attempt, a gate that paces first attempts may ask it to wait
 // (`Admitting`, holding the request and the service `poll_ready` readied, until the timer
 // fires; then the attempt is sent and the request goes on as above) or refuse it
-// (`Refused`: nothing is sent).
+// (`Refused`: nothing is sent, and the caller gets `LocallyRefused`).
 //
 // Each state holds its own data: the retry context (`Retrying`) while the request may
 // still be retried, and, from its first retry on, the boxed `Later` (the retry's service
@@ -43,7 +43,7 @@ use tower_service::Service;
 use crate::classify::Outcome as Seen;
 use crate::config::Plan;
 use crate::decision::{self, Answer, Course, Expired, Facts, Limits, Outcome, RELEASE_GRACE};
-use crate::error::{DeadlineExceeded, Refused, RetryError, ServiceNotReady};
+use crate::error::{DeadlineExceeded, LocallyRefused, RetryError, ServiceNotReady};
 use crate::gate::{Admitted, Ask, Gates, Own, Presence, Reserved};
 use crate::head::Head;
 use crate::hints::Hint;
@@ -996,7 +996,9 @@ fn finish<RB>(
     let layers_own = match &result {
         Ok(_) => false,
         Err(error) => {
-            error.is::<DeadlineExceeded>() || error.is::<ServiceNotReady>() || error.is::<Refused>()
+            error.is::<DeadlineExceeded>()
+                || error.is::<ServiceNotReady>()
+                || error.is::<LocallyRefused>()
         }
     };
     decision::returning(info, layers_own);

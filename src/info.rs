@@ -685,7 +685,10 @@ pub enum StopReason {
     /// The server said not to retry ([`Classification::Stop`](crate::classify::Classification::Stop):
     /// gRPC's negative or malformed `x-retry-in-ms`).
     ServerSaidStop,
-    /// The retry [`Throttle`](crate::Throttle) refused the retry: too many recent failures.
+    /// The retry [`Throttle`](crate::Throttle) refused the retry: too many recent failures;
+    /// or an [`AdaptiveLimiter`](crate::AdaptiveLimiter) refused an attempt whose wait for
+    /// a token would have been longer than its `max_wait` (a first attempt so refused is
+    /// never sent: the caller gets [`LocallyRefused`](crate::LocallyRefused)).
     Throttled,
     /// The retry was decided, but the inner service did not get ready for it, and nothing
     /// more was sent: either it was not ready within the attempt timeout (the bound of that

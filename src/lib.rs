@@ -26,7 +26,8 @@
 //! - **Limits.** Max attempts, an overall deadline, per-attempt timeouts, and gates shared
 //!   by every clone of the service ([`Gate`]): a token-bucket [`RetryBudget`] by default, so
 //!   retries stay a small fraction of traffic during an outage; gRPC's [`Throttle`]; the
-//!   AWS SDKs' [`RetryQuota`]; each per server if wanted.
+//!   AWS SDKs' [`RetryQuota`]; their adaptive [`AdaptiveLimiter`], which slows first
+//!   attempts too once a server throttles; each per server if wanted.
 //! - **Per-route policies** ([`RouteMatch`]) and a per-request override
 //!   ([`RetryPolicy`] in the request's extensions), each laid over the layer's policy: a
 //!   route changes what it names and keeps the rest.
@@ -216,9 +217,9 @@ struct ReadmeDoctests;
 
 pub use crate::backoff::{Backoff, Jitter};
 pub use crate::error::{
-    AttemptTimedOut, DeadlineExceeded, InvalidConfig, RetryError, ServiceNotReady,
+    AttemptTimedOut, DeadlineExceeded, InvalidConfig, LocallyRefused, RetryError, ServiceNotReady,
 };
-pub use crate::gate::{Gate, GateBuilder, RetryBudget, RetryQuota, Throttle};
+pub use crate::gate::{AdaptiveLimiter, Gate, GateBuilder, RetryBudget, RetryQuota, Throttle};
 pub use crate::hedge::Hedging;
 pub use crate::hook::{Attempt, AttemptHook, AttemptKind};
 pub use crate::idempotency::IdempotencyKey;

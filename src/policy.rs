@@ -350,8 +350,9 @@ impl RetryPolicy {
     }
 
     /// Passes this policy's retries through `gate` ([`RetryBudget`](crate::RetryBudget),
-    /// [`Throttle`](crate::Throttle) or [`RetryQuota`](crate::RetryQuota)), in place of a
-    /// gate of the same kind beneath; gates of other kinds beneath still apply. Every
+    /// [`Throttle`](crate::Throttle) or [`RetryQuota`](crate::RetryQuota)), or all its
+    /// attempts ([`AdaptiveLimiter`](crate::AdaptiveLimiter)), in place of a gate of the
+    /// same kind beneath; gates of other kinds beneath still apply. Every
     /// layer has a budget of its own beneath its policy.
     ///
     /// ```

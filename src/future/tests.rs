@@ -292,7 +292,11 @@ async fn a_first_attempt_a_gate_refuses_is_never_sent_and_the_record_says_why() 
         );
         assert_eq!(info.outcomes().count(), 0);
         assert_eq!(info.to_string(), "no attempt sent; stopped: throttled");
-        assert!(error.get_ref().is::<Refused>(), "{}", error.get_ref());
+        assert!(
+            error.get_ref().is::<LocallyRefused>(),
+            "{}",
+            error.get_ref()
+        );
         assert!(error.get_ref().to_string().starts_with("request not sent"));
     }
     assert_eq!(inner.calls.load(Ordering::SeqCst), 0);

@@ -21,8 +21,9 @@
 // - `on_outcome`: an attempt's outcome (a success, a failure of some kind, or neither),
 //   with what the kind took for the request's last retry (a quota refunds it on success);
 //   a failure may make it refuse any retry after it (the throttle).
-// Today's kinds use the parts they need: none paces first attempts or counts what is in
-// flight (the test-only `Pacer` does both, to check the driver's paths). A first attempt
+// The kinds use the parts they need: the adaptive limiter paces first attempts (and hears
+// every outcome); none counts what is in flight (the test-only `Pacer` does both, to check
+// the driver's paths). A first attempt
 // a gate asks to wait waits in the response future, holding the service `poll_ready`
 // readied (the `Retry` keeps a clone in its place), and is sent when the wait ends.
 //
@@ -33,6 +34,9 @@
 // - `RetryQuota` (cost-weighted, the AWS SDKs' standard mode): a retry costs tokens by the
 //   failure it follows, a success refunds its request's last retry, or, on a first try,
 //   adds a reward.
+// - `AdaptiveLimiter` (rate, the AWS SDKs' adaptive mode): off until a throttled outcome,
+//   then every attempt, first ones included, takes a token from a bucket whose fill rate
+//   follows CUBIC, and waits for it (or is refused past `max_wait`).
 //
 // A request carries a `Ticket` from its first retry on: what its last retry took from each
 // kind, so that a gate that refunds on success (a cost-weighted quota) can give back
@@ -43,6 +47,7 @@
 // outside the crate: the modules are private.
 #![allow(unreachable_pub)]
 
+mod adaptive;
 mod bucket;
 mod budget;
 #[cfg(test)]
@@ -54,6 +59,7 @@ mod partition_tests;
 mod quota;
 mod throttle;
 
+pub use self::adaptive::AdaptiveLimiter;
 pub use self::budget::RetryBudget;
 pub use self::quota::RetryQuota;
 pub use self::throttle::Throttle;
@@ -69,7 +75,8 @@ use crate::classify::{Classification, FailureKind};
 use crate::error::InvalidConfig;
 use crate::info::StopReason;
 
-/// A gate that a policy's retries pass: [`RetryBudget`], [`Throttle`] or [`RetryQuota`].
+/// A gate that a policy's retries pass: [`RetryBudget`], [`Throttle`] or [`RetryQuota`]; or
+/// that every attempt passes, first attempts included: [`AdaptiveLimiter`].
 /// Give one to a policy with [`RetryPolicy::gate`](crate::RetryPolicy::gate); every clone of
 /// a gate shares its state, so one gate given to several policies, layers or clients bounds
 /// their retries together.
@@ -186,7 +193,12 @@ macro_rules! opaque_debug {
 }
 
 // The states are shown through their handles.
-opaque_debug!(budget::Budget, quota::Quota, throttle::ThrottleState);
+opaque_debug!(
+    adaptive::Adaptive,
+    budget::Budget,
+    quota::Quota,
+    throttle::ThrottleState
+);
 #[cfg(test)]
 opaque_debug!(pacer::PacerState);
 
@@ -341,6 +353,7 @@ macro_rules! kinds {
 #[cfg(not(test))]
 kinds!(
     Throttle(Throttle: throttle::ThrottleState),
+    Adaptive(AdaptiveLimiter: adaptive::Adaptive),
     Quota(RetryQuota: quota::Quota),
     Budget(RetryBudget: budget::Budget),
 );
@@ -348,13 +361,15 @@ kinds!(
 #[cfg(test)]
 kinds!(
     Throttle(Throttle: throttle::ThrottleState),
+    Adaptive(AdaptiveLimiter: adaptive::Adaptive),
     Quota(RetryQuota: quota::Quota),
     Budget(RetryBudget: budget::Budget),
     Pacer(pacer::Pacer: pacer::PacerState),
 );
 
-/// Builds a gate of kind `G`: `RetryBudget::builder()`, `Throttle::builder()` and
-/// `RetryQuota::builder()` start one with the kind's defaults. The settings every kind has
+/// Builds a gate of kind `G`: `RetryBudget::builder()`, `Throttle::builder()`,
+/// `RetryQuota::builder()` and `AdaptiveLimiter::builder()` start one with the kind's
+/// defaults. The settings every kind has
 /// are here; each kind's own are on `GateBuilder<ThatKind>`.
 ///
 /// Every amount of tokens is an `f64`, kept in thousandths of a token (finer fractions are

@@ -19,6 +19,7 @@ mod replay_case;
 #[path = "../../fuzz/src/retry_after_case.rs"]
 mod retry_after_case;
 
+mod adaptive;
 mod architecture;
 mod budget_bound;
 mod cancellation;
