@@ -414,6 +414,11 @@ thread_local! {
     static THREAD_RNG: RefCell<Rng> = RefCell::new(Rng::with_seed(os_seed()));
 }
 
+/// A draw in [0, 1) from the thread's generator (the client-side throttle's coin).
+pub(crate) fn thread_f64() -> f64 {
+    THREAD_RNG.with(|rng| rng.borrow_mut().f64())
+}
+
 /// A seed from the operating system's generator. Should there be none to be had (a
 /// sandbox without `getrandom(2)` or `/dev/urandom`), a hash of the process, the thread and
 /// where this thread's stack lies (randomised per process where the system does so), so

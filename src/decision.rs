@@ -497,7 +497,10 @@ pub(crate) fn first_refused(limits: &Limits, stop: StopReason, info: &mut RetryI
     info.set_unsent(stop);
     match stop {
         StopReason::Deadline => limits.deadline_exceeded(0),
-        _ => Box::new(crate::error::LocallyRefused::new(stop)),
+        _ => {
+            crate::trace::locally_refused(stop);
+            Box::new(crate::error::LocallyRefused::new(stop))
+        }
     }
 }
 

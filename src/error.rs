@@ -373,9 +373,11 @@ impl std::error::Error for ServiceNotReady {}
 /// ([`RetryInfo::attempts`](crate::RetryInfo::attempts) is 0, written "no attempt sent")
 /// and why ([`RetryInfo::stop`](crate::RetryInfo::stop): [`StopReason::Throttled`]).
 ///
-/// A gate that paces first attempts makes it: an [`AdaptiveLimiter`](crate::AdaptiveLimiter)
-/// whose wait for a token would be longer than its `max_wait`. (A retry it refuses returns
-/// the last outcome instead, as a budget's refusal does.) Like the layer's other errors it
+/// A gate asked before first attempts makes it: an
+/// [`AdaptiveLimiter`](crate::AdaptiveLimiter) whose wait for a token would be longer than
+/// its `max_wait`, or an [`AdaptiveThrottle`](crate::AdaptiveThrottle) that rejected the
+/// attempt. (A retry they refuse returns the last outcome instead, as a budget's refusal
+/// does.) Like the layer's other errors it
 /// comes inside a [`RetryError`], which carries the record.
 ///
 /// ```

@@ -687,8 +687,9 @@ pub enum StopReason {
     ServerSaidStop,
     /// The retry [`Throttle`](crate::Throttle) refused the retry: too many recent failures;
     /// or an [`AdaptiveLimiter`](crate::AdaptiveLimiter) refused an attempt whose wait for
-    /// a token would have been longer than its `max_wait` (a first attempt so refused is
-    /// never sent: the caller gets [`LocallyRefused`](crate::LocallyRefused)).
+    /// a token would have been longer than its `max_wait`; or an
+    /// [`AdaptiveThrottle`](crate::AdaptiveThrottle) rejected an attempt. A first attempt so
+    /// refused is never sent: the caller gets [`LocallyRefused`](crate::LocallyRefused).
     Throttled,
     /// The retry was decided, but the inner service did not get ready for it, and nothing
     /// more was sent: either it was not ready within the attempt timeout (the bound of that

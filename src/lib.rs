@@ -26,8 +26,10 @@
 //! - **Limits.** Max attempts, an overall deadline, per-attempt timeouts, and gates shared
 //!   by every clone of the service ([`Gate`]): a token-bucket [`RetryBudget`] by default, so
 //!   retries stay a small fraction of traffic during an outage; gRPC's [`Throttle`]; the
-//!   AWS SDKs' [`RetryQuota`]; their adaptive [`AdaptiveLimiter`], which slows first
-//!   attempts too once a server throttles; each per server if wanted.
+//!   AWS SDKs' [`RetryQuota`]; and, asked before first attempts too, the AWS SDKs'
+//!   adaptive [`AdaptiveLimiter`], which slows the client once a server throttles, and the
+//!   SRE book's client-side [`AdaptiveThrottle`], which rejects a share of attempts
+//!   locally; each per server if wanted.
 //! - **Per-route policies** ([`RouteMatch`]) and a per-request override
 //!   ([`RetryPolicy`] in the request's extensions), each laid over the layer's policy: a
 //!   route changes what it names and keeps the rest.
@@ -167,8 +169,9 @@
 //!   tokio-util leave its dependencies.
 //! - `metrics`: through the [`metrics`](https://docs.rs/metrics) facade, the counter
 //!   `http_retry_retries_total` (label `reason`), the counter
-//!   `http_retry_budget_refusals_total` (label `reason`) and the histogram
-//!   `http_retry_wait_seconds`.
+//!   `http_retry_budget_refusals_total` (label `reason`), the counter
+//!   `http_retry_local_refusals_total` (label `stop`: requests a gate that paces first
+//!   attempts did not send, [`LocallyRefused`]) and the histogram `http_retry_wait_seconds`.
 //! - `test-util`: [`RetryPolicy::rng_seed`], seeded jitter for reproducible tests and
 //!   simulations.
 //!
@@ -219,7 +222,9 @@ pub use crate::backoff::{Backoff, Jitter};
 pub use crate::error::{
     AttemptTimedOut, DeadlineExceeded, InvalidConfig, LocallyRefused, RetryError, ServiceNotReady,
 };
-pub use crate::gate::{AdaptiveLimiter, Gate, GateBuilder, RetryBudget, RetryQuota, Throttle};
+pub use crate::gate::{
+    AdaptiveLimiter, AdaptiveThrottle, Gate, GateBuilder, RetryBudget, RetryQuota, Throttle,
+};
 pub use crate::hedge::Hedging;
 pub use crate::hook::{Attempt, AttemptHook, AttemptKind};
 pub use crate::idempotency::IdempotencyKey;

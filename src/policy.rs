@@ -351,7 +351,8 @@ impl RetryPolicy {
 
     /// Passes this policy's retries through `gate` ([`RetryBudget`](crate::RetryBudget),
     /// [`Throttle`](crate::Throttle) or [`RetryQuota`](crate::RetryQuota)), or all its
-    /// attempts ([`AdaptiveLimiter`](crate::AdaptiveLimiter)), in place of a gate of the
+    /// attempts ([`AdaptiveLimiter`](crate::AdaptiveLimiter),
+    /// [`AdaptiveThrottle`](crate::AdaptiveThrottle)), in place of a gate of the
     /// same kind beneath; gates of other kinds beneath still apply. Every
     /// layer has a budget of its own beneath its policy.
     ///

@@ -298,6 +298,7 @@ pub(crate) mod names {
     pub(crate) const WAIT_SECONDS: &str = "http_retry_wait_seconds";
     pub(crate) const HEDGES: &str = "http_retry_hedges_total";
     pub(crate) const HEDGE_WINS: &str = "http_retry_hedge_wins_total";
+    pub(crate) const LOCAL_REFUSALS: &str = "http_retry_local_refusals_total";
 }
 
 /// One retry decided: the metrics (its event is [`Trace::retry`]). A hedge counts as a
@@ -334,6 +335,15 @@ pub(crate) fn budget_refused(reason: &RetryReason) {
     metrics::counter!(names::BUDGET_REFUSALS, "reason" => reason.as_str()).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (reason, names::BUDGET_REFUSALS);
+}
+
+/// A gate that paces first attempts refused one, for `stop`: nothing was sent. A counter
+/// (the record says so too).
+pub(crate) fn locally_refused(stop: StopReason) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(names::LOCAL_REFUSALS, "stop" => stop.as_str()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (stop, names::LOCAL_REFUSALS);
 }
 
 #[cfg(all(test, feature = "tracing"))]

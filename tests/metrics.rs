@@ -1,5 +1,5 @@
 //! The `metrics` feature: retries by reason, budget refusals, the histogram of waits,
-//! hedges and their wins.
+//! hedges and their wins, first attempts refused locally.
 #![cfg(feature = "metrics")]
 
 mod common;
@@ -9,7 +9,9 @@ use std::time::Duration;
 use common::{Mock, get};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tower::Layer;
-use tower_http_retry::{Backoff, Hedging, Jitter, RetryBudget, RetryLayer, RetryPolicy};
+use tower_http_retry::{
+    AdaptiveLimiter, Backoff, Hedging, Jitter, RetryBudget, RetryLayer, RetryPolicy,
+};
 
 #[tokio::test(start_paused = true)]
 async fn retries_refusals_and_waits_are_recorded() {
@@ -75,8 +77,25 @@ async fn retries_refusals_and_waits_are_recorded() {
         .await
         .unwrap();
 
+    // A limiter that never waits, after a 429: the next request is refused locally.
+    let limiter = AdaptiveLimiter::builder().max_wait(Duration::ZERO).build();
+    let limited = RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates().max_attempts(1).gate(limiter))
+        .layer(Mock::statuses(&[429]));
+    assert_eq!(
+        limited
+            .clone()
+            .oneshot(get("http://h/"))
+            .await
+            .unwrap()
+            .status(),
+        429
+    );
+    assert!(limited.oneshot(get("http://h/")).await.is_err());
+
     let mut retries = Vec::new();
     let mut hedges = Vec::new();
+    let mut local = Vec::new();
     let mut wins = 0;
     let mut refusals = Vec::new();
     let mut waits = Vec::new();
@@ -97,6 +116,10 @@ async fn retries_refusals_and_waits_are_recorded() {
                 hedges.push((reason.unwrap(), n))
             }
             ("http_retry_hedge_wins_total", DebugValue::Counter(n)) => wins += n,
+            ("http_retry_local_refusals_total", DebugValue::Counter(n)) => {
+                let stop = key.labels().find(|l| l.key() == "stop");
+                local.push((stop.unwrap().value().to_string(), n))
+            }
             ("http_retry_wait_seconds", DebugValue::Histogram(values)) => {
                 waits.extend(values.into_iter().map(|v| v.into_inner()))
             }
@@ -108,4 +131,5 @@ async fn retries_refusals_and_waits_are_recorded() {
     assert_eq!(waits, [0.2]);
     assert_eq!(hedges, [("hedge".to_string(), 1)]);
     assert_eq!(wins, 1);
+    assert_eq!(local, [("throttled".to_string(), 1)]);
 }

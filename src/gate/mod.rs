@@ -21,8 +21,8 @@
 // - `on_outcome`: an attempt's outcome (a success, a failure of some kind, or neither),
 //   with what the kind took for the request's last retry (a quota refunds it on success);
 //   a failure may make it refuse any retry after it (the throttle).
-// The kinds use the parts they need: the adaptive limiter paces first attempts (and hears
-// every outcome); none counts what is in flight (the test-only `Pacer` does both, to check
+// The kinds use the parts they need: the adaptive limiter and the adaptive throttle are
+// asked before first attempts (and hear every outcome); none counts what is in flight (the test-only `Pacer` does both, to check
 // the driver's paths). A first attempt
 // a gate asks to wait waits in the response future, holding the service `poll_ready`
 // readied (the `Retry` keeps a clone in its place), and is sent when the wait ends.
@@ -37,6 +37,8 @@
 // - `AdaptiveLimiter` (rate, the AWS SDKs' adaptive mode): off until a throttled outcome,
 //   then every attempt, first ones included, takes a token from a bucket whose fill rate
 //   follows CUBIC, and waits for it (or is refused past `max_wait`).
+// - `AdaptiveThrottle` (client-side throttling, the SRE book's): every attempt is rejected
+//   locally with a probability that grows as throttles outnumber accepts in a window.
 //
 // A request carries a `Ticket` from its first retry on: what its last retry took from each
 // kind, so that a gate that refunds on success (a cost-weighted quota) can give back
@@ -48,6 +50,7 @@
 #![allow(unreachable_pub)]
 
 mod adaptive;
+mod adaptive_throttle;
 mod bucket;
 mod budget;
 #[cfg(test)]
@@ -60,6 +63,7 @@ mod quota;
 mod throttle;
 
 pub use self::adaptive::AdaptiveLimiter;
+pub use self::adaptive_throttle::AdaptiveThrottle;
 pub use self::budget::RetryBudget;
 pub use self::quota::RetryQuota;
 pub use self::throttle::Throttle;
@@ -76,7 +80,8 @@ use crate::error::InvalidConfig;
 use crate::info::StopReason;
 
 /// A gate that a policy's retries pass: [`RetryBudget`], [`Throttle`] or [`RetryQuota`]; or
-/// that every attempt passes, first attempts included: [`AdaptiveLimiter`].
+/// that every attempt passes, first attempts included: [`AdaptiveLimiter`] or
+/// [`AdaptiveThrottle`].
 /// Give one to a policy with [`RetryPolicy::gate`](crate::RetryPolicy::gate); every clone of
 /// a gate shares its state, so one gate given to several policies, layers or clients bounds
 /// their retries together.
@@ -195,6 +200,7 @@ macro_rules! opaque_debug {
 // The states are shown through their handles.
 opaque_debug!(
     adaptive::Adaptive,
+    adaptive_throttle::Shedding,
     budget::Budget,
     quota::Quota,
     throttle::ThrottleState
@@ -353,6 +359,7 @@ macro_rules! kinds {
 #[cfg(not(test))]
 kinds!(
     Throttle(Throttle: throttle::ThrottleState),
+    Shedding(AdaptiveThrottle: adaptive_throttle::Shedding),
     Adaptive(AdaptiveLimiter: adaptive::Adaptive),
     Quota(RetryQuota: quota::Quota),
     Budget(RetryBudget: budget::Budget),
@@ -361,6 +368,7 @@ kinds!(
 #[cfg(test)]
 kinds!(
     Throttle(Throttle: throttle::ThrottleState),
+    Shedding(AdaptiveThrottle: adaptive_throttle::Shedding),
     Adaptive(AdaptiveLimiter: adaptive::Adaptive),
     Quota(RetryQuota: quota::Quota),
     Budget(RetryBudget: budget::Budget),
@@ -368,8 +376,8 @@ kinds!(
 );
 
 /// Builds a gate of kind `G`: `RetryBudget::builder()`, `Throttle::builder()`,
-/// `RetryQuota::builder()` and `AdaptiveLimiter::builder()` start one with the kind's
-/// defaults. The settings every kind has
+/// `RetryQuota::builder()`, `AdaptiveLimiter::builder()` and `AdaptiveThrottle::builder()`
+/// start one with the kind's defaults. The settings every kind has
 /// are here; each kind's own are on `GateBuilder<ThatKind>`.
 ///
 /// Every amount of tokens is an `f64`, kept in thousandths of a token (finer fractions are

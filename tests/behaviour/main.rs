@@ -24,6 +24,7 @@ mod architecture;
 mod budget_bound;
 mod cancellation;
 mod circuit_breaker;
+mod client_throttle;
 mod config_errors;
 mod edge_cases;
 mod hedging;
