@@ -41,7 +41,13 @@
 // Locking: before the first throttle (`enabled` false, one atomic load) an attempt is
 // admitted without the lock. Every outcome takes the lock for the update (a dozen float
 // operations), and after the first throttle so does every admission: the update reads and
-// writes ten fields together, which one atomic word cannot hold.
+// writes ten fields together, which one atomic word cannot hold. Measured (release, a
+// no-op service, requests through the layer, a shared two-core machine): a request under a
+// limiter that has not throttled costs about 0.3 to 0.5 us more than under the budget
+// alone, on one thread as on two sharing it; a lock-free throttle that hears outcomes costs
+// about half of that, so most of it is the driver's path for a gate asked before first
+// attempts, not the lock. An outcome that only tried the lock before the first throttle (a
+// pending count applied by the next) measured no better on two threads and was not kept.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
