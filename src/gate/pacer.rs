@@ -1,6 +1,7 @@
 // A kind of gate for tests only: it admits a retry after a set wait while it has permits,
-// and refuses once they are gone, so that the paths today's kinds never take (a gate that
-// asks a retry to wait longer, a refusal after another gate took its share) are tested.
+// and refuses once they are gone, so that the driver's paths for a gate that asks a retry
+// to wait longer, or refuses after another gate took its share, are tested apart from any
+// public kind's arithmetic.
 // Made `pacing_first`, it charges first attempts the same way (a wait before the first
 // attempt, a first attempt refused); and it counts the requests and attempts in flight, as
 // a concurrency limit would.
