@@ -9,11 +9,11 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{Mock, get};
+use common::{Mock, Reply, get};
 use tokio::time::Instant;
 use tower::{BoxError, Layer};
 use tower_http_retry::{
-    AdaptiveLimiter, Backoff, DeadlineExceeded, Gate, Jitter, LocallyRefused, RetryError,
+    AdaptiveLimiter, Backoff, DeadlineExceeded, Gate, Hedging, Jitter, LocallyRefused, RetryError,
     RetryInfo, RetryLayer, RetryPolicy, RetryQuota, StopReason,
 };
 
@@ -262,4 +262,34 @@ async fn kept_per_authority_each_server_has_its_own_limiter() {
     client.clone().oneshot(get("http://b.test/")).await.unwrap();
     client.oneshot(get("http://a.test/")).await.unwrap();
     assert_eq!(sent_at(&mock, start), [0, 0, 2_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_the_limiter_would_delay_is_not_sent() {
+    let limiter = limiter(Duration::from_secs(20));
+    let mock = Mock::new([
+        Reply::Status(429),
+        Reply::Slow(Duration::from_secs(1), Box::new(Reply::Status(200))),
+    ]);
+    let hedged = policy(&limiter, 2).hedge(Hedging::after(Duration::from_millis(100)));
+    let client = RetryLayer::new().policy(hedged).layer(mock.clone());
+    let start = Instant::now();
+    // The 429 turns the limiter on; the hedge it calls for would wait for a token: a hedge
+    // is for latency, so it is not sent, and the 429 is returned.
+    let response = client
+        .clone()
+        .oneshot(get("http://api.test/"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    // The next request's first attempt waits 2 s for its token and answers in 1 s; its
+    // hedge, due 100 ms after it was sent, would wait too: not sent.
+    let response = client.oneshot(get("http://api.test/")).await.unwrap();
+    let info = response.extensions().get::<RetryInfo>().unwrap();
+    assert_eq!(
+        (response.status().as_u16(), info.attempts(), info.hedges()),
+        (200, 1, 0)
+    );
+    assert_eq!(sent_at(&mock, start), [0, 2_000]);
+    assert_eq!(Instant::now() - start, Duration::from_secs(3));
 }
