@@ -131,7 +131,10 @@ pub fn static_nginx(binary: &Path, files: &[(&str, &[u8])]) -> (Nginx, std::path
     let root = std::env::temp_dir().join(format!(
         "tower-http-retry-static-{}-{}",
         std::process::id(),
-        fastrand::u64(..)
+        {
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(0u8)
+        }
     ));
     std::fs::create_dir_all(&root).unwrap();
     for (name, contents) in files {
