@@ -65,16 +65,25 @@ impl CutPlan {
 
     /// Where connection `index` (0 for the first accepted) is cut, if it is.
     pub fn cut_of(&self, index: u64) -> Option<u64> {
-        // One generator per connection, from the seed and the index alone: the plan does
-        // not depend on how connections interleave.
-        let mut rng = fastrand::Rng::with_seed(
-            self.seed ^ index.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-        );
-        if rng.f64() >= self.fraction {
+        // Two draws from the seed and the index alone: the plan does not depend on how
+        // connections interleave, nor on a generator crate's version.
+        let draw =
+            |n: u64| splitmix64(self.seed ^ splitmix64(index.wrapping_mul(2).wrapping_add(n)));
+        let share = (draw(0) >> 11) as f64 / (1u64 << 53) as f64;
+        if share >= self.fraction {
             return None;
         }
-        Some(rng.u64(self.min_offset..self.max_offset.max(self.min_offset + 1)))
+        let span = self.max_offset.saturating_sub(self.min_offset).max(1);
+        Some(self.min_offset + draw(1) % span)
     }
+}
+
+/// SplitMix64's output function: a well-mixed 64-bit value from any input.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// One cut, as the proxy made it.
