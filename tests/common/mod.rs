@@ -1,6 +1,7 @@
 //! Test doubles: a scripted mock service, and a hyper server on 127.0.0.1.
 #![allow(dead_code)]
 
+pub mod cut_proxy;
 pub mod nginx;
 pub mod server;
 pub mod transport;

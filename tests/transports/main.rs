@@ -9,6 +9,7 @@
 mod common;
 
 mod chaos;
+mod cut_proxy;
 mod early_answer;
 mod end_to_end;
 mod h2_io;
