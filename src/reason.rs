@@ -88,7 +88,7 @@ impl RetryReason {
             | RetryReason::GoAway
             | RetryReason::ConnectionClosed
             | RetryReason::Timeout => FailureKind::Transient,
-            RetryReason::Code(code) => code.kind(),
+            RetryReason::Code(code) => code.kind,
             RetryReason::Custom(_) => FailureKind::Other,
             // A slow answer: a cost-weighted gate charges it as a transient failure.
             RetryReason::Hedge => FailureKind::Transient,
@@ -113,7 +113,7 @@ impl RetryReason {
             RetryReason::GoAway => "goaway",
             RetryReason::ConnectionClosed => "connection_closed",
             RetryReason::Timeout => "timeout",
-            RetryReason::Code(code) => code.name(),
+            RetryReason::Code(code) => code.name,
             RetryReason::Custom(name) => name,
             RetryReason::Hedge => "hedge",
         }
@@ -130,7 +130,7 @@ impl fmt::Display for RetryReason {
             RetryReason::GoAway => f.write_str("HTTP/2 GOAWAY"),
             RetryReason::ConnectionClosed => f.write_str("connection closed"),
             RetryReason::Timeout => f.write_str("timeout"),
-            RetryReason::Code(code) => write!(f, "{} {}", code.protocol(), code.name()),
+            RetryReason::Code(code) => write!(f, "{} {}", code.protocol, code.name),
             RetryReason::Custom(name) => f.write_str(name),
             RetryReason::Hedge => f.write_str("hedging delay"),
         }
@@ -139,7 +139,7 @@ impl fmt::Display for RetryReason {
 
 /// A status code of a protocol above HTTP, as the protocol's classifier reports it in a
 /// [`RetryReason::Code`]: the protocol, the code's number and name, and its
-/// [`FailureKind`].
+/// [`FailureKind`]; plain data, read from its fields.
 ///
 /// ```
 /// use tower_http_retry::classify::{FailureKind, ProtocolCode, RetryReason};
@@ -152,10 +152,14 @@ impl fmt::Display for RetryReason {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ProtocolCode {
-    protocol: &'static str,
-    value: i32,
-    name: &'static str,
-    kind: FailureKind,
+    /// The protocol's name, such as `"gRPC"`.
+    pub protocol: &'static str,
+    /// The code's number.
+    pub value: i32,
+    /// The code's name, such as `"UNAVAILABLE"`.
+    pub name: &'static str,
+    /// What kind of failure the code is.
+    pub kind: FailureKind,
 }
 
 impl ProtocolCode {
@@ -172,26 +176,6 @@ impl ProtocolCode {
             name,
             kind,
         }
-    }
-
-    /// The protocol's name, such as `"gRPC"`.
-    pub fn protocol(&self) -> &'static str {
-        self.protocol
-    }
-
-    /// The code's number.
-    pub fn value(&self) -> i32 {
-        self.value
-    }
-
-    /// The code's name, such as `"UNAVAILABLE"`.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    /// What kind of failure the code is.
-    pub fn kind(&self) -> FailureKind {
-        self.kind
     }
 }
 

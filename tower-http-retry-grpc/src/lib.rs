@@ -163,7 +163,7 @@ use tower_http_retry::{RetryLayer, RetryPolicy};
 ///
 /// let reason = grpc::reason(Code::Unavailable);
 /// assert_eq!(reason.to_string(), "gRPC UNAVAILABLE");
-/// assert!(matches!(reason, RetryReason::Code(code) if code.value() == 14));
+/// assert!(matches!(reason, RetryReason::Code(code) if code.value == 14));
 /// ```
 pub fn reason(code: Code) -> RetryReason {
     let kind = match code {
@@ -287,7 +287,7 @@ pub(crate) fn transport_code(
 ) -> Code {
     match transport {
         RetryReason::ConnectionClosed => reset_code(error).unwrap_or(Code::Unavailable),
-        RetryReason::Code(code) if code.protocol() == "gRPC" => Code::from_i32(code.value()),
+        RetryReason::Code(code) if code.protocol == "gRPC" => Code::from_i32(code.value),
         RetryReason::Code(_) | RetryReason::Custom(_) => Code::Unknown,
         RetryReason::Status(status) => headers::http_status_code(status),
         _ => Code::Unavailable,
