@@ -9,6 +9,8 @@
 //!   the errors a request ends with.
 //! - [`budgets`]: why a budget and not only max attempts; the budget, the throttle and the
 //!   quota; per-server gates; the storm example's tables and their arithmetic.
+//! - [`adaptive`]: when a server throttles: the adaptive limiter, client-side throttling and
+//!   the budgets, measured in a 100-client storm.
 //! - [`routes`]: per-route policies, and how a route's policy is laid over the layer's.
 //! - [`composing`]: with timeouts and circuit breakers.
 //! - [`hedging`]: hedging slow requests.
@@ -27,6 +29,9 @@ pub mod time {}
 
 #[doc = include_str!("guide/budgets.md")]
 pub mod budgets {}
+
+#[doc = include_str!("guide/adaptive.md")]
+pub mod adaptive {}
 
 #[doc = include_str!("guide/routes.md")]
 pub mod routes {}

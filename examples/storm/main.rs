@@ -14,10 +14,17 @@
 //!     A row for the `Throttle` with gRPC A6's example settings (10 tokens, 0.1 per
 //!     success) and no budget.
 //! (d) The same through three nested retrying layers, each with its own budget or throttle.
+//! (e) One client of two servers, one of them down: shared and per-authority gates.
+//! (f) A throttling storm: 100 clients, each working through 50 requests one after another,
+//!     against a server that admits 500 a second and answers 429 above it (with and without
+//!     `Retry-After`); per policy (backoff only, a ratio budget, the AWS quotas, the adaptive
+//!     limiter, client-side throttling, the limiter with a budget): 429s per successful
+//!     request, goodput, time to finish the batch and the server's peak load.
 //!
 //! Everything runs under paused time: minutes of simulated traffic take a moment.
 //! Run with `cargo run --example storm`.
 
+mod rate;
 mod sim;
 
 use tower_http_retry::Jitter;
@@ -130,6 +137,91 @@ fn main() {
     partial_outage_table(1);
     partial_outage_table(3);
     two_servers_table();
+    throttling_storm_table();
+}
+
+/// Table (f): the throttling storm.
+fn throttling_storm_table() {
+    println!(
+        "\n(f) throttling storm: {} clients x {} requests, one after another, against a server that",
+        rate::CLIENTS,
+        rate::PER_CLIENT
+    );
+    println!(
+        "    admits {} a second (token bucket, burst {}) and answers 429 above it; {} ms per admitted",
+        rate::RATE,
+        rate::BURST,
+        rate::SERVICE_TIME.as_millis()
+    );
+    println!(
+        "    request, {} ms per 429; {} attempts, default backoff (100 ms base, 10 s cap, full jitter)",
+        rate::REJECT_TIME.as_millis(),
+        rate::ATTEMPTS
+    );
+    println!(
+        "    unless said; every client its own gates. 429s/ok: 429s received per successful request;"
+    );
+    println!(
+        "    ok: share of the batch that succeeded; goodput: successes per second; peak: the most"
+    );
+    println!(
+        "    arrivals at the server in {} ms, per second; local: requests refused before sending.",
+        rate::LOAD_WINDOW.as_millis()
+    );
+    let runs = rate::table(2026);
+    for retry_after in [false, true] {
+        println!(
+            "\n  {}",
+            if retry_after {
+                "429 with Retry-After: 1"
+            } else {
+                "429 without Retry-After"
+            }
+        );
+        println!(
+            "  {:<30} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>7}",
+            "policy", "429s/ok", "ok", "goodput", "time", "peak", "load", "local"
+        );
+        let backoff = runs
+            .iter()
+            .find(|r| r.retry_after == retry_after && r.policy == rate::Policy::BackoffOnly)
+            .expect("a backoff-only row");
+        for run in runs.iter().filter(|r| r.retry_after == retry_after) {
+            println!(
+                "  {:<30} {:>8.3} {:>8} {:>7.1}/s {:>8.1}s {:>7.0}/s {:>7.2}x {:>7}",
+                run.policy.label(),
+                run.throttled_per_success(),
+                percent(run.success_share()),
+                run.goodput(),
+                run.elapsed.as_secs_f64(),
+                run.peak_load(),
+                run.load(),
+                run.refused_locally,
+            );
+        }
+        for run in runs
+            .iter()
+            .filter(|r| r.retry_after == retry_after && r.policy == rate::Policy::Adaptive)
+        {
+            println!(
+                "  adaptive limiter against backoff only: {:.1}% fewer 429s per success, success share {:+.2} points,",
+                (1.0 - run.throttled_per_success() / backoff.throttled_per_success()) * 100.0,
+                (run.success_share() - backoff.success_share()) * 100.0,
+            );
+            println!(
+                "  successes per second {:.2}x; attempts admitted in each second: {:?}",
+                run.goodput() / backoff.goodput(),
+                run.admitted_per_second
+            );
+            println!(
+                "  the server's use of its rate: seconds 0-2 {}, from second 3 on {} (backoff only: {}, {})",
+                percent(run.utilisation(0, 3)),
+                percent(run.utilisation(3, run.admitted_per_second.len() - 1)),
+                percent(backoff.utilisation(0, 3)),
+                percent(backoff.utilisation(3, backoff.admitted_per_second.len() - 1)),
+            );
+        }
+    }
 }
 
 /// Table (e): one client of two servers, one of them down.

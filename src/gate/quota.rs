@@ -30,6 +30,14 @@
 // semaphore can end slightly above its capacity when a first-try success regenerates a
 // token while another request holds a permit that it later releases (its token bucket says
 // as much); here the refund is clipped at the cap like any deposit.
+//
+// The 2026 preset (`GateBuilder::aws_standard_2026`) is smithy-rs's retry behaviour 2.1 at
+// commit 56ee88c5c6edd967967656f1e29f46b229105e79 (21 August 2026): token_bucket.rs's
+// `DEFAULT_RETRY_COST` and `DEFAULT_RETRY_TIMEOUT_COST` (14) and `THROTTLING_RETRY_COST` (5),
+// which strategy/standard.rs's `token_bucket_for_spec` builds for `RetrySpec::v2_1()`;
+// opt-in through `AWS_NEW_RETRIES_2026` since smithy-rs PR 4670, as in aws-sdk-go-v2 PR 3400.
+// A third cost, for throttling, is the one thing it needs that the older rule did not:
+// `retry_cost` sets it too, so a quota built without the preset has the two costs it had.
 
 use std::fmt;
 
@@ -47,6 +55,11 @@ const AWS_RETRY_COST: f64 = 5.0;
 const AWS_TRANSIENT_RETRY_COST: f64 = 10.0;
 /// smithy-rs's regeneration after a success that held no permit (a first-try success).
 const AWS_SUCCESS_REWARD: f64 = 1.0;
+/// Retry behaviour 2.1 (2026): a retry after a failure that is not throttling, transient
+/// or not.
+const AWS_2026_RETRY_COST: f64 = 14.0;
+/// Retry behaviour 2.1 (2026): a retry after throttling.
+const AWS_2026_THROTTLING_RETRY_COST: f64 = 5.0;
 
 /// A retry quota, as the AWS SDKs keep it in their standard retry mode: a shared pool of
 /// tokens that every retry spends from, at a cost set by the failure it follows, and that
@@ -104,10 +117,9 @@ const AWS_SUCCESS_REWARD: f64 = 1.0;
 /// `client/retries/token_bucket.rs` and `client/retries/strategy/standard.rs`). Its later
 /// versions keep these defaults and add two options, both off by default: a refill over
 /// time, and a success reward in fractions of a token that, once set, replaces both the
-/// refund and the first-try token. Its opt-in newer retry behavior charges 14 tokens for a
-/// retry after a transient or other failure and 5 after throttling; here
-/// `retry_cost(14.0).transient_retry_cost(14.0)` comes closest, though throttling then costs 14
-/// too: this quota has two costs, not three.
+/// refund and the first-try token. Its opt-in newer retry behaviour (2026) charges 14 tokens
+/// for a retry after a transient or other failure and 5 after throttling:
+/// [`aws_standard_2026`](GateBuilder::aws_standard_2026).
 ///
 /// The quota is kept in thousandths of a token in one atomic word updated by
 /// compare-and-swap: no lock, and no update is lost whichever threads call in.
@@ -140,6 +152,8 @@ pub struct QuotaSettings {
     max_tokens: f64,
     retry_cost: f64,
     transient_retry_cost: f64,
+    /// `retry_cost` unless the 2026 preset set it apart.
+    throttling_retry_cost: f64,
     success_reward: f64,
 }
 
@@ -148,6 +162,7 @@ pub struct Quota {
     bucket: Bucket,
     retry_units: u64,
     transient_units: u64,
+    throttling_units: u64,
     reward_units: u64,
     settings: QuotaSettings,
 }
@@ -158,8 +173,8 @@ impl RetryQuota {
     /// ```
     /// use tower_http_retry::RetryQuota;
     ///
-    /// // The newer AWS costs, as near as two costs come: 14 after any failure.
-    /// let quota = RetryQuota::builder().retry_cost(14.0).transient_retry_cost(14.0).build();
+    /// // Kept per server, with the AWS SDKs' costs of 2026.
+    /// let quota = RetryQuota::builder().aws_standard_2026().per_authority().build();
     /// # let _ = quota;
     /// ```
     pub fn builder() -> GateBuilder<RetryQuota> {
@@ -202,7 +217,8 @@ impl GateBuilder<RetryQuota> {
     }
 
     /// What a retry after a failure that is not transient costs (default 5): throttling,
-    /// and every other failure a classifier retries.
+    /// and every other failure a classifier retries. It sets the cost after throttling too,
+    /// which only [`aws_standard_2026`](Self::aws_standard_2026) sets apart.
     ///
     /// ```
     /// use tower_http_retry::RetryQuota;
@@ -212,6 +228,7 @@ impl GateBuilder<RetryQuota> {
     /// ```
     pub fn retry_cost(mut self, cost: f64) -> Self {
         self.settings.retry_cost = cost;
+        self.settings.throttling_retry_cost = cost;
         self
     }
 
@@ -241,13 +258,52 @@ impl GateBuilder<RetryQuota> {
         self.settings.success_reward = reward;
         self
     }
+
+    /// The AWS SDKs' newer standard retry quota (their "retry behaviour 2.1", opt-in since
+    /// 2026 through `AWS_NEW_RETRIES_2026`): 500 tokens, a retry costs 5 after throttling
+    /// (429, gRPC's `RESOURCE_EXHAUSTED`, [`FailureKind::Throttling`]) and 14 after any
+    /// other failure, transient ones and timeouts included; a first-try success adds 1, a
+    /// success after retries gives back its last retry's cost. It replaces the amounts
+    /// written before it; those written after it change it as they would the default
+    /// ([`retry_cost`](Self::retry_cost) sets both costs that are not transient).
+    ///
+    /// The SDKs pair it with a shorter backoff: full jitter under `min(base * 2^(n-1),
+    /// 20 s)` for retry `n`, with a base of 50 ms, and of 1 s after throttling. A policy's
+    /// backoff has one base, so the first half is
+    /// `Backoff::from_initial(Duration::from_millis(50), Duration::from_secs(20))` and a
+    /// retry after throttling waits the same, unless the server's `Retry-After` asks more.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{Backoff, RetryLayer, RetryPolicy, RetryQuota};
+    ///
+    /// let quota = RetryQuota::builder().aws_standard_2026().build();
+    /// let policy = RetryPolicy::new()
+    ///     .no_gates()
+    ///     .gate(quota.clone())
+    ///     .backoff(Backoff::from_initial(Duration::from_millis(50), Duration::from_secs(20)));
+    /// let layer = RetryLayer::new().policy(policy);
+    /// assert_eq!(quota.tokens(), 500.0);
+    /// # let _ = layer;
+    /// ```
+    pub fn aws_standard_2026(mut self) -> Self {
+        self.settings = QuotaSettings {
+            max_tokens: AWS_MAX_TOKENS,
+            retry_cost: AWS_2026_RETRY_COST,
+            transient_retry_cost: AWS_2026_RETRY_COST,
+            throttling_retry_cost: AWS_2026_THROTTLING_RETRY_COST,
+            success_reward: AWS_SUCCESS_REWARD,
+        };
+        self
+    }
 }
 
 impl Quota {
     fn cost_units(&self, kind: FailureKind) -> u64 {
         match kind {
             FailureKind::Transient => self.transient_units,
-            FailureKind::Throttling | FailureKind::Other => self.retry_units,
+            FailureKind::Throttling => self.throttling_units,
+            FailureKind::Other => self.retry_units,
         }
     }
 
@@ -279,6 +335,7 @@ impl Kind for Quota {
             max_tokens: AWS_MAX_TOKENS,
             retry_cost: AWS_RETRY_COST,
             transient_retry_cost: AWS_TRANSIENT_RETRY_COST,
+            throttling_retry_cost: AWS_RETRY_COST,
             success_reward: AWS_SUCCESS_REWARD,
         }
     }
@@ -288,6 +345,7 @@ impl Kind for Quota {
             ("max_tokens", s.max_tokens),
             ("retry_cost", s.retry_cost),
             ("transient_retry_cost", s.transient_retry_cost),
+            ("throttling_retry_cost", s.throttling_retry_cost),
             ("success_reward", s.success_reward),
         ] {
             amount_units(name, value, MAX_BALANCE_UNITS)?;
@@ -301,6 +359,7 @@ impl Kind for Quota {
             bucket: Bucket::full(units(s.max_tokens), 0),
             retry_units: units(s.retry_cost),
             transient_units: units(s.transient_retry_cost),
+            throttling_units: units(s.throttling_retry_cost),
             reward_units: units(s.success_reward),
             settings: *s,
         }
@@ -369,6 +428,7 @@ impl fmt::Debug for RetryQuota {
             .field("max_tokens", &tokens(q.bucket.cap_units()))
             .field("retry_cost", &tokens(q.retry_units))
             .field("transient_retry_cost", &tokens(q.transient_units))
+            .field("throttling_retry_cost", &tokens(q.throttling_units))
             .field("success_reward", &tokens(q.reward_units))
             .finish()
     }
@@ -945,8 +1005,201 @@ mod tests {
         assert_eq!(
             format!("{:?}", RetryQuota::default()),
             "RetryQuota { tokens: 500.0, max_tokens: 500.0, retry_cost: 5.0, \
-             transient_retry_cost: 10.0, success_reward: 1.0 }"
+             transient_retry_cost: 10.0, throttling_retry_cost: 5.0, success_reward: 1.0 }"
         );
+    }
+
+    /// Retry behaviour 2.1, the AWS SDKs' standard mode of 2026: smithy-rs's token_bucket.rs
+    /// at commit 56ee88c5c6edd967967656f1e29f46b229105e79 (`DEFAULT_CAPACITY` 500,
+    /// `DEFAULT_RETRY_COST` 14, `DEFAULT_RETRY_TIMEOUT_COST` 14, `THROTTLING_RETRY_COST` 5,
+    /// `PERMIT_REGENERATION_AMOUNT` 1), as aws-sdk-go-v2 PR 3400 states them.
+    #[test]
+    fn the_2026_preset_has_the_sdks_2026_costs() {
+        let quota = RetryQuota::builder().aws_standard_2026().build();
+        assert_eq!(quota.whole(), 500);
+        assert_eq!(quota.cost_units(Transient), 14_000);
+        assert_eq!(quota.cost_units(Other), 14_000);
+        assert_eq!(quota.cost_units(Throttling), 5_000);
+        assert_eq!(quota.inner.reward_units, 1_000);
+        assert_eq!(
+            format!("{quota:?}"),
+            "RetryQuota { tokens: 500.0, max_tokens: 500.0, retry_cost: 14.0, \
+             transient_retry_cost: 14.0, throttling_retry_cost: 5.0, success_reward: 1.0 }"
+        );
+        // Settings after it change it; `retry_cost` sets the throttling cost too, so the
+        // default quota keeps its two costs.
+        let cheaper = RetryQuota::builder()
+            .aws_standard_2026()
+            .max_tokens(30.0)
+            .build();
+        assert_eq!(
+            (cheaper.whole(), cheaper.cost_units(Throttling)),
+            (30, 5_000)
+        );
+        let flat = RetryQuota::builder()
+            .aws_standard_2026()
+            .retry_cost(2.0)
+            .build();
+        assert_eq!(flat.cost_units(Throttling), 2_000);
+        assert_eq!(flat.cost_units(Transient), 14_000);
+        assert_eq!(
+            RetryQuota::builder()
+                .retry_cost(7.0)
+                .build()
+                .cost_units(Throttling),
+            7_000
+        );
+    }
+
+    /// The 2026 standard-mode cases both SDKs test (aws-sdk-go-v2 `aws/retry/retry2026_test.go`
+    /// `TestRetry2026StandardMode`, smithy-rs `strategy/standard.rs` `v2_1_*` tests), the
+    /// balances of each; a 500 or 502 is [`TRANSIENT`] to smithy-rs's classifiers and to
+    /// this crate's, a 400 with the code `Throttling` is [`THROTTLING`]. Their delays are the
+    /// policy's backoff: `the_2026_backoff_is_from_initial_50_ms_under_20_s`.
+    const AWS_2026: &[Case] = &[
+        Case {
+            name: "retry eventually succeeds",
+            max_tokens: 500,
+            max_attempts: 3,
+            steps: &[
+                (TRANSIENT, Retry, 486),
+                (TRANSIENT, Retry, 472),
+                (OK, SUCCESS, 486),
+            ],
+        },
+        Case {
+            name: "max attempts",
+            max_tokens: 500,
+            max_attempts: 3,
+            steps: &[
+                (TRANSIENT, Retry, 486),
+                (TRANSIENT, Retry, 472),
+                (TRANSIENT, MaxAttempts, 472),
+            ],
+        },
+        Case {
+            name: "quota 14",
+            max_tokens: 14,
+            max_attempts: 3,
+            steps: &[(TRANSIENT, Retry, 0), (TRANSIENT, QuotaExceeded, 0)],
+        },
+        Case {
+            name: "quota 0",
+            max_tokens: 0,
+            max_attempts: 3,
+            steps: &[(TRANSIENT, QuotaExceeded, 0)],
+        },
+        Case {
+            name: "backoff timing (5 attempts)",
+            max_tokens: 500,
+            max_attempts: 5,
+            steps: &[
+                (TRANSIENT, Retry, 486),
+                (TRANSIENT, Retry, 472),
+                (TRANSIENT, Retry, 458),
+                (TRANSIENT, Retry, 444),
+                (TRANSIENT, MaxAttempts, 444),
+            ],
+        },
+        Case {
+            name: "quota 20",
+            max_tokens: 20,
+            max_attempts: 3,
+            steps: &[(TRANSIENT, Retry, 6), (TRANSIENT, QuotaExceeded, 6)],
+        },
+        Case {
+            name: "throttle",
+            max_tokens: 500,
+            max_attempts: 3,
+            steps: &[(THROTTLING, Retry, 495), (OK, SUCCESS, 500)],
+        },
+        Case {
+            name: "dynamodb (4 attempts)",
+            max_tokens: 500,
+            max_attempts: 4,
+            steps: &[
+                (TRANSIENT, Retry, 486),
+                (TRANSIENT, Retry, 472),
+                (TRANSIENT, Retry, 458),
+                (TRANSIENT, MaxAttempts, 458),
+            ],
+        },
+        // Not in the SDKs' tables: a failure that is neither transient nor throttling costs
+        // 14 too (smithy-rs's `retry_cost`).
+        Case {
+            name: "server error",
+            max_tokens: 500,
+            max_attempts: 3,
+            steps: &[
+                (SERVER, Retry, 486),
+                (SERVER, Retry, 472),
+                (OK, SUCCESS, 486),
+            ],
+        },
+    ];
+
+    #[test]
+    fn the_2026_preset_gives_the_sdks_2026_balances() {
+        assert_eq!(
+            run(
+                AWS_2026,
+                RetryQuota::builder().aws_standard_2026(),
+                |response| response
+            ),
+            9
+        );
+        // "quota 30 recovery": two requests on one quota of 30.
+        let quota = RetryQuota::builder()
+            .aws_standard_2026()
+            .max_tokens(30.0)
+            .build();
+        let mut first = Request::new(&quota, 3);
+        let mut steps = Vec::new();
+        for response in [TRANSIENT, TRANSIENT, OK] {
+            steps.push((first.hear(response), quota.whole()));
+        }
+        let mut second = Request::new(&quota, 3);
+        for response in [TRANSIENT, OK] {
+            steps.push((second.hear(response), quota.whole()));
+        }
+        assert_eq!(
+            steps,
+            [
+                (Retry, 16),
+                (Retry, 2),
+                (SUCCESS, 16),
+                (Retry, 2),
+                (SUCCESS, 16)
+            ]
+        );
+    }
+
+    /// The delays of the same cases, with the jitter's factor at 1: 50, 100, 200 and 400 ms;
+    /// under a 200 ms cap 50, 100, 200, 200; DynamoDB's 25 ms base 25, 50, 100. (A retry
+    /// after throttling waits 1 s * 2^(n-1) in the SDKs; a policy's backoff has one base.)
+    #[test]
+    fn the_2026_backoff_is_from_initial_50_ms_under_20_s() {
+        use crate::{Backoff, Jitter};
+        use std::time::Duration;
+
+        let ms = Duration::from_millis;
+        let ceilings = |backoff: Backoff, n: u32| -> Vec<Duration> {
+            (1..=n)
+                .map(|n| backoff.jitter(Jitter::None).ceiling(n))
+                .collect()
+        };
+        let standard = Backoff::from_initial(ms(50), Duration::from_secs(20));
+        assert_eq!(ceilings(standard, 4), [ms(50), ms(100), ms(200), ms(400)]);
+        assert_eq!(
+            ceilings(Backoff::from_initial(ms(50), ms(200)), 4),
+            [ms(50), ms(100), ms(200), ms(200)]
+        );
+        assert_eq!(
+            ceilings(Backoff::from_initial(ms(25), Duration::from_secs(20)), 3),
+            [ms(25), ms(50), ms(100)]
+        );
+        // The cap is applied before the jitter, as in the SDKs: retry 20's ceiling is 20 s.
+        assert_eq!(standard.ceiling(20), Duration::from_secs(20));
     }
 
     #[test]

@@ -279,3 +279,56 @@ async fn one_attempt_reports_through_a_classifier_that_reads_the_request() {
     client.oneshot(get("http://api.test/cart")).await.unwrap();
     assert_eq!(throttle.tokens(), 9.0);
 }
+
+/// The AWS SDKs' 2026 standard mode through the layer, on a quota of 30 ("quota 30
+/// recovery" of their tables, then throttling and exhaustion): 14 after a 500, 502 or 503,
+/// 5 after a 429, the last retry refunded on success; the retries sent after the backoff the
+/// SDKs pair with it, 50 ms doubling (jitter off here). A retry after the 429 waits the
+/// policy's 50 ms too: the SDKs' 1 s after throttling is not a policy setting.
+#[tokio::test(start_paused = true)]
+async fn the_2026_preset_charges_14_and_5_through_the_layer() {
+    let quota = RetryQuota::builder()
+        .aws_standard_2026()
+        .max_tokens(30.0)
+        .build();
+    let mock = Mock::statuses(&[
+        500, 502, 200, // 30 - 14 - 14 = 2, the last refunded: 16
+        500, 200, // 2, then 16
+        429, 200, // 11, then 16
+        503, 503, // 2; the next 14 is not there
+        429, // 5 is not there either
+    ]);
+    let backoff = Backoff::from_initial(Duration::from_millis(50), Duration::from_secs(20))
+        .jitter(Jitter::None);
+    let client = RetryLayer::new()
+        .policy(RetryPolicy::new().no_gates().gate(quota.clone()))
+        .policy(RetryPolicy::default().max_attempts(3).backoff(backoff))
+        .layer(mock.clone());
+    let start = tokio::time::Instant::now();
+    let mut ends = Vec::new();
+    for _ in 0..5 {
+        let response = client
+            .clone()
+            .oneshot(get("http://api.test/"))
+            .await
+            .unwrap();
+        let info = response.extensions().get::<RetryInfo>().unwrap();
+        ends.push((response.status().as_u16(), info.stop(), quota.tokens()));
+    }
+    assert_eq!(
+        ends,
+        [
+            (200, StopReason::Final, 16.0),
+            (200, StopReason::Final, 16.0),
+            (200, StopReason::Final, 16.0),
+            (503, StopReason::BudgetExhausted, 2.0),
+            (429, StopReason::BudgetExhausted, 2.0),
+        ]
+    );
+    let sent: Vec<u128> = mock
+        .seen()
+        .iter()
+        .map(|seen| (seen.at - start).as_millis())
+        .collect();
+    assert_eq!(sent, [0, 50, 150, 150, 200, 200, 250, 250, 300, 300]);
+}

@@ -4,6 +4,11 @@
 #[path = "../../examples/storm/sim.rs"]
 mod sim;
 
+// The example prints figures of the throttling storm that these tests do not read.
+#[allow(dead_code)]
+#[path = "../../examples/storm/rate.rs"]
+mod rate;
+
 use tower_http_retry::Jitter;
 
 #[test]
@@ -476,5 +481,80 @@ fn per_authority_gates_keep_the_healthy_servers_retries() {
     for run in [&budget, &budget_apart, &quota, &quota_apart] {
         let gap = (run.healthy_goodput - run.expected_goodput()).abs();
         assert!(gap < 0.01, "{}: {run:?}: {gap}", run.gates.name());
+    }
+}
+
+// The throttling storm (the example's table (f)): 100 clients of 50 requests each against a
+// server that admits 500 a second and answers 429 above it, without `Retry-After`; the
+// rows these tests read, run once with the example's seed.
+
+fn storm_row(policy: rate::Policy) -> &'static rate::Run {
+    static ROWS: OnceLock<Vec<rate::Run>> = OnceLock::new();
+    ROWS.get_or_init(|| {
+        [
+            rate::Policy::BackoffOnly,
+            rate::Policy::Budget,
+            rate::Policy::Quota,
+            rate::Policy::Adaptive,
+        ]
+        .map(|policy| {
+            sim::paused(rate::run(
+                policy,
+                false,
+                rate::CLIENTS,
+                rate::PER_CLIENT,
+                2026,
+            ))
+        })
+        .to_vec()
+    })
+    .iter()
+    .find(|run| run.policy == policy)
+    .expect("a row per policy run")
+}
+
+#[test]
+fn the_adaptive_limiter_receives_over_90_percent_fewer_429s_per_success() {
+    let backoff = storm_row(rate::Policy::BackoffOnly);
+    let adaptive = storm_row(rate::Policy::Adaptive);
+    let cut = 1.0 - adaptive.throttled_per_success() / backoff.throttled_per_success();
+    assert!(
+        cut >= 0.9,
+        "{:.3} against {:.3} 429s per success",
+        adaptive.throttled_per_success(),
+        backoff.throttled_per_success()
+    );
+    // Every request of the batch succeeds under the limiter, more than under backoff alone
+    // (whose third 429s end requests), at fewer attempts per request.
+    assert_eq!(adaptive.succeeded, adaptive.requests);
+    assert_eq!(adaptive.refused_locally, 0);
+    assert!(backoff.success_share() < 0.9, "{}", backoff.success_share());
+    assert!(adaptive.load() < backoff.load());
+    // What it costs: the first throttle drops every client's limiter to its least rate (0.5
+    // a second, an empty bucket), so the second after it admits nothing, and the batch
+    // takes longer than the server's rate needs (10 s).
+    assert_eq!(adaptive.admitted_per_second.get(1), Some(&0));
+    assert!(adaptive.elapsed > backoff.elapsed);
+    assert!(adaptive.elapsed.as_secs_f64() > 10.0);
+}
+
+#[test]
+fn per_client_retry_gates_do_not_bind_in_the_throttling_storm() {
+    // A client wants at most 2 retries per request, 100 in all: its default budget allows
+    // 100 + 0.1 * 50 + 10 per second, its quota 500 / 5 before any refund. Neither refuses,
+    // so both rows are backoff alone's to the attempt.
+    let backoff = storm_row(rate::Policy::BackoffOnly);
+    for policy in [rate::Policy::Budget, rate::Policy::Quota] {
+        let run = storm_row(policy);
+        assert_eq!(
+            (run.succeeded, run.throttled, run.admitted, run.elapsed),
+            (
+                backoff.succeeded,
+                backoff.throttled,
+                backoff.admitted,
+                backoff.elapsed
+            ),
+            "{policy:?}"
+        );
     }
 }
