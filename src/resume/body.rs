@@ -521,6 +521,7 @@ where
         }
         let now = Instant::now();
         let policy = &self.plan.policy;
+        // Numbered as retries are: 1 for the first.
         let backoff = self.rng.draw(&policy.backoff, taken + 1, self.previous);
         let schedule = Schedule {
             reason,
