@@ -38,9 +38,13 @@
 //!   another copy after a fixed delay or the route's latency percentile, and the first good
 //!   answer wins. Writes are not hedged unless their route says so.
 //! - **A record of what happened**: [`RetryInfo`] in the response's extensions.
+//! - **Resumable downloads**, opt-in ([`RetryLayer::resume`]): a GET whose response body
+//!   breaks is continued with `Range` and `If-Range`, and only with bytes that provably
+//!   belong to the same representation ([`ResumeBody`]).
 //!
 //! An attempt ends when its response head arrives: a response body that fails while the
-//! caller reads it is the caller's, neither retried nor bounded by the deadline.
+//! caller reads it is the caller's, neither retried nor bounded by the deadline, unless
+//! the layer is made resumable ([`RetryLayer::resume`]), which then continues GET bodies.
 //!
 //! The layer's waits and time limits are tokio timers: it needs a tokio runtime with time
 //! enabled (see [`RetryLayer`]).

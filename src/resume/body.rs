@@ -189,6 +189,36 @@ impl fmt::Debug for ResumeInfo {
 /// [`StopReason::Throttled`]) or the deadline ([`StopReason::Deadline`]) allowed no more;
 /// or the continuation was answered with a status that is neither a continuation nor worth
 /// another ([`StopReason::Final`]).
+///
+/// ```
+/// # use bytes::Bytes;
+/// # use http::{Request, Response};
+/// # use http_body::Frame;
+/// # use http_body_util::{BodyExt, Full, StreamBody};
+/// # use tower::{Layer, ServiceExt};
+/// use tower_http_retry::{ReplayBody, ResumeError, RetryLayer, StopReason};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// // A server with no ETag and no Last-Modified cuts the body after 5 bytes: nothing
+/// // could prove a continuation the same file, so none is sent.
+/// # let inner = tower::service_fn(|_: Request<ReplayBody<Full<Bytes>>>| async {
+/// #     let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
+/// #         Ok(Frame::data(Bytes::from_static(b"hello"))),
+/// #         Err(std::io::ErrorKind::ConnectionReset.into()),
+/// #     ];
+/// #     Ok::<_, std::convert::Infallible>(Response::new(StreamBody::new(futures_util::stream::iter(frames))))
+/// # });
+/// let client = RetryLayer::new().resume().layer(inner);
+/// let request = Request::get("http://127.0.0.1:3000/file").body(Full::new(Bytes::new()))?;
+/// let error = client.oneshot(request).await?.into_body().collect().await.unwrap_err();
+/// let error = error.downcast_ref::<ResumeError>().expect("not continued");
+/// assert_eq!(error.reason(), StopReason::NoValidator);
+/// // The inner body's own error is its source.
+/// assert!(std::error::Error::source(error).is_some());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct ResumeError {
     reason: StopReason,

@@ -39,6 +39,41 @@ use crate::service::{InnerService, Retry};
 /// A [`RetryLayer`] whose GET response bodies are continued when they break: made by
 /// [`RetryLayer::resume`]. Its service is [`Resume`], and its responses' body
 /// [`ResumeBody`].
+///
+/// It is a layer of its own type because it changes the response's type: a
+/// [`RetryLayer`] without it keeps the inner service's, and code naming
+/// `Response<Incoming>` is unchanged. Configure the [`RetryLayer`] first (policies,
+/// routes, gates): this layer shares them.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use http_body_util::{BodyExt, Empty};
+/// use hyper_util::client::legacy::Client;
+/// use hyper_util::rt::TokioExecutor;
+/// use tower::{ServiceBuilder, ServiceExt};
+/// use tower_http_retry::{ReplayBody, ResumeInfo, RetryLayer, RetryPolicy};
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let hyper_client = Client::builder(TokioExecutor::new()).build_http::<ReplayBody<Empty<Bytes>>>();
+/// let client = ServiceBuilder::new()
+///     .layer(
+///         RetryLayer::new()
+///             .policy(RetryPolicy::new().max_continuations(10).body_idle_timeout(Duration::from_secs(30)))
+///             .resume(),
+///     )
+///     .service(hyper_client);
+///
+/// let request = http::Request::get("http://127.0.0.1:8080/big.iso").body(Empty::new())?;
+/// let response = client.oneshot(request).await?;
+/// let info = response.extensions().get::<ResumeInfo>().cloned();
+/// let bytes = response.into_body().collect().await?.to_bytes();
+/// let continuations = info.map_or(0, |info| info.continuations().len());
+/// println!("{} bytes, {continuations} continuation(s)", bytes.len());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct ResumeLayer {
     retry: RetryLayer,
@@ -71,6 +106,31 @@ impl<S: Clone> Layer<S> for ResumeLayer {
 /// [`ResumeLayer`] ([`RetryLayer::resume`]). Requests are retried as [`Retry`] retries
 /// them; a response's body is a [`ResumeBody`], and a resumable one carries a
 /// [`ResumeInfo`] in its extensions.
+///
+/// ```
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use http_body_util::Full;
+/// use tower::{Layer, ServiceExt};
+/// use tower_http_retry::{ReplayBody, Resume, ResumeBody, RetryLayer};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let inner = tower::service_fn(|_: Request<ReplayBody<Full<Bytes>>>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(b"data"))))
+/// });
+/// let client: Resume<_> = RetryLayer::new().resume().layer(inner);
+/// let request = Request::get("http://127.0.0.1:3000/file").body(Full::new(Bytes::new()))?;
+/// // The inner body, wrapped.
+/// let response: Response<ResumeBody<Full<Bytes>>> = client.oneshot(request).await?;
+/// # let _ = response;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Requests are sent with `Accept-Encoding: identity` where the caller set none, and a
+/// continuation carries the caller's request head (its extensions too) with `Range` and
+/// `If-Range` set.
 ///
 /// # Clone
 ///

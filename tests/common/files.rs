@@ -1,7 +1,7 @@
 //! A file server for the resumable-body tests: one representation, served whole or by a
 //! `Range` (with `If-Range` honoured), whose bodies are cut or stalled on a script. The
-//! same answers in process (`FileServer::answer`, for `tower::service_fn`) and over a real
-//! hyper HTTP/1 server on 127.0.0.1 (`serve_files`).
+//! same answers in process (`FileServer` is a tower service) and over a real hyper HTTP/1
+//! or HTTP/2 server on 127.0.0.1 (`serve_files`).
 
 use std::collections::VecDeque;
 use std::io;
@@ -29,6 +29,9 @@ pub enum Cut {
     After(usize),
     /// Sends this many bytes, then nothing, forever.
     Stall(usize),
+    /// Sends this many bytes, then fails 50 ms later (so that a transport has sent them,
+    /// and the head, before the failure: an HTTP/2 server resets the stream).
+    Later(usize),
 }
 
 /// The file and how it is served.
@@ -203,7 +206,7 @@ impl<B> tower::Service<Request<B>> for FileServer {
 fn body(data: Bytes, cut: Cut) -> FileBody {
     let (sent, end) = match cut {
         Cut::Whole => (data.len(), None),
-        Cut::After(n) => (n.min(data.len()), Some(true)),
+        Cut::After(n) | Cut::Later(n) => (n.min(data.len()), Some(true)),
         Cut::Stall(n) => (n.min(data.len()), Some(false)),
     };
     let mut frames: Vec<Result<Frame<Bytes>, io::Error>> = data
@@ -211,18 +214,23 @@ fn body(data: Bytes, cut: Cut) -> FileBody {
         .chunks(100)
         .map(|chunk| Ok(Frame::data(Bytes::copy_from_slice(chunk))))
         .collect();
-    if end == Some(true) {
+    if end == Some(true) && !matches!(cut, Cut::Later(_)) {
         frames.push(Err(io::ErrorKind::ConnectionReset.into()));
     }
     let frames = futures_util::stream::iter(frames);
+    use futures_util::StreamExt;
+    if let Cut::Later(_) = cut {
+        let fail = futures_util::stream::once(async {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            Err(io::Error::from(io::ErrorKind::ConnectionReset))
+        });
+        return BodyExt::boxed(StreamBody::new(frames.chain(fail)));
+    }
     match end {
-        Some(false) => {
-            use futures_util::StreamExt;
-            BodyExt::boxed(StreamBody::new(
-                frames.chain(futures_util::stream::pending()),
-            ))
-        }
-        _ => StreamBody::new(frames).boxed(),
+        Some(false) => BodyExt::boxed(StreamBody::new(
+            frames.chain(futures_util::stream::pending()),
+        )),
+        _ => BodyExt::boxed(StreamBody::new(frames)),
     }
 }
 
@@ -245,7 +253,9 @@ impl Drop for Served {
     }
 }
 
-pub async fn serve_files(files: FileServer) -> Served {
+/// Serves `files` over HTTP/1.1, or prior-knowledge HTTP/2 (`h2`; a cut body resets its
+/// stream: `RST_STREAM(INTERNAL_ERROR)`).
+pub async fn serve_files(files: FileServer, h2: bool) -> Served {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
@@ -259,9 +269,21 @@ pub async fn serve_files(files: FileServer) -> Served {
                     let response = files.answer(request.headers());
                     async move { Ok::<_, io::Error>(response) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let io = TokioIo::new(stream);
+                let _ = match h2 {
+                    true => {
+                        hyper::server::conn::http2::Builder::new(
+                            hyper_util::rt::TokioExecutor::new(),
+                        )
+                        .serve_connection(io, service)
+                        .await
+                    }
+                    false => {
+                        hyper::server::conn::http1::Builder::new()
+                            .serve_connection(io, service)
+                            .await
+                    }
+                };
             });
         }
     });

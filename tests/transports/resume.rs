@@ -1,7 +1,8 @@
-//! Resumable response bodies over a real hyper HTTP/1 connection on 127.0.0.1: a server
-//! that aborts the connection in the middle of a body (hyper's client then fails the body:
-//! "end of file before message length reached"), or stalls it; the layer over a
-//! hyper-util client continues it. On both runtimes, awaited and spawned.
+//! Resumable response bodies over real hyper connections on 127.0.0.1: a server that aborts
+//! an HTTP/1 connection in the middle of a body (hyper's client then fails the body: "end
+//! of file before message length reached"), resets an HTTP/2 stream
+//! (`RST_STREAM(INTERNAL_ERROR)`), or stalls a body; the layer over a hyper-util client
+//! continues it. On both runtimes, awaited and spawned.
 
 use std::time::Duration;
 
@@ -22,12 +23,20 @@ type Body = BoxBody<Bytes, BoxError>;
 type HyperClient = Client<HttpConnector, ReplayBody<Body>>;
 
 fn client(policy: RetryPolicy) -> Resume<HyperClient> {
+    client_over(policy, false)
+}
+
+fn client_over(policy: RetryPolicy, h2: bool) -> Resume<HyperClient> {
     let backoff = Backoff::exponential(Duration::from_millis(5), Duration::from_millis(20));
     RetryLayer::new()
         .policy(RetryPolicy::new().backoff(backoff))
         .policy(policy)
         .resume()
-        .layer(Client::builder(TokioExecutor::new()).build_http())
+        .layer(
+            Client::builder(TokioExecutor::new())
+                .http2_only(h2)
+                .build_http(),
+        )
 }
 
 fn get(url: &str) -> Request<Body> {
@@ -60,7 +69,7 @@ async fn cut_download_is_whole(spawned: bool) {
         File::new(100_000),
         &[Cut::After(30_000), Cut::After(20_000)],
     );
-    let server = serve_files(files.clone()).await;
+    let server = serve_files(files.clone(), false).await;
     let work = download(client(RetryPolicy::new()), server.url("/big"));
     let (bytes, end, info) = match spawned {
         true => tokio::spawn(work).await.unwrap(),
@@ -87,7 +96,7 @@ async fn cut_download_is_whole(spawned: bool) {
 
 async fn stalled_download_is_continued(spawned: bool) {
     let files = FileServer::new(File::new(50_000), &[Cut::Stall(10_000)]);
-    let server = serve_files(files.clone()).await;
+    let server = serve_files(files.clone(), false).await;
     let policy = RetryPolicy::new().body_idle_timeout(Duration::from_millis(200));
     let work = download(client(policy), server.url("/big"));
     let (bytes, end, info) = match spawned {
@@ -105,7 +114,7 @@ async fn a_file_replaced_mid_download_is_never_spliced(spawned: bool) {
     v2.etag = Some("\"v2\"");
     v2.content = vec![9u8; 100_000].into();
     let files = FileServer::new(File::new(100_000), &[Cut::After(40_000)]).replace_after(1, v2);
-    let server = serve_files(files.clone()).await;
+    let server = serve_files(files.clone(), false).await;
     let work = download(client(RetryPolicy::new()), server.url("/big"));
     let (bytes, end, _) = match spawned {
         true => tokio::spawn(work).await.unwrap(),
@@ -116,6 +125,26 @@ async fn a_file_replaced_mid_download_is_never_spliced(spawned: bool) {
     assert_eq!(error.reason(), StopReason::RepresentationChanged);
     // Only bytes of the old file: its first 40,000.
     assert_eq!(bytes, File::new(100_000).content.slice(..40_000));
+}
+
+async fn a_reset_http2_stream_is_continued(spawned: bool) {
+    let files = FileServer::new(File::new(100_000), &[Cut::Later(30_000)]);
+    let server = serve_files(files.clone(), true).await;
+    let work = download(client_over(RetryPolicy::new(), true), server.url("/big"));
+    let (bytes, end, info) = match spawned {
+        true => tokio::spawn(work).await.unwrap(),
+        false => work.await,
+    };
+    end.unwrap();
+    assert_eq!(bytes, files.content());
+    let continuations = info.continuations();
+    assert_eq!(continuations.len(), 1, "{:?} {info:?}", files.ranges());
+    assert!(
+        files
+            .seen()
+            .iter()
+            .all(|h| h["accept-encoding"] == "identity")
+    );
 }
 
 macro_rules! on_both_runtimes {
@@ -145,4 +174,5 @@ on_both_runtimes! {
     a_cut_http1_download_is_continued_whole => cut_download_is_whole,
     a_stalled_http1_download_is_continued_after_the_idle_timeout => stalled_download_is_continued,
     a_file_replaced_mid_http1_download_ends_with_representation_changed => a_file_replaced_mid_download_is_never_spliced,
+    a_reset_http2_stream_mid_body_is_continued => a_reset_http2_stream_is_continued,
 }
