@@ -274,6 +274,8 @@ struct Machine<B> {
     handed: u64,
     /// Bytes of the current inner body still to drop: the overlap with what the caller had.
     skip: u64,
+    /// Whether the current inner body is a 206's (its early end is a short range's).
+    partial: bool,
     info: ResumeInfo,
     // In a `Mutex` only so that the body is `Sync` whatever the service is: the body
     // reaches it through `&mut`, never locking.
@@ -319,11 +321,13 @@ impl<B> ResumeBody<B> {
             gates,
         } = continuer;
         let policy = &plan.policy;
+        let origin_partial = origin.closed();
         let mut machine = Machine {
             state: State::Streaming(body),
             origin,
             handed: 0,
             skip: 0,
+            partial: origin_partial,
             info,
             sender: Mutex::new(sender),
             head,
@@ -404,12 +408,15 @@ where
                         }
                     }
                     Poll::Ready(None) => {
-                        // A short 206 ends before the caller's end: another continuation.
+                        // An end before the caller's: a short 206 gets another continuation,
+                        // and so does a body that ended early without saying why.
                         let end = self.origin.end;
                         if end.is_some_and(|end| self.origin.start + self.handed < end) {
-                            if let Some(end) =
-                                self.broke(RetryReason::Status(StatusCode::PARTIAL_CONTENT))
-                            {
+                            let reason = match self.partial {
+                                true => RetryReason::Status(StatusCode::PARTIAL_CONTENT),
+                                false => RetryReason::ConnectionClosed,
+                            };
+                            if let Some(end) = self.broke(reason) {
                                 return Poll::Ready(end);
                             }
                             continue;
@@ -432,21 +439,9 @@ where
                     if !self.timer_fired(cx) {
                         return Poll::Pending;
                     }
-                    let State::Waiting(head) = std::mem::replace(&mut self.state, State::Done)
-                    else {
-                        unreachable!("matched above")
-                    };
-                    let answer = self
-                        .sender
-                        .get_mut()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .send(head);
-                    let now = Instant::now();
-                    match self.limits.attempt_end(now) {
-                        Some(end) => self.arm(end),
-                        None => self.timer = None,
+                    if let State::Waiting(head) = std::mem::replace(&mut self.state, State::Done) {
+                        self.send(head);
                     }
-                    self.state = State::Sending(Mutex::new(answer));
                 }
                 State::Sending(answer) => {
                     let answer = answer.get_mut().unwrap_or_else(PoisonError::into_inner);
@@ -456,12 +451,17 @@ where
                             if !self.timer_fired(cx) {
                                 return Poll::Pending;
                             }
-                            self.outcome(AttemptOutcome::TimedOut);
                             let number = self.attempts + self.taken();
-                            let timeout = self.plan.policy.attempt_timeout.unwrap_or_default();
-                            self.last = Some(Box::new(crate::error::AttemptTimedOut::new(
-                                timeout, number,
-                            )));
+                            if self.limits.past_deadline(Instant::now()) {
+                                self.outcome(AttemptOutcome::Abandoned);
+                                self.last = Some(self.limits.deadline_exceeded(number));
+                            } else {
+                                self.outcome(AttemptOutcome::TimedOut);
+                                let timeout = self.plan.policy.attempt_timeout.unwrap_or_default();
+                                self.last = Some(Box::new(crate::error::AttemptTimedOut::new(
+                                    timeout, number,
+                                )));
+                            }
                             if let Some(end) = self.broke(RetryReason::Timeout) {
                                 return Poll::Ready(end);
                             }
@@ -478,6 +478,7 @@ where
                             match verdict {
                                 Verdict::Accept { skip, .. } => {
                                     self.skip = skip;
+                                    self.partial = status == StatusCode::PARTIAL_CONTENT;
                                     self.state = State::Streaming(response.into_body());
                                     self.arm_idle();
                                 }
@@ -506,6 +507,21 @@ where
                 State::Done => return Poll::Ready(None),
             }
         }
+    }
+
+    /// Sends the continuation `head` through a clone of the inner service, bounded by the
+    /// attempt timeout or the deadline.
+    fn send(&mut self, head: request::Parts) {
+        let answer = self
+            .sender
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(head);
+        match self.limits.attempt_end(Instant::now()) {
+            Some(end) => self.arm(end),
+            None => self.timer = None,
+        }
+        self.state = State::Sending(Mutex::new(answer));
     }
 
     /// Hands over what the caller has not had of `data`, within the caller's end.

@@ -202,6 +202,13 @@ pub(crate) struct Origin {
     encoding: Option<HeaderValue>,
 }
 
+impl Origin {
+    /// Whether the first answer was a 206 (to the caller's own range).
+    pub(crate) fn closed(&self) -> bool {
+        self.closed
+    }
+}
+
 /// The origin of a first response whose body may be continued: a 200 (the whole
 /// representation, whatever the caller asked), or a 206 with one `Content-Range` when the
 /// caller asked for a range. `None` for anything else (a multipart 206 among them).

@@ -47,6 +47,10 @@ pub struct File {
     pub short: Option<usize>,
     /// No Content-Length.
     pub chunked: bool,
+    /// Each 206 starts this many bytes away from the range asked for (negative: before).
+    pub shift: i64,
+    /// The `Content-Encoding` of every answer (the bytes are served as they are).
+    pub encoding: Option<&'static str>,
 }
 
 impl File {
@@ -60,6 +64,8 @@ impl File {
             ignore_range: false,
             short: None,
             chunked: false,
+            shift: 0,
+            encoding: None,
         }
     }
 }
@@ -150,6 +156,7 @@ impl FileServer {
             (header::ETAG, file.etag),
             (header::LAST_MODIFIED, file.last_modified),
             (header::DATE, file.date),
+            (header::CONTENT_ENCODING, file.encoding),
         ] {
             if let Some(value) = value {
                 builder = builder.header(name, value);
@@ -165,6 +172,7 @@ impl FileServer {
                     .unwrap();
             }
             Some((first, last)) => {
+                let first = first.saturating_add_signed(file.shift);
                 let mut last = last.unwrap_or(len - 1).min(len - 1);
                 if let Some(short) = file.short {
                     last = last.min(first + short as u64 - 1);
