@@ -130,7 +130,9 @@ impl<S: Clone> Layer<S> for ResumeLayer {
 ///
 /// Requests are sent with `Accept-Encoding: identity` where the caller set none, and a
 /// continuation carries the caller's request head (its extensions too) with `Range` and
-/// `If-Range` set.
+/// `If-Range` set. Continuations are sent from the body, so the inner service and its
+/// future must be `Send + 'static` (a hyper-util client's are), and the inner body `Unpin`
+/// (hyper's `Incoming` is).
 ///
 /// # Clone
 ///
@@ -219,7 +221,7 @@ impl<S: Clone> Resume<S> {
             .headers_mut()
             .entry(header::ACCEPT_ENCODING)
             .or_insert(HeaderValue::from_static("identity"));
-        let head = into_head(request);
+        let head = copy_head(request);
         let bound = match plan.hooks.is_empty() {
             true => None,
             false => plan.hooks.time_limit(request.headers()),
@@ -246,8 +248,8 @@ impl<S: Clone> Resume<S> {
     }
 }
 
-/// The head of `request`, borrowed as `request::Parts` are built.
-fn into_head<B>(request: &Request<B>) -> request::Parts {
+/// A copy of `request`'s head, its extensions included.
+fn copy_head<B>(request: &Request<B>) -> request::Parts {
     let mut copy = Request::new(());
     *copy.method_mut() = request.method().clone();
     *copy.uri_mut() = request.uri().clone();
