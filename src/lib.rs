@@ -134,7 +134,9 @@
 //!
 //! - every retry, transparent retry and hedge, at INFO ([`RetryLayer::retry_log_level`]
 //!   sets another level): the attempt it sends, why, and the wait before it (for a hedge,
-//!   the time since the attempt before it), with the request's method and URI;
+//!   the time since the attempt before it), with the request's method and URI; and so
+//!   every continuation of a resumable body (`continuing the response body`, with the
+//!   bytes already `handed` over);
 //! - a retry a gate refuses (the budget, a quota, the throttle), at WARN;
 //! - every request's span, `http_retry`, and its end (`done`: the attempts, what the one
 //!   returned got, why the layer stopped, the time it waited), at DEBUG.

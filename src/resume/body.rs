@@ -586,16 +586,8 @@ where
         self.previous = record.wait;
         let number = self.attempts + taken + 1;
         let wait = record.wait;
+        crate::trace::Trace::continuing(&self.plan.log, &self.head, number, &record, self.handed);
         self.info.with(|r| r.continuations.push(record));
-        #[cfg(feature = "tracing")]
-        tracing::info!(
-            target: "tower_http_retry",
-            attempt = number,
-            reason = %reason,
-            handed = self.handed,
-            wait = ?wait,
-            "continuing response body"
-        );
         let head = self.request(head, number, decision::after(now, wait));
         self.state = State::Waiting(head);
         self.arm(decision::after(now, wait));
