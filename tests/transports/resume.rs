@@ -176,3 +176,14 @@ on_both_runtimes! {
     a_file_replaced_mid_http1_download_ends_with_representation_changed => a_file_replaced_mid_download_is_never_spliced,
     a_reset_http2_stream_mid_body_is_continued => a_reset_http2_stream_is_continued,
 }
+
+/// The body can be boxed as hyper and axum box bodies (`Send + Sync`), and the future of
+/// the service over a hyper-util client can be spawned.
+#[test]
+fn the_body_and_the_future_are_send_and_the_body_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<tower_http_retry::ResumeBody<hyper::body::Incoming>>();
+    send_sync::<Resume<HyperClient>>();
+    send::<<Resume<HyperClient> as Service<Request<Body>>>::Future>();
+}
