@@ -1,4 +1,5 @@
-//! [`ResponseFuture`], the response future of [`Retry`](crate::Retry).
+//! [`ResponseFuture`], the response future of [`Retry`](crate::Retry), and
+//! [`ResumeFuture`], that of [`Resume`](crate::Resume).
 
 // The driver: it polls attempts, timers and readiness, and carries out what `decision`
 // answers. A request that may be retried goes through these states; one that is sent once
@@ -51,6 +52,8 @@ use crate::hook::Attempt;
 use crate::info::{AttemptOutcome, RetryInfo, StopReason};
 use crate::replay::{BodyWatch, NotReplayable, Replay, ReplayBody};
 use crate::trace::Trace;
+
+pub use crate::resume::ResumeFuture;
 
 pin_project! {
     /// The response future of [`Retry`](crate::Retry).

@@ -87,6 +87,9 @@ pub enum AttemptKind {
     /// A hedge ([`RetryPolicy::hedge`](crate::RetryPolicy::hedge)): sent while the
     /// attempts before it may still be in flight.
     Hedge,
+    /// A continuation of a response body that broke: the same GET with a `Range` from the
+    /// next byte ([`RetryLayer::resume`](crate::RetryLayer::resume)).
+    Continuation,
 }
 
 /// Edits the request of every attempt before it is sent, and may read a time limit from

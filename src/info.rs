@@ -698,6 +698,26 @@ pub enum StopReason {
     /// [`ServiceNotReady`](crate::ServiceNotReady), or its `poll_ready` failed and the
     /// caller got that error.
     ServiceNotReady,
+    /// A response body could not be continued: the continuation's answer is of another
+    /// representation (another strong `ETag`, `Last-Modified` or `Content-Encoding`) than
+    /// the bytes already handed over ([`RetryLayer::resume`](crate::RetryLayer::resume)).
+    RepresentationChanged,
+    /// A response body could not be continued: the continuation's answer states another
+    /// complete length than the first response.
+    LengthChanged,
+    /// A response body could not be continued: the server answered the range with the
+    /// whole representation (200) and no strong `ETag` proved it the same one.
+    RangeIgnored,
+    /// A response body could not be continued: the continuation's `Content-Range` is
+    /// missing, malformed, multipart, or does not cover the next byte.
+    RangeMismatch,
+    /// A response body could not be continued: bytes were already handed over and the
+    /// first response had no validator (no strong `ETag`, no strong `Last-Modified`) to
+    /// prove a continuation of the same representation, so none was sent.
+    NoValidator,
+    /// A response body broke after its policy's
+    /// [`max_continuations`](crate::RetryPolicy::max_continuations).
+    MaxContinuations,
 }
 
 impl StopReason {
@@ -716,6 +736,12 @@ impl StopReason {
             StopReason::ServerSaidStop => "server_said_stop",
             StopReason::Throttled => "throttled",
             StopReason::ServiceNotReady => "service_not_ready",
+            StopReason::RepresentationChanged => "representation_changed",
+            StopReason::LengthChanged => "length_changed",
+            StopReason::RangeIgnored => "range_ignored",
+            StopReason::RangeMismatch => "range_mismatch",
+            StopReason::NoValidator => "no_validator",
+            StopReason::MaxContinuations => "max_continuations",
         }
     }
 }
@@ -954,9 +980,26 @@ mod tests {
             StopReason::ServerSaidStop,
             StopReason::Throttled,
             StopReason::ServiceNotReady,
+            StopReason::RepresentationChanged,
+            StopReason::LengthChanged,
+            StopReason::RangeIgnored,
+            StopReason::RangeMismatch,
+            StopReason::NoValidator,
+            StopReason::MaxContinuations,
         ];
         for stop in all {
             let (label, words, info, summary, lines): (_, _, _, &str, &[&str]) = match stop {
+                // A response body's stops: a `ResumeError`'s reason, never a record's.
+                StopReason::RepresentationChanged
+                | StopReason::LengthChanged
+                | StopReason::RangeIgnored
+                | StopReason::RangeMismatch
+                | StopReason::NoValidator
+                | StopReason::MaxContinuations => {
+                    let words = stop.as_str().replace('_', " ");
+                    assert_eq!(stop.to_string(), words);
+                    continue;
+                }
                 StopReason::Final => (
                     "final",
                     "final",

@@ -206,6 +206,82 @@ impl RetryLayer {
     }
 }
 
+impl RetryLayer {
+    /// This layer, with response bodies continued when they break: a GET whose body fails
+    /// (or stalls past [`RetryPolicy::body_idle_timeout`]) after its head arrived is sent
+    /// again with `Range` from the next byte the caller has not had and `If-Range` with
+    /// the first response's validator, and the answer's bytes are handed on only if they
+    /// provably continue the same representation. The responses' body becomes
+    /// [`ResumeBody`](crate::ResumeBody), so this is a layer of its own type
+    /// ([`ResumeLayer`](crate::ResumeLayer), making [`Resume`](crate::Resume) services);
+    /// without it, the layer keeps the inner service's response type, and pays nothing.
+    ///
+    /// Per route and per request, [`RetryPolicy::resume`] turns it off (and on again);
+    /// [`RetryPolicy::max_continuations`] (default 5) bounds the continuations of one body.
+    /// Each continuation is an attempt of the same request: the policy's gates pay for it
+    /// (before it is sent), it waits the policy's backoff, and it is not started after the
+    /// deadline, which now bounds a resumable body's continuations too (not the reading of
+    /// the body itself). [`ResumeInfo`](crate::ResumeInfo), in the response's extensions
+    /// and on the body, tells how many the body took and why; a body that could not be
+    /// continued ends with a [`ResumeError`](crate::ResumeError) that says why.
+    ///
+    /// What is resumed: a GET without a body, answered 200, or 206 to a `Range: bytes=a-b`
+    /// (or `bytes=a-`) of the caller's own, within which the continuation asks for the rest
+    /// (`bytes=(a+N)-b`). Not resumed: other methods, suffix ranges (`bytes=-500`), several
+    /// ranges (multipart answers), a caller's own `If-Range`. A resumable request asks for
+    /// `Accept-Encoding: identity` unless the caller set one, since ranges count the bytes
+    /// as sent: with a decompressing client or layer below this one, which would hand over
+    /// decoded bytes, keep the caller's `Accept-Encoding` unset. A response that names its
+    /// encoding is continued as the encoded bytes this layer sees, only by a continuation of
+    /// the same encoding.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::{Request, Response, StatusCode};
+    /// use http_body_util::{BodyExt, Full, StreamBody};
+    /// use tower::{Layer, ServiceExt};
+    /// use tower_http_retry::{ReplayBody, ResumeInfo, RetryLayer};
+    /// # use http_body::Frame;
+    /// # type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower::BoxError> {
+    /// // The server cuts the first body after "hello ", then answers `Range: bytes=6-`.
+    /// let inner = tower::service_fn(|req: Request<ReplayBody<Full<Bytes>>>| async move {
+    ///     let response = match req.headers().get("range") {
+    ///         None => {
+    ///             let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
+    ///                 Ok(Frame::data(Bytes::from_static(b"hello "))),
+    ///                 Err(std::io::ErrorKind::ConnectionReset.into()),
+    ///             ];
+    ///             Response::builder()
+    ///                 .header("etag", "\"v1\"")
+    ///                 .header("content-length", "11")
+    ///                 .body(StreamBody::new(futures_util::stream::iter(frames)).boxed())
+    ///         }
+    ///         Some(_) => Response::builder()
+    ///             .status(StatusCode::PARTIAL_CONTENT)
+    ///             .header("etag", "\"v1\"")
+    ///             .header("content-range", "bytes 6-10/11")
+    ///             .body(Full::new(Bytes::from_static(b"world")).map_err(|e| match e {}).boxed()),
+    ///     };
+    ///     Ok::<_, std::convert::Infallible>(response.unwrap())
+    /// });
+    ///
+    /// let client = RetryLayer::new().resume().layer(inner);
+    /// let request = Request::get("http://127.0.0.1:3000/file").body(Full::new(Bytes::new()))?;
+    /// let response = client.oneshot(request).await?;
+    /// let info = response.extensions().get::<ResumeInfo>().cloned().unwrap();
+    /// assert_eq!(response.into_body().collect().await?.to_bytes(), "hello world");
+    /// assert_eq!(info.continuations().len(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn resume(self) -> crate::ResumeLayer {
+        crate::ResumeLayer::new(self)
+    }
+}
+
 impl<S: Clone> Layer<S> for RetryLayer {
     type Service = Retry<S>;
 

@@ -38,9 +38,13 @@
 //!   another copy after a fixed delay or the route's latency percentile, and the first good
 //!   answer wins. Writes are not hedged unless their route says so.
 //! - **A record of what happened**: [`RetryInfo`] in the response's extensions.
+//! - **Resumable downloads**, opt-in ([`RetryLayer::resume`]): a GET whose response body
+//!   breaks is continued with `Range` and `If-Range`, and only with bytes that provably
+//!   belong to the same representation ([`ResumeBody`]).
 //!
 //! An attempt ends when its response head arrives: a response body that fails while the
-//! caller reads it is the caller's, neither retried nor bounded by the deadline.
+//! caller reads it is the caller's, neither retried nor bounded by the deadline, unless
+//! the layer is made resumable ([`RetryLayer::resume`]), which then continues GET bodies.
 //!
 //! The layer's waits and time limits are tokio timers: it needs a tokio runtime with time
 //! enabled (see [`RetryLayer`]).
@@ -130,7 +134,9 @@
 //!
 //! - every retry, transparent retry and hedge, at INFO ([`RetryLayer::retry_log_level`]
 //!   sets another level): the attempt it sends, why, and the wait before it (for a hedge,
-//!   the time since the attempt before it), with the request's method and URI;
+//!   the time since the attempt before it), with the request's method and URI; and so
+//!   every continuation of a resumable body (`continuing the response body`, with the
+//!   bytes already `handed` over);
 //! - a retry a gate refuses (the budget, a quota, the throttle), at WARN;
 //! - every request's span, `http_retry`, and its end (`done`: the attempts, what the one
 //!   returned got, why the layer stopped, the time it waited), at DEBUG.
@@ -208,6 +214,7 @@ mod layer;
 mod policy;
 mod reason;
 mod replay;
+mod resume;
 pub mod retry_after;
 mod route;
 mod service;
@@ -232,5 +239,6 @@ pub use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
 pub use crate::layer::RetryLayer;
 pub use crate::policy::RetryPolicy;
 pub use crate::replay::ReplayBody;
+pub use crate::resume::{Resume, ResumeBody, ResumeError, ResumeInfo, ResumeLayer};
 pub use crate::route::RouteMatch;
 pub use crate::service::{InnerService, Retry};

@@ -67,6 +67,9 @@ pub struct RetryPolicy {
     transparent: Option<bool>,
     hedging: Option<Option<Hedging>>,
     never: Option<bool>,
+    resume: Option<bool>,
+    max_continuations: Option<u32>,
+    body_idle_timeout: Option<Option<Duration>>,
 }
 
 /// A policy's idempotency-key setting.
@@ -655,6 +658,90 @@ impl RetryPolicy {
         self
     }
 
+    /// Whether a GET's response body that breaks is continued (`true`, the default under a
+    /// layer made resumable by [`RetryLayer::resume`](crate::RetryLayer::resume)) or left to
+    /// fail in the caller's hands (`false`). Only such a layer reads it; under
+    /// [`RetryPolicy::never`] no body is continued. Give `false` to a route whose bodies are
+    /// not worth continuing (small JSON answers, event streams), or put it in one request's
+    /// extensions.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http_body_util::Full;
+    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
+    ///
+    /// let layer = RetryLayer::new()
+    ///     // Server-sent events: a stream that breaks is the caller's to reopen.
+    ///     .route(RouteMatch::get().path_prefix("/events"), RetryPolicy::new().resume(false))
+    ///     .resume();
+    ///
+    /// // And this one request's body is not continued either.
+    /// let mut request = http::Request::get("http://h/files/a").body(Full::new(Bytes::new())).unwrap();
+    /// request.extensions_mut().insert(RetryPolicy::new().resume(false));
+    /// # let _ = layer;
+    /// ```
+    pub fn resume(mut self, on: bool) -> Self {
+        self.resume = Some(on);
+        self
+    }
+
+    /// The most continuations one response body takes (default 5), each an attempt of the
+    /// request, paid from its gates and waited for like a retry; past it the body ends
+    /// with a [`ResumeError`](crate::ResumeError) whose reason is
+    /// [`StopReason::MaxContinuations`](crate::StopReason::MaxContinuations).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{RetryLayer, RetryPolicy};
+    ///
+    /// // Large downloads over a flaky link: up to 10 continuations, and a body that sends
+    /// // nothing for 30 s counts as broken.
+    /// let layer = RetryLayer::new()
+    ///     .policy(RetryPolicy::new().max_continuations(10).body_idle_timeout(Duration::from_secs(30)))
+    ///     .resume();
+    /// # let _ = layer;
+    /// ```
+    pub fn max_continuations(mut self, max: u32) -> Self {
+        self.max_continuations = Some(max);
+        self
+    }
+
+    /// A response body that sends nothing for this long counts as broken, and is
+    /// continued as a body that failed would be (none by default: a stalled body waits for
+    /// the transport's own timeouts). Only a resumable layer reads it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{RetryLayer, RetryPolicy};
+    ///
+    /// let layer = RetryLayer::new()
+    ///     .policy(RetryPolicy::new().body_idle_timeout(Duration::from_secs(20)))
+    ///     .resume();
+    /// # let _ = layer;
+    /// ```
+    pub fn body_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.body_idle_timeout = Some(Some(timeout));
+        self
+    }
+
+    /// No body idle timeout, whatever a policy beneath set.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
+    ///
+    /// let layer = RetryLayer::new()
+    ///     .policy(RetryPolicy::new().body_idle_timeout(Duration::from_secs(20)))
+    ///     // A long poll: its body is silent for minutes on purpose.
+    ///     .route(RouteMatch::get().path_prefix("/poll"), RetryPolicy::new().no_body_idle_timeout())
+    ///     .resume();
+    /// # let _ = layer;
+    /// ```
+    pub fn no_body_idle_timeout(mut self) -> Self {
+        self.body_idle_timeout = Some(None);
+        self
+    }
+
     /// `over` laid over this policy: what `over` sets, and this policy's settings where it
     /// sets nothing. Its gates replace those of their kinds (all of these after
     /// `no_gates`), its hooks those of their types. A policy that declares its requests
@@ -692,6 +779,9 @@ impl RetryPolicy {
             transparent: pick(&over.transparent, &self.transparent),
             hedging: pick(&over.hedging, &self.hedging),
             never: pick(&over.never, &self.never),
+            resume: pick(&over.resume, &self.resume),
+            max_continuations: pick(&over.max_continuations, &self.max_continuations),
+            body_idle_timeout: pick(&over.body_idle_timeout, &self.body_idle_timeout),
         }
     }
 
@@ -713,6 +803,9 @@ impl RetryPolicy {
             assume_idempotent: self.assume_idempotent.unwrap_or(false),
             transparent: !never && self.transparent.unwrap_or(false),
             never,
+            resume: !never && self.resume.unwrap_or(true),
+            max_continuations: self.max_continuations.unwrap_or(DEFAULT_MAX_CONTINUATIONS),
+            body_idle_timeout: self.body_idle_timeout.flatten(),
         }
     }
 
@@ -802,10 +895,23 @@ impl fmt::Debug for RetryPolicy {
         if self.never == Some(true) {
             field("never", &true);
         }
+        if let Some(v) = &self.resume {
+            field("resume", v);
+        }
+        if let Some(v) = &self.max_continuations {
+            field("max_continuations", v);
+        }
+        if let Some(v) = &self.body_idle_timeout {
+            field("body_idle_timeout", v);
+        }
         let _ = any;
         s.finish()
     }
 }
+
+/// The most continuations one response body takes by default
+/// ([`RetryPolicy::max_continuations`]).
+pub(crate) const DEFAULT_MAX_CONTINUATIONS: u32 = 5;
 
 /// A policy laid over the crate's defaults: the settings one request runs with. The gates,
 /// the key and the hooks are resolved beside it ([`Plan`](crate::config::Plan)).
@@ -823,6 +929,11 @@ pub(crate) struct Settings {
     /// Retries off altogether ([`RetryPolicy::never`]): the request is sent once and the
     /// gates hear nothing of it but the budget's deposit.
     pub(crate) never: bool,
+    /// Whether a GET's response body is continued when it breaks, under a layer made
+    /// resumable ([`RetryLayer::resume`](crate::RetryLayer::resume)).
+    pub(crate) resume: bool,
+    pub(crate) max_continuations: u32,
+    pub(crate) body_idle_timeout: Option<Duration>,
 }
 
 impl Settings {

@@ -387,7 +387,7 @@ impl<B: Body> ReplayBody<B> {
         }
     }
 
-    fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         Self {
             inner: Inner::Empty,
         }

@@ -97,6 +97,11 @@ impl<S: Clone> Retry<S> {
 }
 
 impl<S> Retry<S> {
+    /// Every plan of the layer that made this service.
+    pub(crate) fn plans(&self) -> &Arc<Plans> {
+        &self.plans
+    }
+
     /// A reference to the inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner

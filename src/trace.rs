@@ -103,6 +103,28 @@ mod imp {
             );
         }
 
+        /// A resumable response body broke after `handed` bytes, and its continuation is
+        /// sent as attempt `attempt` after `record.wait`. Outside any request's span: the
+        /// body is read after the request ended.
+        pub(crate) fn continuing(
+            log: &Log,
+            head: &http::request::Parts,
+            attempt: u32,
+            record: &RetryRecord,
+            handed: u64,
+        ) {
+            event_at!(
+                log.retries,
+                attempt,
+                reason = Text::reason(&record.reason).as_str(),
+                wait = %Wait(record.wait),
+                handed,
+                method = %head.method,
+                uri = %Uri::new(&head.uri, log),
+                "continuing the response body",
+            );
+        }
+
         /// A gate refused the retry (or hedge) that `reason` called for, after `attempts`
         /// attempts: the request stops there (a hedged one sends no more).
         pub(crate) fn refused(
@@ -284,6 +306,14 @@ mod imp {
             Entered
         }
         pub(crate) fn retry(&self, _: &Log, _: &Head, _: u32, _: &RetryRecord) {}
+        pub(crate) fn continuing(
+            _: &Log,
+            _: &http::request::Parts,
+            _: u32,
+            _: &RetryRecord,
+            _: u64,
+        ) {
+        }
         pub(crate) fn refused(&self, _: &Log, _: &Head, _: u32, _: &RetryReason, _: StopReason) {}
         pub(crate) fn finish(&self, _: &RetryInfo) {}
     }

@@ -619,7 +619,9 @@ impl Ask {
             crate::hook::AttemptKind::First => Ask::First,
             crate::hook::AttemptKind::Transparent => Ask::Transparent,
             crate::hook::AttemptKind::Hedge => Ask::Hedge(reason),
-            crate::hook::AttemptKind::Retry => Ask::Retry(reason),
+            crate::hook::AttemptKind::Retry | crate::hook::AttemptKind::Continuation => {
+                Ask::Retry(reason)
+            }
         }
     }
 }

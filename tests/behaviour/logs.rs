@@ -326,3 +326,27 @@ async fn the_retry_level_is_the_layers_to_choose() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_continued_body_is_one_line_at_info() {
+    use crate::common::files::{Cut, File, FileServer};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    let (logs, _guard) = capture(Level::INFO);
+    let files = FileServer::new(File::new(1000), &[Cut::After(300)]);
+    let client = RetryLayer::new()
+        .policy(fixed(3))
+        .resume()
+        .layer(files.clone());
+    let uri = format!("{URI}?token=secret");
+    let response = client.oneshot(get(&uri)).await.unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body.len(), 1000);
+    assert_eq!(
+        logs.take(),
+        [
+            r#" INFO tower_http_retry: continuing the response body attempt=2 reason="connection closed" wait=150ms handed=300 method=GET uri=http://api.test/v1/items"#
+        ]
+    );
+}

@@ -35,6 +35,7 @@ mod partitions;
 mod proptest_parsers;
 mod quota;
 mod record;
+mod resume;
 mod retry_loop;
 mod routes;
 mod storm;

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cut_proxy;
+pub mod files;
 pub mod nginx;
 pub mod server;
 pub mod transport;

@@ -18,5 +18,6 @@ mod hedging;
 mod nginx;
 mod real_transports;
 mod refused_stream;
+mod resume;
 mod shared_body;
 mod spawn;
