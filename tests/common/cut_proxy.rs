@@ -22,7 +22,8 @@ use tokio::sync::oneshot;
 pub enum CutMode {
     /// A reset (`SO_LINGER` 0): the client reads an error.
     Reset,
-    /// An orderly close: the client reads the end of the stream early.
+    /// An orderly close: the client reads every byte it was given, then the end of the
+    /// stream early.
     Close,
 }
 
@@ -224,10 +225,16 @@ async fn relay(
     server.set_nodelay(true)?;
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
-    // The client's bytes go up untouched; the cut is in the upstream's direction.
+    // The client's bytes go up untouched; the cut is in the upstream's direction. At a cut
+    // the task stops and hands the client's read half back.
+    let (stop_up, up_stopped) = oneshot::channel::<()>();
     let up = tokio::spawn(async move {
-        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
-        let _ = server_write.shutdown().await;
+        tokio::select! {
+            _ = tokio::io::copy(&mut client_read, &mut server_write) => {
+                let _ = server_write.shutdown().await;
+            }
+            _ = up_stopped => {}
+        }
         client_read
     });
     let mut forwarded = 0u64;
@@ -248,23 +255,39 @@ async fn relay(
                 // buffer, the upstream's send buffer) is bounded by their sizes, which a
                 // test sets small (`upstream_recv_buffer`, nginx's `sndbuf`).
                 let held = n - give;
-                let mut shared = shared.lock().unwrap();
-                shared.forwarded += give;
-                shared.cuts.push(Cut {
-                    connection: index,
-                    forwarded,
-                    held,
-                });
-                drop(shared);
-                // The client's direction stops too; its read half goes with the task.
-                up.abort();
-                if plan.mode == CutMode::Reset {
-                    // Closed with a reset, without the orderly shutdown a dropped write
-                    // half sends first.
-                    client_write.as_ref().set_zero_linger()?;
-                    client_write.forget();
+                {
+                    let mut shared = shared.lock().unwrap();
+                    shared.forwarded += give;
+                    shared.cuts.push(Cut {
+                        connection: index,
+                        forwarded,
+                        held,
+                    });
                 }
+                // The client's direction stops too.
+                let _ = stop_up.send(());
+                let mut client_read = up.await.map_err(std::io::Error::other)?;
                 drop(server_read);
+                match plan.mode {
+                    CutMode::Reset => {
+                        // Closed with a reset, without the orderly shutdown a dropped write
+                        // half sends first.
+                        client_write.as_ref().set_zero_linger()?;
+                        client_write.forget();
+                    }
+                    CutMode::Close => {
+                        // An orderly end, then the client's bytes read and dropped until it
+                        // closes too (bounded): a socket closed with unread bytes is reset
+                        // by the kernel, and the client's kernel then drops what the client
+                        // had not read yet (an HTTP/2 client keeps sending WINDOW_UPDATEs).
+                        let _ = client_write.shutdown().await;
+                        let mut sink = vec![0u8; 16 * 1024];
+                        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                            while matches!(client_read.read(&mut sink).await, Ok(n) if n > 0) {}
+                        })
+                        .await;
+                    }
+                }
                 return Ok(());
             }
             _ => {

@@ -44,7 +44,7 @@ async fn read_all(body: hyper::body::Incoming) -> (Vec<u8>, Option<hyper::Error>
 }
 
 /// `len` bytes that differ from one offset to the next, so that a splice would show.
-fn pattern(len: usize) -> Vec<u8> {
+pub fn pattern(len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i % 251) as u8 ^ (i / 251) as u8)
         .collect()

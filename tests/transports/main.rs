@@ -19,5 +19,6 @@ mod nginx;
 mod real_transports;
 mod refused_stream;
 mod resume;
+mod resume_nginx;
 mod shared_body;
 mod spawn;
