@@ -72,7 +72,16 @@ impl Nginx {
         for sub in ["", "logs", "tmp"] {
             std::fs::create_dir_all(dir.join(sub)).unwrap();
         }
-        let ports: Vec<u16> = (0..ports).map(|_| free_port()).collect();
+        // Held together while they are picked: one at a time, the system can hand the same
+        // port out twice.
+        let held: Vec<std::net::TcpListener> = (0..ports)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let ports: Vec<u16> = held
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        drop(held);
         let d = dir.display();
         let servers = servers(&ports);
         let config = format!(

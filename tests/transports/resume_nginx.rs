@@ -175,7 +175,10 @@ fn check_log(log: &[Logged], etag: &str, downloads: u64, len: u64, cuts: &[Cut])
         match &line.range {
             None => assert_eq!((line.status, line.if_range.as_deref()), (200, None)),
             Some(range) => {
-                assert!(range.starts_with("bytes=") && range.ends_with('-'), "{line:?}");
+                assert!(
+                    range.starts_with("bytes=") && range.ends_with('-'),
+                    "{line:?}"
+                );
                 assert_eq!(line.status, 206, "{line:?}");
                 assert_eq!(line.if_range.as_deref(), Some(etag), "{line:?}");
             }
@@ -223,7 +226,12 @@ async fn cut_downloads_are_whole(http2: bool, spawned: bool) {
             true => tokio::spawn(work).await.unwrap(),
             false => work.await,
         };
-        assert!(bytes == file, "the exact bytes ({} of {})", bytes.len(), file.len());
+        assert!(
+            bytes == file,
+            "the exact bytes ({} of {})",
+            bytes.len(),
+            file.len()
+        );
         assert!(info.continuations().len() <= 10);
         continuations += info.continuations().len();
         etag.get_or_insert_with(|| {
@@ -449,7 +457,7 @@ async fn thousand_downloads(http2: bool) {
     let downloads = 1000;
     let next = Arc::new(AtomicUsize::new(0));
     let url = proxy.url("/file.bin");
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let workers: Vec<_> = (0..16)
         .map(|_| {
             let (mut client, next, url) = (client.clone(), Arc::clone(&next), url.clone());
@@ -505,7 +513,10 @@ async fn thousand_downloads(http2: bool) {
     let connections = proxy.connections();
     assert_eq!(connections as usize, downloads + continuations);
     let share = cuts.len() as f64 / connections as f64;
-    assert!((0.15..0.25).contains(&share), "{share} of the connections cut");
+    assert!(
+        (0.15..0.25).contains(&share),
+        "{share} of the connections cut"
+    );
     let etag = {
         let meta = std::fs::metadata(root.join("file.bin")).unwrap();
         let mtime = meta
@@ -517,13 +528,7 @@ async fn thousand_downloads(http2: bool) {
         format!("\"{mtime:x}-{:x}\"", meta.len())
     };
     let log = log_of(&nginx, downloads + continuations).await;
-    let (body, bound) = check_log(
-        &log,
-        &etag,
-        downloads as u64,
-        file.len() as u64,
-        &cuts,
-    );
+    let (body, bound) = check_log(&log, &etag, downloads as u64, file.len() as u64, &cuts);
     let held: u64 = cuts.iter().map(|c| c.held).sum();
     eprintln!(
         "http2={http2}: {downloads} downloads in {elapsed:?}: {connections} connections, {} cut ({share:.3}), \
