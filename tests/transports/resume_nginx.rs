@@ -167,7 +167,20 @@ async fn log_of(nginx: &nginx::Nginx, lines: usize) -> Vec<Logged> {
 /// The checks shared by the cut downloads and the load: every request with a `Range` was a
 /// continuation nginx answered with a 206 to the ETag in `If-Range`, and what nginx sent is
 /// bounded. Returns (body bytes nginx sent, the bound).
-fn check_log(log: &[Logged], etag: &str, downloads: u64, len: u64, cuts: &[Cut]) -> (u64, u64) {
+///
+/// `forwarded` (HTTP/1): the proxy, and what it gave the client over every connection. After
+/// orderly closes the client read all of it, so it must be the heads plus the file once per
+/// download exactly: each continuation asked from exactly the byte after the last one the
+/// connection brought, none was had twice. (The proxy counts a write once it is done, which
+/// the client can read first: waited for, bounded.)
+async fn check_log(
+    log: &[Logged],
+    etag: &str,
+    downloads: u64,
+    len: u64,
+    cuts: &[Cut],
+    forwarded: Option<&CutProxy>,
+) -> (u64, u64) {
     // A continuation before any byte was handed over is the request as it was: a 200.
     let ranged = log.iter().filter(|l| l.range.is_some()).count();
     assert!(log.len() - ranged >= downloads as usize, "{log:?}");
@@ -200,6 +213,20 @@ fn check_log(log: &[Logged], etag: &str, downloads: u64, len: u64, cuts: &[Cut])
     );
     let sent: u64 = log.iter().map(|l| l.bytes_sent).sum();
     assert_eq!(sent, body + heads);
+    if let Some(proxy) = forwarded {
+        let expected = heads + downloads * len;
+        for _ in 0..200 {
+            if proxy.forwarded() >= expected {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert_eq!(
+            proxy.forwarded(),
+            expected,
+            "the proxy forwarded the heads and each download's bytes once"
+        );
+    }
     (body, bound)
 }
 
@@ -257,7 +284,9 @@ async fn cut_downloads_are_whole(http2: bool, spawned: bool) {
         downloads as u64,
         file.len() as u64,
         &cuts,
-    );
+        (!http2).then_some(&proxy),
+    )
+    .await;
     eprintln!(
         "http2={http2} spawned={spawned}: {downloads} downloads, {} cuts, {continuations} \
          continuations; nginx sent {body} body bytes, bound {bound}",
@@ -528,7 +557,15 @@ async fn thousand_downloads(http2: bool) {
         format!("\"{mtime:x}-{:x}\"", meta.len())
     };
     let log = log_of(&nginx, downloads + continuations).await;
-    let (body, bound) = check_log(&log, &etag, downloads as u64, file.len() as u64, &cuts);
+    let (body, bound) = check_log(
+        &log,
+        &etag,
+        downloads as u64,
+        file.len() as u64,
+        &cuts,
+        (!http2).then_some(&proxy),
+    )
+    .await;
     let held: u64 = cuts.iter().map(|c| c.held).sum();
     eprintln!(
         "http2={http2}: {downloads} downloads in {elapsed:?}: {connections} connections, {} cut ({share:.3}), \
