@@ -8,6 +8,31 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+/// Tests of the resumable bodies, each a scenario `fn(spawned: bool)` run on both runtime
+/// flavours, awaited and then spawned.
+macro_rules! on_both_runtimes {
+    ($($name:ident => $scenario:ident,)*) => {
+        mod current_thread {
+            $(
+                #[tokio::test(flavor = "current_thread")]
+                async fn $name() {
+                    super::$scenario(false).await;
+                    super::$scenario(true).await;
+                }
+            )*
+        }
+        mod multi_thread {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$scenario(false).await;
+                    super::$scenario(true).await;
+                }
+            )*
+        }
+    };
+}
+
 mod chaos;
 mod cut_proxy;
 mod early_answer;

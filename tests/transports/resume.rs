@@ -417,29 +417,6 @@ async fn a_gzip_download_is_continued_as_encoded_bytes(spawned: bool) {
     }
 }
 
-macro_rules! on_both_runtimes {
-    ($($name:ident => $scenario:ident,)*) => {
-        mod current_thread {
-            $(
-                #[tokio::test(flavor = "current_thread")]
-                async fn $name() {
-                    super::$scenario(false).await;
-                    super::$scenario(true).await;
-                }
-            )*
-        }
-        mod multi_thread {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$scenario(false).await;
-                    super::$scenario(true).await;
-                }
-            )*
-        }
-    };
-}
-
 on_both_runtimes! {
     a_cut_http1_download_is_continued_whole => cut_download_is_whole,
     a_stalled_http1_download_is_continued_after_the_idle_timeout => stalled_download_is_continued,

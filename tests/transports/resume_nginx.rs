@@ -432,29 +432,6 @@ async fn replaced_http2(spawned: bool) {
     replaced_file(true, spawned).await;
 }
 
-macro_rules! on_both_runtimes {
-    ($($name:ident => $scenario:ident,)*) => {
-        mod current_thread {
-            $(
-                #[tokio::test(flavor = "current_thread")]
-                async fn $name() {
-                    super::$scenario(false).await;
-                    super::$scenario(true).await;
-                }
-            )*
-        }
-        mod multi_thread {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$scenario(false).await;
-                    super::$scenario(true).await;
-                }
-            )*
-        }
-    };
-}
-
 on_both_runtimes! {
     a_cut_nginx_download_is_continued_whole_http1 => cut_http1,
     a_cut_nginx_download_is_continued_whole_http2 => cut_http2,
