@@ -7,8 +7,8 @@
 //! - [`idempotency`]: idempotency keys, where to turn them on, quoted or raw.
 //! - [`time`]: `Retry-After` and the server's other hints, deadlines, per-attempt timeouts,
 //!   the errors a request ends with.
-//! - [`budgets`]: why a budget and not only max attempts; the budget, the throttle and the
-//!   quota; per-server gates; the storm example's tables and their arithmetic.
+//! - [`budgets`]: why a budget and not only max attempts; the budget, the throttle, the
+//!   quota and the concurrency budget; per-server gates; the storm example's tables and their arithmetic.
 //! - [`adaptive`]: when a server throttles: the adaptive limiter, client-side throttling and
 //!   the budgets, measured in a 100-client storm.
 //! - [`routes`]: per-route policies, and how a route's policy is laid over the layer's.

@@ -227,10 +227,13 @@ impl<S: Clone> Resume<S> {
             false => plan.hooks.time_limit(request.headers()),
         };
         let limits = Limits::start(&plan.policy, bound);
+        // What counts requests in flight has no part in continuations: they come after
+        // their request ended.
         let gates = match plan.own_gates {
             true => plan.gates.for_request(request.uri(), request.headers()),
             false => plan.gates.clone(),
-        };
+        }
+        .without_flight();
         let sender: Box<dyn Sender<RB>> = Box::new(Continuations::<S, B> {
             service: self.continuations.clone(),
             body: std::marker::PhantomData,

@@ -25,6 +25,7 @@ mod budget_bound;
 mod cancellation;
 mod circuit_breaker;
 mod client_throttle;
+mod concurrency;
 mod config_errors;
 mod edge_cases;
 mod hedging;
