@@ -54,8 +54,8 @@ const RETRIES: u64 = REQUEST - 1;
 const MILLI: u64 = 1_000;
 
 /// A concurrency budget for retries and hedges, as Envoy's retry budget: the retries and
-/// hedges in flight are at most `ratio` (default 0.2) of the requests in flight, and never
-/// fewer than `min_in_flight` (default 3) are refused.
+/// hedges in flight at once are at most `ratio` (default 0.2) of the requests in flight,
+/// and up to `min_in_flight` (default 3) are always allowed.
 ///
 /// A request is in flight from the moment the layer is called until its response future
 /// ends (answered, failed, or dropped by the caller), whatever it is doing: an attempt out,
@@ -275,6 +275,9 @@ impl Kind for Concurrency {
         self.word.load(Ordering::Relaxed) == 0
     }
 
+    // Out of line: inlined into the gates' dispatch it grows every request's path, this
+    // gate's or not (measured: 20 instructions a request under the default budget).
+    #[inline(never)]
     fn on_request(&self) {
         self.word.fetch_add(REQUEST, Ordering::Relaxed);
     }

@@ -172,14 +172,25 @@ fn in_flight(budget: &ConcurrencyBudget) -> (u64, u64) {
     (read("requests_in_flight: "), read("retries_in_flight: "))
 }
 
-type Client = tower_http_retry::Retry<Server>;
+type Answered = Result<Response<Full<Bytes>>, BoxError>;
 
-async fn send(client: &Client, uri: &str) -> Result<Response<Full<Bytes>>, BoxError> {
+/// The layer over a `Server`, as the tests send through it.
+trait Client:
+    Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = BoxError> + Clone
+{
+}
+
+impl<S> Client for S where
+    S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = BoxError> + Clone
+{
+}
+
+async fn send(client: &impl Client, uri: &str) -> Answered {
     ServiceExt::oneshot(client.clone(), get(uri)).await
 }
 
 /// Sends `n` requests at once; each one's status, attempts and stop.
-async fn burst(client: &Client, n: usize, uri: &str) -> Vec<(u16, u32, StopReason)> {
+async fn burst(client: &impl Client, n: usize, uri: &str) -> Vec<(u16, u32, StopReason)> {
     let answers = join_all((0..n).map(|_| send(client, uri))).await;
     answers
         .into_iter()
