@@ -160,7 +160,8 @@
 //! defaults](guide::defaults), [idempotency keys](guide::idempotency), [server hints,
 //! deadlines and timeouts](guide::time), [budgets and retry storms](guide::budgets),
 //! [per-route policies](guide::routes), [composing with timeouts and circuit
-//! breakers](guide::composing), [hedging](guide::hedging) and
+//! breakers](guide::composing), [hedging](guide::hedging), [adaptive rate
+//! limiting](guide::adaptive), [resumable downloads](guide::resume) and
 //! [troubleshooting](guide::troubleshooting).
 //!
 //! # Features
