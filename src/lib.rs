@@ -124,9 +124,10 @@
 //!
 //! A client built for `B` itself (`build_http::<Body>()`) does not fit: the compiler says
 //! that the client "cannot be the inner service of `tower_http_retry::Retry`" where it
-//! checks the bound (a `Service` bound, [`Retry::oneshot`]), and a call of another
-//! `ServiceExt` method (`client.ready()`) fails with `E0599: the method ... exists for
-//! struct Retry<..>, but its trait bounds were not satisfied`.
+//! checks the bound (a `Service` bound, `ServiceExt::oneshot(client, request)`), and a
+//! `ServiceExt` method called on the client (`client.oneshot(request)`, `client.ready()`)
+//! fails with `E0599: the method ... exists for struct Retry<..>, but its trait bounds
+//! were not satisfied`.
 //!
 //! # Logging
 //!
@@ -160,7 +161,8 @@
 //! defaults](guide::defaults), [idempotency keys](guide::idempotency), [server hints,
 //! deadlines and timeouts](guide::time), [budgets and retry storms](guide::budgets),
 //! [per-route policies](guide::routes), [composing with timeouts and circuit
-//! breakers](guide::composing), [hedging](guide::hedging) and
+//! breakers](guide::composing), [hedging](guide::hedging), [adaptive rate
+//! limiting](guide::adaptive), [resumable downloads](guide::resume) and
 //! [troubleshooting](guide::troubleshooting).
 //!
 //! # Features
@@ -178,9 +180,11 @@
 //!   `http_retry_retries_total` (label `reason`), the counter
 //!   `http_retry_budget_refusals_total` (label `reason`), the counter
 //!   `http_retry_local_refusals_total` (label `stop`: requests a gate that paces first
-//!   attempts did not send, [`LocallyRefused`]) and the histogram `http_retry_wait_seconds`.
+//!   attempts did not send, [`LocallyRefused`]), the counter
+//!   `http_retry_continuations_total` (label `reason`: response bodies continued, with
+//!   [`RetryLayer::resume`]) and the histogram `http_retry_wait_seconds`.
 //! - `test-util`: [`RetryPolicy::rng_seed`], seeded jitter for reproducible tests and
-//!   simulations.
+//!   simulations, and [`Attempt::new`], to test a hook or a service outside the layer.
 //!
 //! gRPC's retry rules for tonic clients and the layer over reqwest are crates of their own,
 //! built on this one's public API: `tower-http-retry-grpc` and `tower-http-retry-reqwest`.
@@ -241,6 +245,6 @@ pub use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
 pub use crate::layer::RetryLayer;
 pub use crate::policy::RetryPolicy;
 pub use crate::replay::ReplayBody;
-pub use crate::resume::{Resume, ResumeBody, ResumeError, ResumeInfo, ResumeLayer};
+pub use crate::resume::{Resume, ResumeBody, ResumeInfo};
 pub use crate::route::RouteMatch;
 pub use crate::service::{InnerService, Retry};

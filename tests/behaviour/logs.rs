@@ -5,6 +5,7 @@
 #![cfg(feature = "tracing")]
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -12,9 +13,7 @@ use std::time::Duration;
 
 use common::{Mock, Reply, get};
 use tower::Layer;
-use tower_http_retry::classify::{
-    Classification, FailureKind, Outcome, ProtocolCode, Recognized, RetryReason,
-};
+use tower_http_retry::classify::{Classification, FailureKind, Outcome, Recognized, RetryReason};
 use tower_http_retry::{
     Backoff, Hedging, Jitter, RetryBudget, RetryLayer, RetryPolicy, StopReason, Throttle,
 };
@@ -237,12 +236,14 @@ async fn a_transparent_retry_and_a_protocol_code_read_as_such() {
 
     // A protocol's classifier (gRPC's, say) names its code, and the server's hint is
     // named when it set the wait.
-    const UNAVAILABLE: ProtocolCode =
-        ProtocolCode::new("gRPC", 14, "UNAVAILABLE", FailureKind::Transient);
+    const UNAVAILABLE: RetryReason = RetryReason::Code {
+        protocol: "gRPC",
+        value: 14,
+        name: "UNAVAILABLE",
+        kind: FailureKind::Transient,
+    };
     let unavailable = |_: &http::request::Parts, outcome: Outcome<'_>| match outcome {
-        Outcome::Response { status, .. } if status == 503 => {
-            Classification::Retry(RetryReason::Code(UNAVAILABLE))
-        }
+        Outcome::Response { status, .. } if status == 503 => Classification::Retry(UNAVAILABLE),
         _ => Classification::Success,
     };
     let busy = Reply::Headers(503, vec![("retry-after", "2".to_owned())]);
@@ -347,6 +348,27 @@ async fn a_continued_body_is_one_line_at_info() {
         logs.take(),
         [
             r#" INFO tower_http_retry: continuing the response body attempt=2 reason="connection closed" wait=150ms handed=300 method=GET uri=http://api.test/v1/items"#
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_not_continued_is_a_warning() {
+    use crate::common::files::{Cut, File, FileServer};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    let (logs, _guard) = capture(Level::INFO);
+    let mut file = File::new(1000);
+    file.etag = None;
+    let files = FileServer::new(file, &[Cut::After(300)]);
+    let client = RetryLayer::new().policy(fixed(3)).resume().layer(files);
+    let response = client.oneshot(get(URI)).await.unwrap();
+    assert!(response.into_body().collect().await.is_err());
+    assert_eq!(
+        logs.take(),
+        [
+            r#" WARN tower_http_retry: not continuing the response body: no validator handed=300 method=GET uri=http://api.test/v1/items"#
         ]
     );
 }
