@@ -82,8 +82,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -259,8 +259,20 @@ fn range_start(request: &Request<Incoming>) -> Option<usize> {
         .ok()
 }
 
-fn answer(content: &Bytes, sent: &Arc<AtomicU64>, request: &Request<Incoming>) -> Response<Frames> {
-    let (status, from) = match range_start(request) {
+fn answer(
+    content: &Bytes,
+    sent: &Arc<AtomicU64>,
+    starts: &Mutex<Vec<(usize, Instant)>>,
+    request: &Request<Incoming>,
+) -> Response<Frames> {
+    let start = range_start(request);
+    if let Some(from) = start {
+        starts
+            .lock()
+            .expect("not poisoned")
+            .push((from, Instant::now()));
+    }
+    let (status, from) = match start {
         Some(from) if from >= SIZE => {
             let mut response = Response::new(Frames {
                 rest: Bytes::new(),
@@ -321,6 +333,9 @@ struct Server {
     ranges: Arc<AtomicU64>,
     /// Body bytes handed to the connections.
     sent: Arc<AtomicU64>,
+    /// Where each honoured range started and when its request arrived, until a download
+    /// takes them.
+    starts: Arc<Mutex<Vec<(usize, Instant)>>>,
 }
 
 /// Starts the two servers (HTTP/1, HTTP/2) on a thread and a runtime of their own, as
@@ -355,6 +370,8 @@ async fn serve(proto: Proto, content: Bytes) -> Server {
     let sent = Arc::new(AtomicU64::new(0));
     let counted = Arc::clone(&ranges);
     let sent_by_all = Arc::clone(&sent);
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let starts_of_all = Arc::clone(&starts);
     tokio::spawn(async move {
         for _ in 0..MAX_CONNECTIONS {
             let Ok((stream, _)) = listener.accept().await else {
@@ -364,12 +381,13 @@ async fn serve(proto: Proto, content: Bytes) -> Server {
             let content = content.clone();
             let counted = Arc::clone(&counted);
             let sent = Arc::clone(&sent_by_all);
+            let starts = Arc::clone(&starts_of_all);
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                     if request.headers().contains_key(header::RANGE) {
                         counted.fetch_add(1, Ordering::Relaxed);
                     }
-                    let response = answer(&content, &sent, &request);
+                    let response = answer(&content, &sent, &starts, &request);
                     async move { Ok::<_, Infallible>(response) }
                 });
                 let io = TokioIo::new(stream);
@@ -388,7 +406,12 @@ async fn serve(proto: Proto, content: Bytes) -> Server {
             });
         }
     });
-    Server { addr, ranges, sent }
+    Server {
+        addr,
+        ranges,
+        sent,
+        starts,
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -437,6 +460,10 @@ struct Got {
     /// seconds, longest first: at a cut, the time from the last byte of one connection to
     /// the first of its continuation.
     pauses: [f64; CUTS],
+    /// The pause before each continuation's first frame, in seconds: from the last frame
+    /// of the connection that was cut to the first of the next, and the part of it until
+    /// the continuation's request reached the server.
+    cut_pauses: Vec<(f64, f64)>,
     /// CPU time of the client's thread over the download.
     cpu: f64,
     /// CPU time of the whole process (client, server, proxy) over the download.
@@ -478,6 +505,9 @@ where
     let request = Request::get(url.clone())
         .body(Empty::new())
         .expect("a valid request");
+    // Where each frame started, when the one before it came, and when it came (an HTTP/2
+    // download reads 4096 frames), allocated before the peak starts.
+    let mut gaps: Vec<(usize, Instant, Instant)> = Vec::with_capacity(2 * SIZE / (16 << 10));
     let (cpu, cpu_all) = (thread_cpu(), process_cpu());
     let base = peak_from_now();
     let start = Instant::now();
@@ -492,6 +522,7 @@ where
     while let Some(frame) = body.frame().await {
         let now = Instant::now();
         let pause = (now - last).as_secs_f64();
+        gaps.push((at, last, now));
         last = now;
         if pause > pauses[CUTS - 1] {
             pauses[CUTS - 1] = pause;
@@ -516,6 +547,16 @@ where
     let (cpu, cpu_all) = (thread_cpu() - cpu, process_cpu() - cpu_all);
     assert_eq!(at, SIZE, "the whole body");
     let records = info.map(|info| info.continuations());
+    let starts = std::mem::take(&mut *server.starts.lock().expect("not poisoned"));
+    let cut_pauses = starts
+        .iter()
+        .map(|(start, asked)| {
+            let gap = gaps.iter().find(|(at, _, _)| at == start);
+            let (_, before, first) = gap.expect("a frame where a continuation started");
+            let asked = asked.saturating_duration_since(*before);
+            ((*first - *before).as_secs_f64(), asked.as_secs_f64())
+        })
+        .collect();
     Got {
         secs,
         continuations: records.as_ref().map(Vec::len),
@@ -525,6 +566,7 @@ where
         peak,
         frames,
         pauses,
+        cut_pauses,
         cpu,
         cpu_all,
     }
@@ -734,6 +776,8 @@ struct Cuts {
     /// Median sum of the five longest pauses of a cut download and of a proxied clean
     /// resumable one, ms.
     pauses: [f64; 2],
+    /// The median and the longest pause at a cut, ms.
+    cut_pause: (f64, f64),
     /// Median body bytes the server sent for a cut download, MiB.
     sent: f64,
     /// Median and largest heap growth of a cut download, KiB.
@@ -832,6 +876,27 @@ fn cut(runtime: &Runtime, proto: Proto, server: &Server, content: &Bytes, rounds
         cutting.cuts().len(),
         waited.as_secs_f64() * 1e3,
     );
+    let pauses_of = |part: fn(&(f64, f64)) -> f64| -> Vec<f64> {
+        let got = runs.got[cut_case].iter();
+        got.flat_map(|g| g.cut_pauses.iter().map(part))
+            .map(|p| p * 1e3)
+            .collect()
+    };
+    let mut cut_pauses = pauses_of(|p| p.0);
+    let mut asked = pauses_of(|p| p.1);
+    let cut_pause = (
+        median(&mut cut_pauses),
+        cut_pauses.iter().copied().fold(0.0, f64::max),
+    );
+    println!(
+        "  the pause at a cut (the last frame of one connection to the first of the next): \
+         median {:.2} ms, at most {:.2} ms, over {} cuts; of it until the continuation \
+         reached the server: median {:.2} ms",
+        cut_pause.0,
+        cut_pause.1,
+        cut_pauses.len(),
+        median(&mut asked),
+    );
     let pauses = |i| median(&mut runs.of(i, |g| g.pauses.iter().sum::<f64>())) * 1e3;
     Cuts {
         ms,
@@ -839,6 +904,7 @@ fn cut(runtime: &Runtime, proto: Proto, server: &Server, content: &Bytes, rounds
         to_proxied,
         proxy,
         pauses: [pauses(cut_case), pauses(2)],
+        cut_pause,
         sent: median(&mut runs.of(cut_case, |g| g.sent as f64)) / MIB,
         peak: runs.peaks(cut_case),
     }
@@ -922,10 +988,11 @@ fn main() {
     println!();
     println!(
         "summary (b), {CUTS} cuts a download: median ms; medians of the per-round ratios \
-         (quartiles); the {CUTS} longest pauses, cut and clean (ms); MiB the server sent; heap:"
+         (quartiles); the {CUTS} longest pauses, cut and clean (ms); the pause at a cut, median \
+         (largest), ms; MiB the server sent; heap:"
     );
     println!(
-        "  {:<8} {:>6} {:>12} {:>14} {:>13} {:>20} {:>20} {:>20} {:>11} {:>7} {:>13}",
+        "  {:<8} {:>6} {:>12} {:>14} {:>13} {:>20} {:>20} {:>20} {:>11} {:>11} {:>7} {:>13}",
         "",
         "bare",
         "bare_proxied",
@@ -935,12 +1002,13 @@ fn main() {
         "5 cuts / proxied",
         "proxied / bare",
         "pauses",
+        "at a cut",
         "sent",
         "KiB (max)"
     );
     for (proto, c) in protos.iter().zip(&cuts) {
         println!(
-            "  {:<8} {:>6.1} {:>12.1} {:>14.1} {:>13.1} {:>20} {:>20} {:>20} {:>11} {:>7.1} {:>13}",
+            "  {:<8} {:>6.1} {:>12.1} {:>14.1} {:>13.1} {:>20} {:>20} {:>20} {:>11} {:>11} {:>7.1} {:>13}",
             proto.name(),
             c.ms[0],
             c.ms[1],
@@ -950,6 +1018,7 @@ fn main() {
             ratio(c.to_proxied),
             ratio(c.proxy),
             format!("{:.1}, {:.1}", c.pauses[0], c.pauses[1]),
+            format!("{:.2} ({:.1})", c.cut_pause.0, c.cut_pause.1),
             c.sent,
             format!("{:.0} ({:.0})", c.peak.0, c.peak.1),
         );
