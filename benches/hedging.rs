@@ -411,7 +411,11 @@ impl Sender {
             Sender::Ours(service) => {
                 let response = service.clone().oneshot(get(uri)).await?;
                 if let Some(info) = response.extensions().get::<RetryInfo>() {
-                    sample.hedges = info.hedges();
+                    sample.hedges = info
+                        .retries()
+                        .iter()
+                        .filter(|r| r.kind == tower_http_retry::AttemptKind::Hedge)
+                        .count() as u32;
                     sample.hedge_won = info.returned().is_some_and(|n| n > 1);
                     sample.budget_stopped = info.stop() == StopReason::BudgetExhausted;
                     sample.hedge_after = info

@@ -38,6 +38,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tower::ServiceExt;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};

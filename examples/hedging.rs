@@ -113,7 +113,11 @@ async fn run(
         for (latency, info) in task.await?? {
             run.latencies.push(latency);
             if let Some(info) = info {
-                run.hedges += info.hedges();
+                run.hedges += info
+                    .retries()
+                    .iter()
+                    .filter(|r| r.kind == tower_http_retry::AttemptKind::Hedge)
+                    .count() as u32;
                 run.hedge_wins += u32::from(info.returned().is_some_and(|n| n > 1));
             }
         }

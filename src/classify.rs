@@ -57,7 +57,7 @@ use http::{HeaderMap, StatusCode, request};
 use crate::error::{AttemptTimedOut, DeadlineExceeded, RetryError};
 use crate::hints::Hint;
 pub(crate) use crate::reason::unwrap_recognized;
-pub use crate::reason::{FailureKind, ProtocolCode, Recognized, RetryReason};
+pub use crate::reason::{FailureKind, Recognized, RetryReason};
 
 /// What one attempt produced, as a classifier sees it.
 ///
@@ -562,7 +562,7 @@ mod tests {
             Classification::Retry(RetryReason::Timeout)
         );
         let e = nest(
-            Box::new(AttemptTimedOut::new(std::time::Duration::from_secs(1), 1)),
+            Box::new(AttemptTimedOut::new(std::time::Duration::from_secs(1))),
             1,
         );
         assert_eq!(
@@ -575,7 +575,7 @@ mod tests {
     fn unknown_errors_and_text_are_not_retried() {
         let e: Box<dyn StdError + Send + Sync> = "connection reset by peer".into();
         assert_eq!(classify_error(&*nest(e, 3)), Classification::Done);
-        let d = DeadlineExceeded::new(std::time::Duration::from_secs(1), 2);
+        let d = DeadlineExceeded::new(std::time::Duration::from_secs(1));
         assert_eq!(classify_error(&d), Classification::Done);
     }
 

@@ -90,11 +90,11 @@ impl Limits {
             .or_else(|| self.attempt_timeout.or(fallback).map(|t| after(now, t)))
     }
 
-    pub(crate) fn deadline_exceeded(&self, attempts: u32) -> BoxError {
+    pub(crate) fn deadline_exceeded(&self) -> BoxError {
         let deadline = self
             .deadline
             .map_or(Duration::ZERO, |(_, deadline)| deadline);
-        Box::new(DeadlineExceeded::new(deadline, attempts))
+        Box::new(DeadlineExceeded::new(deadline))
     }
 }
 
@@ -405,13 +405,13 @@ pub(crate) enum Expired {
     Attempt(BoxError),
 }
 
-/// The attempt number `attempt`'s timer fired at `now`.
-pub(crate) fn attempt_expired(limits: &Limits, now: Instant, attempt: u32) -> Expired {
+/// An attempt's timer fired at `now`.
+pub(crate) fn attempt_expired(limits: &Limits, now: Instant) -> Expired {
     if limits.past_deadline(now) {
-        return Expired::Deadline(limits.deadline_exceeded(attempt));
+        return Expired::Deadline(limits.deadline_exceeded());
     }
     let timeout = limits.attempt_timeout.unwrap_or_default();
-    Expired::Attempt(Box::new(AttemptTimedOut::new(timeout, attempt)))
+    Expired::Attempt(Box::new(AttemptTimedOut::new(timeout)))
 }
 
 /// The deadline ended an attempt of a request that may be retried.
@@ -438,7 +438,7 @@ pub(crate) fn ready(
 ) -> Result<Attempt, BoxError> {
     if limits.past_deadline(now) {
         record_stop(info, StopReason::Deadline);
-        return Err(limits.deadline_exceeded(info.attempts()));
+        return Err(limits.deadline_exceeded());
     }
     // Sent: in flight, and dropped if nothing else is booked for it.
     info.set_outcome(AttemptOutcome::Abandoned);
@@ -459,11 +459,11 @@ pub(crate) fn ready(
 pub(crate) fn not_ready(limits: &Limits, now: Instant, info: &mut RetryInfo) -> BoxError {
     if limits.past_deadline(now) {
         record_stop(info, StopReason::Deadline);
-        return limits.deadline_exceeded(info.attempts());
+        return limits.deadline_exceeded();
     }
     record_stop(info, StopReason::ServiceNotReady);
     let timeout = limits.attempt_timeout.unwrap_or_default();
-    Box::new(ServiceNotReady::new(timeout, info.attempts() + 1))
+    Box::new(ServiceNotReady::new(timeout))
 }
 
 /// The retry's service failed to get ready: nothing more is sent, its error is returned as
@@ -496,7 +496,7 @@ pub(crate) fn first_attempt_at(limits: &Limits, now: Option<Instant>) -> Attempt
 pub(crate) fn first_refused(limits: &Limits, stop: StopReason, info: &mut RetryInfo) -> BoxError {
     info.set_unsent(stop);
     match stop {
-        StopReason::Deadline => limits.deadline_exceeded(0),
+        StopReason::Deadline => limits.deadline_exceeded(),
         _ => {
             crate::trace::locally_refused(stop);
             Box::new(crate::error::LocallyRefused::new(stop))

@@ -151,49 +151,39 @@ impl std::error::Error for RetryError {
 /// assert_eq!(error.info().stop(), StopReason::Deadline);
 /// let deadline = error.get_ref().downcast_ref::<DeadlineExceeded>().expect("the deadline passed");
 /// assert_eq!(deadline.deadline(), Duration::from_secs(2));
-/// assert_eq!(deadline.attempts(), 1);
+/// assert_eq!(error.info().attempts(), 1);
 /// # }
 /// ```
 #[derive(Debug, Clone)]
 pub struct DeadlineExceeded {
     deadline: Duration,
-    attempts: u32,
 }
 
 impl DeadlineExceeded {
-    /// The error of a request whose `deadline` passed after `attempts` attempts, as the
-    /// layer makes it: for a service that stands in for the layer (a test double) or maps
-    /// its errors.
+    /// The error of a request whose `deadline` passed, as the layer makes it: for a
+    /// service that stands in for the layer (a test double) or maps its errors. How many
+    /// attempts it took is the record's ([`RetryError::info`]).
     ///
     /// ```
     /// use std::time::Duration;
     /// use tower_http_retry::DeadlineExceeded;
     ///
-    /// let error = DeadlineExceeded::new(Duration::from_secs(2), 3);
-    /// assert_eq!(error.to_string(), "request deadline of 2s exceeded after 3 attempt(s)");
+    /// let error = DeadlineExceeded::new(Duration::from_secs(2));
+    /// assert_eq!(error.to_string(), "request deadline of 2s exceeded");
     /// ```
-    pub fn new(deadline: Duration, attempts: u32) -> Self {
-        Self { deadline, attempts }
+    pub fn new(deadline: Duration) -> Self {
+        Self { deadline }
     }
 
     /// The deadline that passed, measured from the start of the logical request.
     pub fn deadline(&self) -> Duration {
         self.deadline
     }
-
-    /// How many attempts had been started when the deadline passed.
-    pub fn attempts(&self) -> u32 {
-        self.attempts
-    }
 }
 
 impl fmt::Display for DeadlineExceeded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "request deadline of {:?} exceeded after {} attempt(s)",
-            self.deadline, self.attempts
-        )
+        write!(f, "request deadline of {:?} exceeded", self.deadline)
     }
 }
 
@@ -228,49 +218,40 @@ impl std::error::Error for DeadlineExceeded {}
 /// let error = client.oneshot(request).await.unwrap_err();
 /// let error = error.downcast_ref::<RetryError>().expect("the layer's error");
 /// let timed_out = error.get_ref().downcast_ref::<AttemptTimedOut>().expect("both attempts timed out");
-/// assert_eq!(timed_out.attempt(), 2);
 /// assert_eq!(timed_out.timeout(), Duration::from_secs(1));
+/// assert_eq!(error.info().returned(), Some(2)); // the second attempt's
 /// # }
 /// ```
 #[derive(Debug, Clone)]
 pub struct AttemptTimedOut {
     timeout: Duration,
-    attempt: u32,
 }
 
 impl AttemptTimedOut {
-    /// The error of attempt `attempt` cut off after `timeout`, as the layer makes it: for a
-    /// service that stands in for the layer (a test double) or maps its errors.
+    /// The error of an attempt cut off after `timeout`, as the layer makes it: for a
+    /// service that stands in for the layer (a test double) or maps its errors. Which
+    /// attempt it was is the record's ([`RetryInfo::returned`](crate::RetryInfo::returned)).
     ///
     /// ```
     /// use std::time::Duration;
     /// use tower_http_retry::AttemptTimedOut;
     ///
-    /// let error = AttemptTimedOut::new(Duration::from_millis(500), 2);
-    /// assert_eq!(error.to_string(), "attempt 2 timed out after 500ms");
+    /// let error = AttemptTimedOut::new(Duration::from_millis(500));
+    /// assert_eq!(error.to_string(), "attempt timed out after 500ms");
     /// ```
-    pub fn new(timeout: Duration, attempt: u32) -> Self {
-        Self { timeout, attempt }
+    pub fn new(timeout: Duration) -> Self {
+        Self { timeout }
     }
 
     /// The time the attempt was given.
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
-
-    /// Which attempt timed out (1 for the first).
-    pub fn attempt(&self) -> u32 {
-        self.attempt
-    }
 }
 
 impl fmt::Display for AttemptTimedOut {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "attempt {} timed out after {:?}",
-            self.attempt, self.timeout
-        )
+        write!(f, "attempt timed out after {:?}", self.timeout)
     }
 }
 
@@ -326,33 +307,28 @@ impl std::error::Error for AttemptTimedOut {}
 #[derive(Debug, Clone)]
 pub struct ServiceNotReady {
     timeout: Duration,
-    attempt: u32,
 }
 
 impl ServiceNotReady {
-    /// The error of a retry, attempt `attempt`, whose service was not ready within
-    /// `timeout`, as the layer makes it: for a service that stands in for the layer (a
-    /// test double) or maps its errors.
+    /// The error of a retry whose service was not ready within `timeout`, as the layer
+    /// makes it: for a service that stands in for the layer (a test double) or maps its
+    /// errors. The retry that was not sent is the record's last
+    /// ([`RetryInfo::retries`](crate::RetryInfo::retries)).
     ///
     /// ```
     /// use std::time::Duration;
     /// use tower_http_retry::ServiceNotReady;
     ///
-    /// let error = ServiceNotReady::new(Duration::from_secs(1), 2);
-    /// assert_eq!(error.attempt(), 2);
+    /// let error = ServiceNotReady::new(Duration::from_secs(1));
+    /// assert_eq!(error.to_string(), "the inner service was not ready for a retry within 1s");
     /// ```
-    pub fn new(timeout: Duration, attempt: u32) -> Self {
-        Self { timeout, attempt }
+    pub fn new(timeout: Duration) -> Self {
+        Self { timeout }
     }
 
     /// How long the layer waited for the service to become ready.
     pub fn timeout(&self) -> Duration {
         self.timeout
-    }
-
-    /// The attempt that was to be sent (2 for the first retry).
-    pub fn attempt(&self) -> u32 {
-        self.attempt
     }
 }
 
@@ -360,8 +336,8 @@ impl fmt::Display for ServiceNotReady {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "the inner service was not ready for attempt {} within {:?}",
-            self.attempt, self.timeout
+            "the inner service was not ready for a retry within {:?}",
+            self.timeout
         )
     }
 }

@@ -1,5 +1,5 @@
 //! [`ResponseFuture`], the response future of [`Retry`](crate::Retry), and
-//! [`ResumeFuture`], that of [`Resume`](crate::Resume).
+//! [`ResumeFuture`], that of a `Retry<S, `[`Resume`](crate::Resume)`>`.
 
 // The driver: it polls attempts, timers and readiness, and carries out what `decision`
 // answers. A request that may be retried goes through these states; one that is sent once
@@ -120,7 +120,7 @@ impl<S: Clone> Prototype<S> {
     }
 
     /// A fresh clone of the inner service.
-    fn make(&self) -> S {
+    pub(crate) fn make(&self) -> S {
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -717,7 +717,7 @@ where
     F: Future<Output = Result<Response<RB>, E>>,
     E: Into<BoxError>,
 {
-    let attempted = ready!(poll_attempt(future, timer, limits, info, cx));
+    let attempted = ready!(poll_attempt(future, timer, limits, cx));
     decision::attempt_ended(info, attempted.outcome());
     Poll::Ready(attempted)
 }
@@ -727,7 +727,6 @@ fn poll_attempt<F, R, E>(
     future: Pin<&mut F>,
     timer: &mut Timer,
     limits: &Limits,
-    info: &RetryInfo,
     cx: &mut Context<'_>,
 ) -> Poll<Attempted<R>>
 where
@@ -737,7 +736,7 @@ where
     match future.poll(cx) {
         Poll::Ready(result) => Poll::Ready(Attempted::Outcome(result.map_err(Into::into))),
         Poll::Pending if fired(timer, cx) => {
-            match decision::attempt_expired(limits, Instant::now(), info.attempts()) {
+            match decision::attempt_expired(limits, Instant::now()) {
                 Expired::Deadline(error) => Poll::Ready(Attempted::Deadline(Err(error))),
                 Expired::Attempt(error) => Poll::Ready(Attempted::TimedOut(Err(error))),
             }

@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 /// and what every retry's and hedge's request carries in its extensions (the first
 /// attempt's carries none: nothing to pay on the success path). An inner tracing or
 /// OpenTelemetry layer can record it, as the stable `http.request.resend_count` attribute
-/// ([`Attempt::resend_count`]) for instance.
+/// (`number - 1`) for instance.
 ///
 /// ```
 /// use tower_http_retry::Attempt;
@@ -22,7 +22,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 /// #     r
 /// # };
 /// if let Some(attempt) = request.extensions().get::<Attempt>() {
-///     assert_eq!((attempt.number, attempt.resend_count()), (3, 2));
+///     let resend_count = attempt.number - 1;
+///     assert_eq!((attempt.number, resend_count), (3, 2));
 /// }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,6 +46,7 @@ impl Attempt {
     /// An attempt as the layer would give it, for testing a hook or a service outside the
     /// layer: attempt `number` (1 for the first), `counted_before` of the earlier attempts
     /// counting against `max_attempts`, `time_left` before the deadline, and its `kind`.
+    /// Under the `test-util` feature.
     ///
     /// ```
     /// use std::time::Duration;
@@ -53,7 +55,19 @@ impl Attempt {
     /// let retry = Attempt::new(3, 2, Some(Duration::from_secs(1)), AttemptKind::Retry);
     /// assert_eq!((retry.number, retry.counted_before), (3, 2));
     /// ```
+    #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn new(
+        number: u32,
+        counted_before: u32,
+        time_left: Option<Duration>,
+        kind: AttemptKind,
+    ) -> Self {
+        Self::of(number, counted_before, time_left, kind)
+    }
+
+    /// The attempt the layer gives hooks and puts in a request's extensions.
+    pub(crate) fn of(
         number: u32,
         counted_before: u32,
         time_left: Option<Duration>,
@@ -65,11 +79,6 @@ impl Attempt {
             time_left,
             kind,
         }
-    }
-
-    /// How many times the request was sent before this attempt: `number - 1`.
-    pub fn resend_count(&self) -> u32 {
-        self.number.saturating_sub(1)
     }
 }
 

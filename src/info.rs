@@ -132,11 +132,6 @@ impl RetryInfo {
         u32::try_from(sent).map_or(u32::MAX, |sent| sent.saturating_add(1))
     }
 
-    /// What the first attempt got.
-    pub fn first(&self) -> AttemptOutcome {
-        self.first
-    }
-
     /// Every retry the layer decided on, in order: why, how long it waited first, what it
     /// got. The last one may not have been sent ([`AttemptOutcome::NotSent`]: its service
     /// was not ready in time, or failed to get ready).
@@ -287,9 +282,8 @@ impl RetryInfo {
         self.returned = Some(number);
     }
 
-    /// The hedges sent ([`AttemptKind::Hedge`]): attempts sent while others were in
-    /// flight, by a policy with [`RetryPolicy::hedge`](crate::RetryPolicy::hedge).
-    pub fn hedges(&self) -> u32 {
+    /// The hedges sent ([`AttemptKind::Hedge`]).
+    pub(crate) fn hedges(&self) -> u32 {
         let hedges = self
             .list()
             .iter()
@@ -764,14 +758,14 @@ impl fmt::Display for StopReason {
 mod tests {
     use super::*;
 
-    use crate::reason::{FailureKind, ProtocolCode};
+    use crate::reason::FailureKind;
 
-    const UNAVAILABLE: RetryReason = RetryReason::Code(ProtocolCode::new(
-        "gRPC",
-        14,
-        "UNAVAILABLE",
-        FailureKind::Transient,
-    ));
+    const UNAVAILABLE: RetryReason = RetryReason::Code {
+        protocol: "gRPC",
+        value: 14,
+        name: "UNAVAILABLE",
+        kind: FailureKind::Transient,
+    };
     const S503: RetryReason = RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE);
 
     fn retry(reason: RetryReason, wait_ms: u64, hint: Option<HintSource>) -> RetryRecord {
@@ -989,7 +983,7 @@ mod tests {
         ];
         for stop in all {
             let (label, words, info, summary, lines): (_, _, _, &str, &[&str]) = match stop {
-                // A response body's stops: a `ResumeError`'s reason, never a record's.
+                // A response body's stops: in the record of a body's error (tests/behaviour/resume.rs).
                 StopReason::RepresentationChanged
                 | StopReason::LengthChanged
                 | StopReason::RangeIgnored
@@ -1185,7 +1179,7 @@ mod tests {
                     ["connection closed", "connection closed (HTTP 200)"],
                 ),
                 RetryReason::Timeout => (["timeout"; 2], ["timeout", "timeout (HTTP 200)"]),
-                RetryReason::Code(_) => (
+                RetryReason::Code { .. } => (
                     ["gRPC UNAVAILABLE", "gRPC UNAVAILABLE (error)"],
                     ["gRPC UNAVAILABLE", "gRPC UNAVAILABLE (HTTP 200)"],
                 ),

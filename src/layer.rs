@@ -1,6 +1,7 @@
 // `RetryLayer`: the builder of the configuration.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
 
 use http::HeaderName;
@@ -42,18 +43,34 @@ use crate::service::Retry;
 /// # let _ = layer;
 /// ```
 ///
+/// # Modes
+///
+/// `M` is the layer's mode: `()`, as [`RetryLayer::new`] makes it, keeps the inner
+/// service's response type; [`Resume`](crate::Resume), from [`RetryLayer::resume`],
+/// continues response bodies that break. Every configuration method works in either.
+///
 /// # Runtime
 ///
 /// Waits, deadlines and attempt timeouts are tokio timers, so the services must run on a
 /// tokio runtime with time enabled (`#[tokio::main]` and `#[tokio::test]` enable it; a
 /// hand-built runtime needs `enable_time` or `enable_all`). Without it a call panics at its
 /// first retry, or at once when its policy has a deadline or an attempt timeout.
-#[derive(Clone)]
-pub struct RetryLayer {
+pub struct RetryLayer<M = ()> {
     config: Arc<Config>,
     /// Every policy of the configuration resolved, once, when the layer first makes a
     /// service; shared by the services it makes and by its clones.
     plans: Arc<OnceLock<Arc<Plans>>>,
+    mode: PhantomData<fn() -> M>,
+}
+
+impl<M> Clone for RetryLayer<M> {
+    fn clone(&self) -> Self {
+        Self {
+            config: Arc::clone(&self.config),
+            plans: Arc::clone(&self.plans),
+            mode: PhantomData,
+        }
+    }
 }
 
 impl Default for RetryLayer {
@@ -79,9 +96,12 @@ impl RetryLayer {
         Self {
             config: Arc::new(Config::default()),
             plans: Arc::default(),
+            mode: PhantomData,
         }
     }
+}
 
+impl<M> RetryLayer<M> {
     fn edit(mut self, f: impl FnOnce(&mut Config)) -> Self {
         f(Arc::make_mut(&mut self.config));
         // A changed configuration is resolved anew.
@@ -206,15 +226,16 @@ impl RetryLayer {
     }
 }
 
-impl RetryLayer {
+impl<M> RetryLayer<M> {
     /// This layer, with response bodies continued when they break: a GET whose body fails
     /// (or stalls past [`RetryPolicy::body_idle_timeout`]) after its head arrived is sent
     /// again with `Range` from the next byte the caller has not had and `If-Range` with
     /// the first response's validator, and the answer's bytes are handed on only if they
     /// provably continue the same representation. The responses' body becomes
-    /// [`ResumeBody`](crate::ResumeBody), so this is a layer of its own type
-    /// ([`ResumeLayer`](crate::ResumeLayer), making [`Resume`](crate::Resume) services);
+    /// [`ResumeBody`](crate::ResumeBody), so the layer changes mode: a
+    /// `RetryLayer<`[`Resume`](crate::Resume)`>`, making `Retry<S, Resume>` services;
     /// without it, the layer keeps the inner service's response type, and pays nothing.
+    /// Its configuration methods work before and after this call alike.
     ///
     /// Per route and per request, [`RetryPolicy::resume`] turns it off (and on again);
     /// [`RetryPolicy::max_continuations`] (default 5) bounds the continuations of one body.
@@ -222,8 +243,9 @@ impl RetryLayer {
     /// (before it is sent), it waits the policy's backoff, and it is not started after the
     /// deadline, which now bounds a resumable body's continuations too (not the reading of
     /// the body itself). [`ResumeInfo`](crate::ResumeInfo), in the response's extensions
-    /// and on the body, tells how many the body took and why; a body that could not be
-    /// continued ends with a [`ResumeError`](crate::ResumeError) that says why.
+    /// tells how many the body took; a body that could not be continued ends with a
+    /// [`RetryError`](crate::RetryError) whose record says why
+    /// ([`RetryInfo::stop`](crate::RetryInfo::stop)).
     ///
     /// What is resumed: a GET without a body, answered 200, or 206 to a `Range: bytes=a-b`
     /// (or `bytes=a-`) of the caller's own, within which the continuation asks for the rest
@@ -277,20 +299,24 @@ impl RetryLayer {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn resume(self) -> crate::ResumeLayer {
-        crate::ResumeLayer::new(self)
+    pub fn resume(self) -> RetryLayer<crate::Resume> {
+        RetryLayer {
+            config: self.config,
+            plans: self.plans,
+            mode: PhantomData,
+        }
     }
 }
 
-impl<S: Clone> Layer<S> for RetryLayer {
-    type Service = Retry<S>;
+impl<S: Clone, M> Layer<S> for RetryLayer<M> {
+    type Service = Retry<S, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
         Retry::from_plans(inner, self.plans())
     }
 }
 
-impl RetryLayer {
+impl<M> RetryLayer<M> {
     /// Every policy of the layer resolved, as a service made by [`Layer::layer`] holds them:
     /// resolved once, on first use.
     pub(crate) fn plans(&self) -> Arc<Plans> {
@@ -301,7 +327,7 @@ impl RetryLayer {
     }
 }
 
-impl fmt::Debug for RetryLayer {
+impl<M> fmt::Debug for RetryLayer<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.config.fmt(f)
     }

@@ -123,9 +123,10 @@
 //!
 //! A client built for `B` itself (`build_http::<Body>()`) does not fit: the compiler says
 //! that the client "cannot be the inner service of `tower_http_retry::Retry`" where it
-//! checks the bound (a `Service` bound, [`Retry::oneshot`]), and a call of another
-//! `ServiceExt` method (`client.ready()`) fails with `E0599: the method ... exists for
-//! struct Retry<..>, but its trait bounds were not satisfied`.
+//! checks the bound (a `Service` bound, `ServiceExt::oneshot(client, request)`), and a
+//! `ServiceExt` method called on the client (`client.oneshot(request)`, `client.ready()`)
+//! fails with `E0599: the method ... exists for struct Retry<..>, but its trait bounds
+//! were not satisfied`.
 //!
 //! # Logging
 //!
@@ -179,7 +180,7 @@
 //!   `http_retry_local_refusals_total` (label `stop`: requests a gate that paces first
 //!   attempts did not send, [`LocallyRefused`]) and the histogram `http_retry_wait_seconds`.
 //! - `test-util`: [`RetryPolicy::rng_seed`], seeded jitter for reproducible tests and
-//!   simulations.
+//!   simulations, and [`Attempt::new`], to test a hook or a service outside the layer.
 //!
 //! gRPC's retry rules for tonic clients and the layer over reqwest are crates of their own,
 //! built on this one's public API: `tower-http-retry-grpc` and `tower-http-retry-reqwest`.
@@ -239,6 +240,6 @@ pub use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
 pub use crate::layer::RetryLayer;
 pub use crate::policy::RetryPolicy;
 pub use crate::replay::ReplayBody;
-pub use crate::resume::{Resume, ResumeBody, ResumeError, ResumeInfo, ResumeLayer};
+pub use crate::resume::{Resume, ResumeBody, ResumeInfo};
 pub use crate::route::RouteMatch;
 pub use crate::service::{InnerService, Retry};

@@ -48,7 +48,8 @@ use crate::idempotency::{IDEMPOTENCY_KEY, IdempotencyKey};
 /// of the layer's own, no idempotency keys, no hedging, no transparent retries.
 ///
 /// A policy's settings are written with its builder methods, each of which has an off
-/// switch where a policy beneath may have turned it on (`no_deadline`, `no_gates`, ...);
+/// switch where a policy beneath may have turned it on: `None` for an optional value
+/// (`deadline(None)`), `false` for a flag, `no_*` to clear a list (`no_gates`, `no_hooks`);
 /// they are not read back one by one: `{:?}` shows what a policy sets, and the record of a
 /// request ([`RetryInfo`](crate::RetryInfo)) what it did.
 #[derive(Clone, Default)]
@@ -205,12 +206,9 @@ impl RetryPolicy {
     /// let policy = RetryPolicy::new().deadline(Duration::from_secs(10));
     /// # let _ = policy;
     /// ```
-    pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = Some(Some(deadline));
-        self
-    }
-
-    /// No deadline for this policy's requests, whatever a policy beneath set.
+    ///
+    /// `None` turns it off: no deadline for this policy's requests, whatever a policy
+    /// beneath set.
     ///
     /// ```
     /// use std::time::Duration;
@@ -219,11 +217,11 @@ impl RetryPolicy {
     /// // A long export: bounded by its attempts alone.
     /// let layer = RetryLayer::new()
     ///     .policy(RetryPolicy::new().deadline(Duration::from_secs(10)))
-    ///     .route(RouteMatch::get().path_prefix("/export"), RetryPolicy::new().no_deadline());
+    ///     .route(RouteMatch::get().path_prefix("/export"), RetryPolicy::new().deadline(None));
     /// # let _ = layer;
     /// ```
-    pub fn no_deadline(mut self) -> Self {
-        self.deadline = Some(None);
+    pub fn deadline(mut self, deadline: impl Into<Option<Duration>>) -> Self {
+        self.deadline = Some(deadline.into());
         self
     }
 
@@ -240,23 +238,20 @@ impl RetryPolicy {
     ///     .deadline(Duration::from_secs(10));
     /// # let _ = policy;
     /// ```
-    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
-        self.attempt_timeout = Some(Some(timeout));
-        self
-    }
-
-    /// No per-attempt timeout for this policy's requests, whatever a policy beneath set.
+    ///
+    /// `None` turns it off: no per-attempt timeout for this policy's requests, whatever a
+    /// policy beneath set.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tower_http_retry::RetryPolicy;
     ///
     /// // A streaming download: one attempt may take as long as the deadline allows.
-    /// let download = RetryPolicy::new().no_attempt_timeout().deadline(Duration::from_secs(300));
+    /// let download = RetryPolicy::new().attempt_timeout(None).deadline(Duration::from_secs(300));
     /// # let _ = download;
     /// ```
-    pub fn no_attempt_timeout(mut self) -> Self {
-        self.attempt_timeout = Some(None);
+    pub fn attempt_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.attempt_timeout = Some(timeout.into());
         self
     }
 
@@ -497,13 +492,9 @@ impl RetryPolicy {
     /// let layer = RetryLayer::new().route(RouteMatch::get().path_prefix("/search"), search);
     /// # let _ = layer;
     /// ```
-    pub fn hedge(mut self, hedging: Hedging) -> Self {
-        self.hedging = Some(Some(hedging));
-        self
-    }
-
-    /// No hedging for this policy's requests, whatever a policy beneath set: they get
-    /// ordinary retries.
+    ///
+    /// `None` turns it off: no hedging for this policy's requests, whatever a policy
+    /// beneath set: they get ordinary retries.
     ///
     /// ```
     /// use std::time::Duration;
@@ -512,11 +503,11 @@ impl RetryPolicy {
     /// let layer = RetryLayer::new()
     ///     .policy(RetryPolicy::new().hedge(Hedging::after(Duration::from_millis(50))))
     ///     // An expensive report: a second copy costs more than the wait it saves.
-    ///     .route(RouteMatch::get().path_prefix("/reports"), RetryPolicy::new().no_hedge());
+    ///     .route(RouteMatch::get().path_prefix("/reports"), RetryPolicy::new().hedge(None));
     /// # let _ = layer;
     /// ```
-    pub fn no_hedge(mut self) -> Self {
-        self.hedging = Some(None);
+    pub fn hedge(mut self, hedging: impl Into<Option<Hedging>>) -> Self {
+        self.hedging = Some(hedging.into());
         self
     }
 
@@ -609,15 +600,11 @@ impl RetryPolicy {
     /// # assert_eq!(sent.get("idempotency-key"), key);
     /// # }
     /// ```
-    pub fn idempotency_key(mut self, key: IdempotencyKey) -> Self {
-        self.key = Some(KeySetting::Stamp(key));
-        self
-    }
-
-    /// Stamps no idempotency key on this policy's requests, whatever a policy beneath set:
-    /// the switch off for a route under a layer that turned keys on. A non-idempotent
-    /// request under it is then retried only when the caller set the key header itself, or
-    /// when the failure proves the server never saw the request.
+    ///
+    /// `None` turns it off: stamps no idempotency key on this policy's requests, whatever a
+    /// policy beneath set: the switch off for a route under a layer that turned keys on. A
+    /// non-idempotent request under it is then retried only when the caller set the key
+    /// header itself, or when the failure proves the server never saw the request.
     ///
     /// For routes whose server ignores `Idempotency-Key`: a generated key there makes a POST
     /// retryable without making the retry safe.
@@ -640,7 +627,7 @@ impl RetryPolicy {
     ///     // Every server behind this client de-duplicates on keys, but one.
     ///     .policy(RetryPolicy::new().idempotency_key(IdempotencyKey::new()))
     ///     // This server applies a repeated POST twice, key or no key.
-    ///     .route(RouteMatch::post().path_prefix("/legacy"), RetryPolicy::new().no_idempotency_key())
+    ///     .route(RouteMatch::post().path_prefix("/legacy"), RetryPolicy::new().idempotency_key(None))
     ///     .layer(inner);
     ///
     /// let request = Request::post("http://127.0.0.1:3000/legacy/orders")
@@ -653,8 +640,11 @@ impl RetryPolicy {
     /// assert_eq!(info.stop(), StopReason::NotIdempotent);
     /// # }
     /// ```
-    pub fn no_idempotency_key(mut self) -> Self {
-        self.key = Some(KeySetting::Off(None));
+    pub fn idempotency_key(mut self, key: impl Into<Option<IdempotencyKey>>) -> Self {
+        self.key = Some(match key.into() {
+            Some(key) => KeySetting::Stamp(key),
+            None => KeySetting::Off(None),
+        });
         self
     }
 
@@ -687,7 +677,7 @@ impl RetryPolicy {
 
     /// The most continuations one response body takes (default 5), each an attempt of the
     /// request, paid from its gates and waited for like a retry; past it the body ends
-    /// with a [`ResumeError`](crate::ResumeError) whose reason is
+    /// with a [`RetryError`](crate::RetryError) whose record stops on
     /// [`StopReason::MaxContinuations`](crate::StopReason::MaxContinuations).
     ///
     /// ```
@@ -719,12 +709,8 @@ impl RetryPolicy {
     ///     .resume();
     /// # let _ = layer;
     /// ```
-    pub fn body_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.body_idle_timeout = Some(Some(timeout));
-        self
-    }
-
-    /// No body idle timeout, whatever a policy beneath set.
+    ///
+    /// `None` turns it off: no body idle timeout, whatever a policy beneath set.
     ///
     /// ```
     /// use std::time::Duration;
@@ -733,12 +719,12 @@ impl RetryPolicy {
     /// let layer = RetryLayer::new()
     ///     .policy(RetryPolicy::new().body_idle_timeout(Duration::from_secs(20)))
     ///     // A long poll: its body is silent for minutes on purpose.
-    ///     .route(RouteMatch::get().path_prefix("/poll"), RetryPolicy::new().no_body_idle_timeout())
+    ///     .route(RouteMatch::get().path_prefix("/poll"), RetryPolicy::new().body_idle_timeout(None))
     ///     .resume();
     /// # let _ = layer;
     /// ```
-    pub fn no_body_idle_timeout(mut self) -> Self {
-        self.body_idle_timeout = Some(None);
+    pub fn body_idle_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.body_idle_timeout = Some(timeout.into());
         self
     }
 
@@ -1022,13 +1008,13 @@ mod tests {
             .attempt_timeout(Duration::from_secs(1))
             .max_attempts(4)
             .hedge(Hedging::after(Duration::from_millis(20)));
-        let route = RetryPolicy::new().max_attempts(5).no_attempt_timeout();
+        let route = RetryPolicy::new().max_attempts(5).attempt_timeout(None);
         let s = base.then(&route).settings();
         assert_eq!(s.max_attempts, 5);
         assert_eq!(s.deadline, Some(Duration::from_secs(5)));
         assert_eq!(s.attempt_timeout, None);
         assert!(base.then(&route).hedging().is_some());
-        let off = base.then(&route).then(&RetryPolicy::new().no_hedge());
+        let off = base.then(&route).then(&RetryPolicy::new().hedge(None));
         assert!(off.hedging().is_none());
         assert_eq!(off.settings().max_attempts, 5);
         assert_eq!(
@@ -1134,7 +1120,7 @@ mod tests {
         assert_eq!(header, "x-key");
         // Off under a keyed layer: no key, and a caller's key is looked for where the layer
         // put its own.
-        let (key, header) = keyed.then(&RetryPolicy::new().no_idempotency_key()).key();
+        let (key, header) = keyed.then(&RetryPolicy::new().idempotency_key(None)).key();
         assert!(key.is_none());
         assert_eq!(header, "x-key");
         let (key, header) = keyed

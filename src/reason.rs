@@ -1,5 +1,5 @@
 // The vocabulary of outcomes that the record, the gates and the classifiers share: why an
-// outcome was retried (`RetryReason`, with a protocol's own `ProtocolCode`), what kind of
+// outcome was retried (`RetryReason`, a protocol's own codes included), what kind of
 // failure it was (`FailureKind`), and an error handed over already recognised
 // (`Recognized`). Public as `classify::*`; a module of its own so that the record and the
 // errors need nothing of the classification's error-chain walk.
@@ -50,8 +50,32 @@ pub enum RetryReason {
     /// [`AttemptTimedOut`](crate::AttemptTimedOut).
     Timeout,
     /// A protocol's own status code, as its classifier names it (gRPC's `UNAVAILABLE`,
-    /// read from `grpc-status`).
-    Code(ProtocolCode),
+    /// read from `grpc-status`): plain data, written and matched by its fields.
+    ///
+    /// ```
+    /// use tower_http_retry::classify::{FailureKind, RetryReason};
+    ///
+    /// const UNAVAILABLE: RetryReason = RetryReason::Code {
+    ///     protocol: "gRPC",
+    ///     value: 14,
+    ///     name: "UNAVAILABLE",
+    ///     kind: FailureKind::Transient,
+    /// };
+    /// assert_eq!(UNAVAILABLE.to_string(), "gRPC UNAVAILABLE");
+    /// assert_eq!(UNAVAILABLE.as_str(), "UNAVAILABLE");
+    /// assert_eq!(UNAVAILABLE.kind(), FailureKind::Transient);
+    /// assert!(matches!(UNAVAILABLE, RetryReason::Code { protocol: "gRPC", value: 14, .. }));
+    /// ```
+    Code {
+        /// The protocol's name, such as `"gRPC"`.
+        protocol: &'static str,
+        /// The code's number.
+        value: i32,
+        /// The code's name, such as `"UNAVAILABLE"`.
+        name: &'static str,
+        /// What kind of failure the code is.
+        kind: FailureKind,
+    },
     /// A reason given by a custom classifier.
     Custom(&'static str),
     /// A hedge sent because its hedging delay passed with no answer yet
@@ -88,7 +112,7 @@ impl RetryReason {
             | RetryReason::GoAway
             | RetryReason::ConnectionClosed
             | RetryReason::Timeout => FailureKind::Transient,
-            RetryReason::Code(code) => code.kind,
+            RetryReason::Code { kind, .. } => *kind,
             RetryReason::Custom(_) => FailureKind::Other,
             // A slow answer: a cost-weighted gate charges it as a transient failure.
             RetryReason::Hedge => FailureKind::Transient,
@@ -113,7 +137,7 @@ impl RetryReason {
             RetryReason::GoAway => "goaway",
             RetryReason::ConnectionClosed => "connection_closed",
             RetryReason::Timeout => "timeout",
-            RetryReason::Code(code) => code.name,
+            RetryReason::Code { name, .. } => name,
             RetryReason::Custom(name) => name,
             RetryReason::Hedge => "hedge",
         }
@@ -130,51 +154,9 @@ impl fmt::Display for RetryReason {
             RetryReason::GoAway => f.write_str("HTTP/2 GOAWAY"),
             RetryReason::ConnectionClosed => f.write_str("connection closed"),
             RetryReason::Timeout => f.write_str("timeout"),
-            RetryReason::Code(code) => write!(f, "{} {}", code.protocol, code.name),
+            RetryReason::Code { protocol, name, .. } => write!(f, "{protocol} {name}"),
             RetryReason::Custom(name) => f.write_str(name),
             RetryReason::Hedge => f.write_str("hedging delay"),
-        }
-    }
-}
-
-/// A status code of a protocol above HTTP, as the protocol's classifier reports it in a
-/// [`RetryReason::Code`]: the protocol, the code's number and name, and its
-/// [`FailureKind`]; plain data, read from its fields.
-///
-/// ```
-/// use tower_http_retry::classify::{FailureKind, ProtocolCode, RetryReason};
-///
-/// const UNAVAILABLE: ProtocolCode = ProtocolCode::new("gRPC", 14, "UNAVAILABLE", FailureKind::Transient);
-/// let reason = RetryReason::Code(UNAVAILABLE);
-/// assert_eq!(reason.to_string(), "gRPC UNAVAILABLE");
-/// assert_eq!(reason.as_str(), "UNAVAILABLE");
-/// assert_eq!(reason.kind(), FailureKind::Transient);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ProtocolCode {
-    /// The protocol's name, such as `"gRPC"`.
-    pub protocol: &'static str,
-    /// The code's number.
-    pub value: i32,
-    /// The code's name, such as `"UNAVAILABLE"`.
-    pub name: &'static str,
-    /// What kind of failure the code is.
-    pub kind: FailureKind,
-}
-
-impl ProtocolCode {
-    /// Code `value`, called `name`, of `protocol`, a failure of `kind`.
-    pub const fn new(
-        protocol: &'static str,
-        value: i32,
-        name: &'static str,
-        kind: FailureKind,
-    ) -> Self {
-        Self {
-            protocol,
-            value,
-            name,
-            kind,
         }
     }
 }

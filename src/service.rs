@@ -2,6 +2,7 @@
 // wrapping, and telling the gates of the request.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -78,28 +79,51 @@ use crate::trace::Trace;
 /// when the layer wrapped the service, so changes made through [`Retry::get_mut`] later
 /// do not reach retries) and driven to readiness before every retry. A request that
 /// succeeds at once clones nothing.
-#[derive(Clone)]
-pub struct Retry<S> {
+///
+/// # Modes
+///
+/// `M` is the mode of the layer that made it: `()` answers with the inner service's
+/// response; [`Resume`](crate::Resume) (from [`RetryLayer::resume`](crate::RetryLayer::resume))
+/// with a [`ResumeBody`](crate::ResumeBody) that continues a GET's body when it breaks.
+pub struct Retry<S, M = ()> {
     inner: S,
     prototype: Prototype<S>,
     plans: Arc<Plans>,
+    mode: PhantomData<fn() -> M>,
 }
 
-impl<S: Clone> Retry<S> {
+impl<S: Clone, M> Clone for Retry<S, M> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            prototype: self.prototype.clone(),
+            plans: Arc::clone(&self.plans),
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<S: Clone, M> Retry<S, M> {
     pub(crate) fn from_plans(inner: S, plans: Arc<Plans>) -> Self {
         let prototype = Prototype::new(&inner);
         Self {
             inner,
             prototype,
             plans,
+            mode: PhantomData,
         }
     }
 }
 
-impl<S> Retry<S> {
+impl<S, M> Retry<S, M> {
     /// Every plan of the layer that made this service.
     pub(crate) fn plans(&self) -> &Arc<Plans> {
         &self.plans
+    }
+
+    /// The copy of the inner service that retries clone.
+    pub(crate) fn prototype(&self) -> &Prototype<S> {
+        &self.prototype
     }
 
     /// A reference to the inner service.
@@ -118,46 +142,6 @@ impl<S> Retry<S> {
     /// The inner service.
     pub fn into_inner(self) -> S {
         self.inner
-    }
-}
-
-impl<S: Clone> Retry<S> {
-    /// Sends `request` once the service is ready, and answers: tower's
-    /// [`ServiceExt::oneshot`](tower::ServiceExt::oneshot), for this service. It is the
-    /// same call, here so that a client built for the caller's body instead of
-    /// `ReplayBody` of it is reported with what to change ("cannot be the inner service of
-    /// `tower_http_retry::Retry`", and the fix) rather than as a method whose trait bounds
-    /// were not satisfied.
-    ///
-    /// ```
-    /// use bytes::Bytes;
-    /// use http::{Request, Response};
-    /// use http_body_util::Full;
-    /// use tower::Layer;
-    /// use tower_http_retry::{ReplayBody, RetryLayer};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), tower::BoxError> {
-    /// let inner = tower::service_fn(|_: Request<ReplayBody<Full<Bytes>>>| async {
-    ///     Ok::<_, std::convert::Infallible>(Response::new(()))
-    /// });
-    /// let client = RetryLayer::new().layer(inner);
-    /// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new()))?;
-    /// let response = client.oneshot(request).await?;
-    /// assert_eq!(response.status(), 200);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn oneshot<B>(
-        mut self,
-        request: Request<B>,
-    ) -> Result<Response<S::ResponseBody>, BoxError>
-    where
-        S: InnerService<B>,
-        B: Body + Unpin,
-    {
-        std::future::poll_fn(|cx| Service::<Request<B>>::poll_ready(&mut self, cx)).await?;
-        self.call(request).await
     }
 }
 
@@ -240,13 +224,8 @@ where
             .map_err(|error| crate::classify::unwrap_recognized(error.into()))
     }
 
-    fn call(&mut self, mut request: Request<B>) -> Self::Future {
-        let plan = self.plans.select(&request);
-        let start = Start::new(&plan, &mut request);
-        match decision::repeat(&plan, request.method(), start.key.is_some()) {
-            Repeat::Once => self.call_once(request, plan, start),
-            repeat => self.call_retrying(request, plan, start, repeat),
-        }
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        self.send(request)
     }
 }
 
@@ -290,7 +269,25 @@ impl Start {
     }
 }
 
-impl<S: Clone> Retry<S> {
+impl<S: Clone, M> Retry<S, M> {
+    /// A logical request: sent once, or under the retry machinery.
+    #[inline]
+    pub(crate) fn send<B, RB>(
+        &mut self,
+        mut request: Request<B>,
+    ) -> ResponseFuture<S::Future, S, B, Response<RB>>
+    where
+        S: InnerService<B, ResponseBody = RB>,
+        B: Body + Unpin,
+    {
+        let plan = self.plans.select(&request);
+        let start = Start::new(&plan, &mut request);
+        match decision::repeat(&plan, request.method(), start.key.is_some()) {
+            Repeat::Once => self.call_once(request, plan, start),
+            repeat => self.call_retrying(request, plan, start, repeat),
+        }
+    }
+
     /// A request sent once: as it is, its body passed through. Under a gate that hears
     /// outcomes (a throttle, a quota) its outcome is still reported, unless it is `never()`
     /// or a `CONNECT`; under one that paces first attempts, it is asked first; under one
@@ -547,7 +544,7 @@ fn field<'a>(headers: &'a http::HeaderMap, name: &HeaderName) -> Option<&'a http
     headers.get(name)
 }
 
-impl<S: fmt::Debug> fmt::Debug for Retry<S> {
+impl<S: fmt::Debug, M> fmt::Debug for Retry<S, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Retry")
             .field("inner", &self.inner)

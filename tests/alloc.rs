@@ -445,7 +445,7 @@ fn one_attempt_reporting_to_its_gates_keeps_no_head_and_no_replay_state() {
     let layer = || {
         RetryLayer::new().policy(
             RetryPolicy::new()
-                .gate(RetryQuota::aws_standard())
+                .gate(RetryQuota::default())
                 .gate(Throttle::builder().build()),
         )
     };

@@ -119,6 +119,18 @@ fn a_client_built_for_the_wrong_body_is_told_to_take_replay_body() {
         stderr.contains(".map_err(|e| match e {}).boxed()"),
         "the message does not say how to make a BoxBody:\n{stderr}"
     );
+    // tower's `client.oneshot(..)`: rustc reports the method's unmet bounds (E0599), not
+    // the bound that would name `InnerService`; the README's troubleshooting covers it.
+    let e0599 = source
+        .lines()
+        .position(|line| line.ends_with("// E0599"))
+        .expect("the case marks its E0599 line")
+        + 1;
+    assert!(
+        stderr.contains("error[E0599]: the method `oneshot` exists for struct `Retry<")
+            && stderr.contains(&format!("src/main.rs:{e0599}:")),
+        "line {e0599} is not reported as E0599 on `Retry`:\n{stderr}"
+    );
     let reported = lines_with_message(&stderr);
     for line in marked_lines(&source) {
         assert!(

@@ -5,6 +5,7 @@
 mod common;
 
 use std::time::Duration;
+use tower::ServiceExt;
 
 use common::{Mock, get};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};

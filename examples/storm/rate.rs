@@ -14,6 +14,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tower::ServiceExt;
 
 use http::{HeaderValue, Request, Response, StatusCode};
 use tokio::task::JoinSet;
@@ -48,7 +49,7 @@ pub enum Policy {
     BackoffOnly,
     /// The default `RetryBudget` (10% of requests, 10 a second, 100 tokens).
     Budget,
-    /// `RetryQuota::aws_standard()`.
+    /// `RetryQuota::default()`.
     Quota,
     /// `RetryQuota::builder().aws_standard_2026()` with its 50 ms backoff.
     Quota2026,
@@ -92,7 +93,7 @@ impl Policy {
         let policy = match self {
             Policy::BackoffOnly => policy,
             Policy::Budget => policy.gate(RetryBudget::default()),
-            Policy::Quota => policy.gate(RetryQuota::aws_standard()),
+            Policy::Quota => policy.gate(RetryQuota::default()),
             Policy::Quota2026 => policy
                 .gate(RetryQuota::builder().aws_standard_2026().build())
                 .backoff(tower_http_retry::Backoff::from_initial(

@@ -662,7 +662,7 @@ pub fn partial_outage(layers: usize) -> Vec<Row> {
     rows
 }
 
-/// `RetryQuota::aws_standard()`'s capacity, and its cost of a retry after a transient
+/// `RetryQuota::default()`'s capacity, and its cost of a retry after a transient
 /// failure (a 503), for the arithmetic.
 pub const QUOTA_MAX_TOKENS: f64 = 500.0;
 /// See [`QUOTA_MAX_TOKENS`].
@@ -678,7 +678,7 @@ pub enum Shared {
     OneBudget,
     /// The default budget's settings, one bucket per authority.
     BudgetPerAuthority,
-    /// The AWS SDKs' quota (`RetryQuota::aws_standard()`), one pool for both, no budget.
+    /// The AWS SDKs' quota (`RetryQuota::default()`), one pool for both, no budget.
     OneQuota,
     /// The same quota, one pool per authority, no budget.
     QuotaPerAuthority,
@@ -710,7 +710,7 @@ impl Shared {
             Shared::BudgetPerAuthority => {
                 policy.gate(RetryBudget::builder().per_authority().build())
             }
-            Shared::OneQuota => policy.no_gates().gate(RetryQuota::aws_standard()),
+            Shared::OneQuota => policy.no_gates().gate(RetryQuota::default()),
             Shared::QuotaPerAuthority => policy
                 .no_gates()
                 .gate(RetryQuota::builder().per_authority().build()),

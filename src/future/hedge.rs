@@ -221,7 +221,7 @@ where
         if limits.past_deadline(now) {
             flight.dropping(now);
             hedge::abandoned(flight.flying.drain(..).map(|a| a.number), info);
-            return Poll::Ready(Err(limits.deadline_exceeded(info.attempts())));
+            return Poll::Ready(Err(limits.deadline_exceeded()));
         }
         // Attempts that share the body and cannot follow the one that read past the cap.
         if flight.sharing {
@@ -240,7 +240,7 @@ where
                 }
                 Poll::Ready(Err(error)) => (Err(error.into()), AttemptOutcome::Error),
                 Poll::Pending if attempt.end.is_some_and(|end| now >= end) => {
-                    let error = match decision::attempt_expired(limits, now, attempt.number) {
+                    let error = match decision::attempt_expired(limits, now) {
                         Expired::Attempt(error) | Expired::Deadline(error) => error,
                     };
                     (Err(error), AttemptOutcome::TimedOut)

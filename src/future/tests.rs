@@ -327,7 +327,7 @@ async fn a_wait_the_deadline_leaves_no_time_for_fails_at_once_and_gives_back() {
         (0, StopReason::Deadline)
     );
     let deadline = error.get_ref().downcast_ref::<crate::DeadlineExceeded>();
-    assert_eq!(deadline.map(|d| d.attempts()), Some(0));
+    assert!(deadline.is_some(), "{error}");
     assert_eq!(
         (pacer.permits(), inner.calls.load(Ordering::SeqCst)),
         (3, 0)

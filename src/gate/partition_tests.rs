@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::Full;
-use tower::{BoxError, Layer, Service};
+use tower::{BoxError, Layer, Service, ServiceExt};
 
 use super::{Admission, Ask, Gate, Heard, Kind, RetryBudget, RetryQuota, Throttle};
 use crate::classify::FailureKind;

@@ -132,7 +132,7 @@ const AWS_2026_THROTTLING_RETRY_COST: f64 = 5.0;
 /// ```
 /// use tower_http_retry::{RetryLayer, RetryPolicy, RetryQuota};
 ///
-/// let quota = RetryQuota::aws_standard();
+/// let quota = RetryQuota::default();
 /// let layer = RetryLayer::new().policy(RetryPolicy::new().gate(quota.clone()));
 /// assert_eq!(quota.tokens(), 500.0);
 ///
@@ -168,7 +168,9 @@ pub struct Quota {
 }
 
 impl RetryQuota {
-    /// A builder with smithy-rs's standard-mode settings ([`RetryQuota::aws_standard`]).
+    /// A builder with smithy-rs's standard-mode settings: 500 tokens, a retry costs 10
+    /// after a transient failure and 5 after any other, a first-try success adds 1.
+    /// `RetryQuota::default()` is the quota it builds as it comes.
     ///
     /// ```
     /// use tower_http_retry::RetryQuota;
@@ -179,19 +181,6 @@ impl RetryQuota {
     /// ```
     pub fn builder() -> GateBuilder<RetryQuota> {
         GateBuilder::new()
-    }
-
-    /// The AWS SDKs' standard retry quota: 500 tokens, a retry costs 10 after a transient
-    /// failure and 5 after any other, a first-try success adds 1.
-    ///
-    /// ```
-    /// use tower_http_retry::RetryQuota;
-    ///
-    /// assert_eq!(RetryQuota::aws_standard().tokens(), 500.0);
-    /// ```
-    #[must_use]
-    pub fn aws_standard() -> RetryQuota {
-        RetryQuota::builder().build()
     }
 
     /// The tokens in the quota now (for a quota kept per authority, those of requests
@@ -411,9 +400,9 @@ impl Kind for Quota {
 }
 
 impl Default for RetryQuota {
-    /// [`RetryQuota::aws_standard`].
+    /// The AWS SDKs' standard retry quota, as [`RetryQuota::builder`] builds it unchanged.
     fn default() -> Self {
-        RetryQuota::aws_standard()
+        RetryQuota::builder().build()
     }
 }
 
@@ -992,7 +981,7 @@ mod tests {
 
     #[test]
     fn the_defaults_are_smithy_rs_standard_ones() {
-        let quota = RetryQuota::aws_standard();
+        let quota = RetryQuota::default();
         assert_eq!(quota.whole(), 500);
         assert_eq!(quota.cost_units(Transient), 10_000);
         assert_eq!(quota.cost_units(Throttling), 5_000);

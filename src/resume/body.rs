@@ -27,7 +27,7 @@ use crate::config::Plan;
 use crate::decision::{self, Limits, Schedule};
 use crate::gate::{Gates, Ticket};
 use crate::hook::{Attempt, AttemptKind};
-use crate::info::{AttemptOutcome, RetryRecord, StopReason};
+use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
 
 /// The answer to a continuation, from the inner service made ready.
 pub(crate) type Answer<B> = Pin<Box<dyn Future<Output = Result<Response<B>, BoxError>> + Send>>;
@@ -49,16 +49,29 @@ pub(crate) trait Sender<B>: Send {
 /// caller already had, and streams on. The caller sees one body, whole, or an error; never
 /// bytes of two representations spliced together. Every other body passes through.
 ///
-/// Its data is [`Bytes`]; its error is the inner body's, boxed, or a [`ResumeError`]
-/// when the body could not be continued (the inner body's last error is its
-/// [`source`](std::error::Error::source)).
+/// Its data is [`Bytes`]; its error is the inner body's, boxed, where it is not continued,
+/// or a [`RetryError`](crate::RetryError) when it could not be continued: its record is the
+/// request's, the continuations booked as retries of kind [`AttemptKind::Continuation`]
+/// and the reason in [`stop`](crate::RetryInfo::stop); its source is the last failure (the
+/// inner body's error, or the continuation's).
+///
+/// The reasons it was not continued: the answer was another representation
+/// ([`StopReason::RepresentationChanged`]), stated another length
+/// ([`StopReason::LengthChanged`]), ignored the range with nothing to prove it the same
+/// representation ([`StopReason::RangeIgnored`]), or had a range that does not continue the
+/// body ([`StopReason::RangeMismatch`]); the first response had no validator and bytes were
+/// already handed over ([`StopReason::NoValidator`]); the policy's limit
+/// ([`StopReason::MaxContinuations`]), a gate ([`StopReason::BudgetExhausted`],
+/// [`StopReason::Throttled`]) or the deadline ([`StopReason::Deadline`]) allowed no more;
+/// or the continuation was answered with a status that is neither a continuation nor worth
+/// another ([`StopReason::Final`]; the status is the record's last outcome).
 ///
 /// ```
 /// # use bytes::Bytes;
 /// # use http::{Request, Response};
 /// # use http_body_util::{BodyExt, Full};
 /// # use tower::{Layer, ServiceExt};
-/// # use tower_http_retry::{ReplayBody, RetryLayer};
+/// # use tower_http_retry::{ReplayBody, ResumeInfo, RetryLayer};
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), tower::BoxError> {
 /// # let inner = tower::service_fn(|_: Request<ReplayBody<Full<Bytes>>>| async {
@@ -67,11 +80,42 @@ pub(crate) trait Sender<B>: Send {
 /// let client = RetryLayer::new().resume().layer(inner);
 /// let request = Request::get("http://127.0.0.1:3000/file").body(Full::new(Bytes::new()))?;
 /// let response = client.oneshot(request).await?;
-/// let body = response.into_body();
-/// let resumed = body.info().cloned();
-/// assert_eq!(body.collect().await?.to_bytes(), "hello");
+/// let resumed = response.extensions().get::<ResumeInfo>().cloned();
+/// assert_eq!(response.into_body().collect().await?.to_bytes(), "hello");
 /// // No continuation was needed.
 /// assert_eq!(resumed.map(|info| info.continuations().len()), Some(0));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// A body that could not be continued:
+///
+/// ```
+/// # use bytes::Bytes;
+/// # use http::{Request, Response};
+/// # use http_body::Frame;
+/// # use http_body_util::{BodyExt, Full, StreamBody};
+/// # use tower::{Layer, ServiceExt};
+/// use tower_http_retry::{ReplayBody, RetryError, RetryLayer, StopReason};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// // A server with no ETag and no Last-Modified cuts the body after 5 bytes: nothing
+/// // could prove a continuation the same file, so none is sent.
+/// # let inner = tower::service_fn(|_: Request<ReplayBody<Full<Bytes>>>| async {
+/// #     let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
+/// #         Ok(Frame::data(Bytes::from_static(b"hello"))),
+/// #         Err(std::io::ErrorKind::ConnectionReset.into()),
+/// #     ];
+/// #     Ok::<_, std::convert::Infallible>(Response::new(StreamBody::new(futures_util::stream::iter(frames))))
+/// # });
+/// let client = RetryLayer::new().resume().layer(inner);
+/// let request = Request::get("http://127.0.0.1:3000/file").body(Full::new(Bytes::new()))?;
+/// let error = client.oneshot(request).await?.into_body().collect().await.unwrap_err();
+/// let error = error.downcast_ref::<RetryError>().expect("not continued");
+/// assert_eq!(error.info().stop(), StopReason::NoValidator);
+/// // The inner body's own error is its source.
+/// assert!(error.get_ref().is::<std::io::Error>());
 /// # Ok(())
 /// # }
 /// ```
@@ -91,15 +135,6 @@ impl<B> ResumeBody<B> {
             kind: Kind::Plain(body),
         }
     }
-
-    /// The record of this body's continuations, when it may be continued (the same handle
-    /// is in the response's extensions); `None` for a body that passes through.
-    pub fn info(&self) -> Option<&ResumeInfo> {
-        match &self.kind {
-            Kind::Plain(_) => None,
-            Kind::Resuming(machine) => Some(&machine.info),
-        }
-    }
 }
 
 impl<B> fmt::Debug for ResumeBody<B> {
@@ -113,8 +148,9 @@ impl<B> fmt::Debug for ResumeBody<B> {
     }
 }
 
-/// What a body's continuations did: a handle shared by the body and the response's
-/// extensions, readable after the body was consumed (or dropped).
+/// What a body's continuations did: a handle in the response's extensions, which the body
+/// updates as it goes, readable after the body was consumed (or dropped). Only a body that
+/// may be continued has one.
 ///
 /// ```
 /// # use bytes::Bytes;
@@ -175,86 +211,6 @@ impl fmt::Debug for ResumeInfo {
     }
 }
 
-/// The error a [`ResumeBody`] ends with when it could not be continued: why
-/// ([`reason`](Self::reason)), and the last failure as its source (the inner body's error,
-/// or the continuation's).
-///
-/// The reasons: the answer was another representation
-/// ([`StopReason::RepresentationChanged`]), stated another length
-/// ([`StopReason::LengthChanged`]), ignored the range with nothing to prove it the same
-/// representation ([`StopReason::RangeIgnored`]), or had a range that does not continue the
-/// body ([`StopReason::RangeMismatch`]); the first response had no validator and bytes were
-/// already handed over ([`StopReason::NoValidator`]); the policy's limit
-/// ([`StopReason::MaxContinuations`]), a gate ([`StopReason::BudgetExhausted`],
-/// [`StopReason::Throttled`]) or the deadline ([`StopReason::Deadline`]) allowed no more;
-/// or the continuation was answered with a status that is neither a continuation nor worth
-/// another ([`StopReason::Final`]).
-///
-/// ```
-/// # use bytes::Bytes;
-/// # use http::{Request, Response};
-/// # use http_body::Frame;
-/// # use http_body_util::{BodyExt, Full, StreamBody};
-/// # use tower::{Layer, ServiceExt};
-/// use tower_http_retry::{ReplayBody, ResumeError, RetryLayer, StopReason};
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), tower::BoxError> {
-/// // A server with no ETag and no Last-Modified cuts the body after 5 bytes: nothing
-/// // could prove a continuation the same file, so none is sent.
-/// # let inner = tower::service_fn(|_: Request<ReplayBody<Full<Bytes>>>| async {
-/// #     let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
-/// #         Ok(Frame::data(Bytes::from_static(b"hello"))),
-/// #         Err(std::io::ErrorKind::ConnectionReset.into()),
-/// #     ];
-/// #     Ok::<_, std::convert::Infallible>(Response::new(StreamBody::new(futures_util::stream::iter(frames))))
-/// # });
-/// let client = RetryLayer::new().resume().layer(inner);
-/// let request = Request::get("http://127.0.0.1:3000/file").body(Full::new(Bytes::new()))?;
-/// let error = client.oneshot(request).await?.into_body().collect().await.unwrap_err();
-/// let error = error.downcast_ref::<ResumeError>().expect("not continued");
-/// assert_eq!(error.reason(), StopReason::NoValidator);
-/// // The inner body's own error is its source.
-/// assert!(std::error::Error::source(error).is_some());
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug)]
-pub struct ResumeError {
-    reason: StopReason,
-    status: Option<StatusCode>,
-    source: Option<BoxError>,
-}
-
-impl ResumeError {
-    /// Why the body could not be continued.
-    pub fn reason(&self) -> StopReason {
-        self.reason
-    }
-}
-
-impl fmt::Display for ResumeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "response body broke and was not continued: {}",
-            self.reason
-        )?;
-        if let Some(status) = self.status {
-            write!(f, " (the continuation was answered {})", status.as_u16())?;
-        }
-        Ok(())
-    }
-}
-
-impl StdError for ResumeError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source
-            .as_deref()
-            .map(|source| source as &(dyn StdError + 'static))
-    }
-}
-
 /// Everything a resumable body needs to send its continuations.
 pub(crate) struct Continuer<B> {
     pub(crate) sender: Box<dyn Sender<B>>,
@@ -290,6 +246,9 @@ struct Machine<B> {
     previous: Duration,
     /// Attempts of the request before its first continuation.
     attempts: u32,
+    /// The request's record when its head arrived: the start of the error's, if the body
+    /// cannot go on.
+    record: RetryInfo,
     /// The one timer: the idle timeout while streaming, the wait, the continuation's end.
     timer: Option<Pin<Box<Sleep>>>,
     /// The last failure, the source of the error if the body cannot go on.
@@ -304,13 +263,13 @@ enum State<B> {
 }
 
 impl<B> ResumeBody<B> {
-    /// A body that may be continued: the first response's `origin`, after `attempts`
-    /// attempts.
+    /// A body that may be continued: the first response's `origin`, whose head came with
+    /// `record`.
     pub(crate) fn resuming(
         body: B,
         origin: Origin,
         continuer: Continuer<B>,
-        attempts: u32,
+        record: RetryInfo,
         info: ResumeInfo,
     ) -> Self {
         let Continuer {
@@ -336,7 +295,8 @@ impl<B> ResumeBody<B> {
             limits,
             gates,
             ticket: Ticket::default(),
-            attempts,
+            attempts: record.attempts(),
+            record,
             timer: None,
             last: None,
             plan,
@@ -416,6 +376,7 @@ where
                                 true => RetryReason::Status(StatusCode::PARTIAL_CONTENT),
                                 false => RetryReason::ConnectionClosed,
                             };
+                            self.last = Some(Box::new(EndedEarly));
                             if let Some(end) = self.broke(reason) {
                                 return Poll::Ready(end);
                             }
@@ -451,16 +412,14 @@ where
                             if !self.timer_fired(cx) {
                                 return Poll::Pending;
                             }
-                            let number = self.attempts + self.taken();
                             if self.limits.past_deadline(Instant::now()) {
                                 self.outcome(AttemptOutcome::Abandoned);
-                                self.last = Some(self.limits.deadline_exceeded(number));
+                                self.last = Some(self.limits.deadline_exceeded());
                             } else {
                                 self.outcome(AttemptOutcome::TimedOut);
                                 let timeout = self.plan.policy.attempt_timeout.unwrap_or_default();
-                                self.last = Some(Box::new(crate::error::AttemptTimedOut::new(
-                                    timeout, number,
-                                )));
+                                self.last =
+                                    Some(Box::new(crate::error::AttemptTimedOut::new(timeout)));
                             }
                             if let Some(end) = self.broke(RetryReason::Timeout) {
                                 return Poll::Ready(end);
@@ -489,8 +448,7 @@ where
                                 }
                                 Verdict::End => return Poll::Ready(None),
                                 Verdict::Refuse(stop) => {
-                                    let status = (stop == StopReason::Final).then_some(status);
-                                    return Poll::Ready(Some(Err(self.fail(stop, status))));
+                                    return Poll::Ready(Some(Err(self.fail(stop))));
                                 }
                             }
                         }
@@ -558,12 +516,12 @@ where
         self.state = State::Done;
         let head = match rules::next(&self.origin, self.handed) {
             Ok(Next::Done) => return Some(None),
-            Err(stop) => return Some(Some(Err(self.fail(stop, None)))),
+            Err(stop) => return Some(Some(Err(self.fail(stop)))),
             Ok(next) => next,
         };
         let taken = self.taken();
         if taken >= self.plan.policy.max_continuations {
-            return Some(Some(Err(self.fail(StopReason::MaxContinuations, None))));
+            return Some(Some(Err(self.fail(StopReason::MaxContinuations))));
         }
         let now = Instant::now();
         let policy = &self.plan.policy;
@@ -580,7 +538,7 @@ where
         };
         let mut record = match decision::schedule_retry(&schedule, &self.gates, &mut self.ticket) {
             Ok(record) => record,
-            Err(stop) => return Some(Some(Err(self.fail(stop, None)))),
+            Err(stop) => return Some(Some(Err(self.fail(stop)))),
         };
         record.kind = AttemptKind::Continuation;
         self.previous = record.wait;
@@ -601,7 +559,7 @@ where
             head.headers.insert(header::RANGE, range);
             head.headers.insert(header::IF_RANGE, if_range);
         }
-        let attempt = Attempt::new(
+        let attempt = Attempt::of(
             number,
             number - 1,
             self.limits.time_left(Some(at)),
@@ -614,15 +572,21 @@ where
         head
     }
 
-    fn fail(&mut self, stop: StopReason, status: Option<StatusCode>) -> BoxError {
+    /// Ends the body for `stop`: the request's record, its continuations booked, and the
+    /// last failure.
+    fn fail(&mut self, stop: StopReason) -> BoxError {
         self.state = State::Done;
         self.timer = None;
-        self.info.with(|record| record.stop = Some(stop));
-        Box::new(ResumeError {
-            reason: stop,
-            status,
-            source: self.last.take(),
-        })
+        let mut record = std::mem::take(&mut self.record);
+        self.info.with(|info| {
+            info.stop = Some(stop);
+            for continuation in &info.continuations {
+                record.push_retry(*continuation);
+            }
+        });
+        record.set_stop(stop);
+        let source = self.last.take().unwrap_or_else(|| Box::new(EndedEarly));
+        Box::new(crate::error::RetryError::new(record, source))
     }
 }
 
@@ -657,6 +621,18 @@ impl fmt::Display for IdleTimeout {
 }
 
 impl StdError for IdleTimeout {}
+
+/// The inner body ended before the length its response stated.
+#[derive(Debug)]
+struct EndedEarly;
+
+impl fmt::Display for EndedEarly {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("response body ended before its stated length")
+    }
+}
+
+impl StdError for EndedEarly {}
 
 impl<B> Body for ResumeBody<B>
 where

@@ -1,14 +1,14 @@
-// Resumable response bodies: `RetryLayer::resume` makes a `ResumeLayer`, whose service
-// (`Resume`) wraps the layer's `Retry` and answers with `ResumeBody`. The retry machinery
-// is the same (the head of a response is retried as before); a resumable GET's body is
-// then continued when it breaks, each continuation an attempt of the same logical request
-// (its gates, its backoff, its deadline, the record).
+// Resumable response bodies: `RetryLayer::resume` turns the layer to the `Resume` mode,
+// whose `Retry<S, Resume>` answers with `ResumeBody`. The retry machinery is the same (the
+// head of a response is retried as before); a resumable GET's body is then continued when
+// it breaks, each continuation an attempt of the same logical request (its gates, its
+// backoff, its deadline, the record).
 //
-// Why a layer of its own and not a setting of `RetryLayer`: resumption changes the
-// response body's type, and a layer without it must keep `S::Response`, with nothing added
-// to `Retry::call` and its future. The resumable layer does its work around them: it
-// chooses the plan (a second time: `Retry::call` chooses it again), copies the head of a
-// resumable request, and wraps the body once the head arrived.
+// Why a mode (a type parameter) and not a setting: resumption changes the response body's
+// type, and a layer without it must keep `S::Response`, with nothing added to `Retry::call`
+// and its future. The resuming service does its work around them: it chooses the plan (a
+// second time: the retry machinery chooses it again), copies the head of a resumable
+// request, and wraps the body once the head arrived.
 
 mod body;
 mod rules;
@@ -23,27 +23,55 @@ use http::{HeaderValue, Method, Request, Response, header, request};
 use http_body::Body;
 use pin_project_lite::pin_project;
 use tower::BoxError;
-use tower_layer::Layer;
 use tower_service::Service;
 
 use self::body::{Answer, Continuer, Sender};
-pub use self::body::{ResumeBody, ResumeError, ResumeInfo};
+pub use self::body::{ResumeBody, ResumeInfo};
 use self::rules::CallerRange;
 use crate::config::Plans;
 use crate::decision::Limits;
+use crate::future::{Prototype, ResponseFuture};
 use crate::info::RetryInfo;
+#[cfg(doc)]
 use crate::layer::RetryLayer;
 use crate::replay::ReplayBody;
 use crate::service::{InnerService, Retry};
 
-/// A [`RetryLayer`] whose GET response bodies are continued when they break: made by
-/// [`RetryLayer::resume`]. Its service is [`Resume`], and its responses' body
-/// [`ResumeBody`].
+/// The mode of a [`RetryLayer`] and its [`Retry`] services whose GET response bodies are
+/// continued when they break: `RetryLayer<Resume>`, made by [`RetryLayer::resume`], and
+/// the `Retry<S, Resume>` it wraps services in. A type only: it has no values.
 ///
-/// It is a layer of its own type because it changes the response's type: a
-/// [`RetryLayer`] without it keeps the inner service's, and code naming
-/// `Response<Incoming>` is unchanged. Configure the [`RetryLayer`] first (policies,
-/// routes, gates): this layer shares them.
+/// Requests are retried as any [`Retry`] retries them; a response's body is a
+/// [`ResumeBody`], and a resumable one carries a [`ResumeInfo`] in its extensions. Requests
+/// are sent with `Accept-Encoding: identity` where the caller set none, and a continuation
+/// carries the caller's request head (its extensions too) with `Range` and `If-Range`
+/// set. Continuations are sent from the body, so the inner service and its future must be
+/// `Send + 'static` (a hyper-util client's are), and the inner body `Unpin` (hyper's
+/// `Incoming` is). They go to clones of the inner service, taken from the copy retries
+/// clone, each driven to readiness first.
+///
+/// ```
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use http_body_util::Full;
+/// use tower::{Layer, ServiceExt};
+/// use tower_http_retry::{ReplayBody, Resume, ResumeBody, Retry, RetryLayer};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let inner = tower::service_fn(|_: Request<ReplayBody<Full<Bytes>>>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(b"data"))))
+/// });
+/// let client: Retry<_, Resume> = RetryLayer::new().resume().layer(inner);
+/// let request = Request::get("http://127.0.0.1:3000/file").body(Full::new(Bytes::new()))?;
+/// // The inner body, wrapped.
+/// let response: Response<ResumeBody<Full<Bytes>>> = client.oneshot(request).await?;
+/// # let _ = response;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// With a hyper-util client, configured before or after `resume()`:
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -60,8 +88,8 @@ use crate::service::{InnerService, Retry};
 /// let client = ServiceBuilder::new()
 ///     .layer(
 ///         RetryLayer::new()
-///             .policy(RetryPolicy::new().max_continuations(10).body_idle_timeout(Duration::from_secs(30)))
-///             .resume(),
+///             .resume()
+///             .policy(RetryPolicy::new().max_continuations(10).body_idle_timeout(Duration::from_secs(30))),
 ///     )
 ///     .service(hyper_client);
 ///
@@ -74,103 +102,10 @@ use crate::service::{InnerService, Retry};
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone)]
-pub struct ResumeLayer {
-    retry: RetryLayer,
-}
+#[derive(Debug)]
+pub enum Resume {}
 
-impl ResumeLayer {
-    pub(crate) fn new(retry: RetryLayer) -> Self {
-        Self { retry }
-    }
-}
-
-impl fmt::Debug for ResumeLayer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("ResumeLayer").field(&self.retry).finish()
-    }
-}
-
-impl<S: Clone> Layer<S> for ResumeLayer {
-    type Service = Resume<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Resume {
-            continuations: inner.clone(),
-            retry: Retry::from_plans(inner, self.retry.plans()),
-        }
-    }
-}
-
-/// [`Retry`] whose GET response bodies are continued when they break: the service of a
-/// [`ResumeLayer`] ([`RetryLayer::resume`]). Requests are retried as [`Retry`] retries
-/// them; a response's body is a [`ResumeBody`], and a resumable one carries a
-/// [`ResumeInfo`] in its extensions.
-///
-/// ```
-/// use bytes::Bytes;
-/// use http::{Request, Response};
-/// use http_body_util::Full;
-/// use tower::{Layer, ServiceExt};
-/// use tower_http_retry::{ReplayBody, Resume, ResumeBody, RetryLayer};
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), tower::BoxError> {
-/// let inner = tower::service_fn(|_: Request<ReplayBody<Full<Bytes>>>| async {
-///     Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(b"data"))))
-/// });
-/// let client: Resume<_> = RetryLayer::new().resume().layer(inner);
-/// let request = Request::get("http://127.0.0.1:3000/file").body(Full::new(Bytes::new()))?;
-/// // The inner body, wrapped.
-/// let response: Response<ResumeBody<Full<Bytes>>> = client.oneshot(request).await?;
-/// # let _ = response;
-/// # Ok(())
-/// # }
-/// ```
-///
-/// Requests are sent with `Accept-Encoding: identity` where the caller set none, and a
-/// continuation carries the caller's request head (its extensions too) with `Range` and
-/// `If-Range` set. Continuations are sent from the body, so the inner service and its
-/// future must be `Send + 'static` (a hyper-util client's are), and the inner body `Unpin`
-/// (hyper's `Incoming` is).
-///
-/// # Clone
-///
-/// Clones share the configuration and the gates, as [`Retry`]'s do. Continuations go to a
-/// clone of the inner service kept when the layer wrapped it, driven to readiness before
-/// each.
-#[derive(Clone)]
-pub struct Resume<S> {
-    retry: Retry<S>,
-    /// Cloned for each continuation.
-    continuations: S,
-}
-
-impl<S> Resume<S> {
-    /// A reference to the inner service.
-    pub fn get_ref(&self) -> &S {
-        self.retry.get_ref()
-    }
-
-    /// A mutable reference to the inner service. Changes made through it reach the first
-    /// attempt of later requests, not retries or continuations.
-    pub fn get_mut(&mut self) -> &mut S {
-        self.retry.get_mut()
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.retry.into_inner()
-    }
-}
-
-impl<S: fmt::Debug> fmt::Debug for Resume<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Resume").field(&self.retry).finish()
-    }
-}
-
-impl<S, B, RB> Service<Request<B>> for Resume<S>
+impl<S, B, RB> Service<Request<B>> for Retry<S, Resume>
 where
     S: InnerService<B, ResponseBody = RB> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -180,22 +115,24 @@ where
 {
     type Response = Response<ResumeBody<RB>>;
     type Error = BoxError;
-    type Future = ResumeFuture<<Retry<S> as Service<Request<B>>>::Future, RB>;
+    type Future = ResumeFuture<ResponseFuture<S::Future, S, B, Response<RB>>, RB>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.retry.poll_ready(cx)
+        self.get_mut()
+            .poll_ready(cx)
+            .map_err(|error| crate::classify::unwrap_recognized(error.into()))
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
         let setup = self.setup(&mut request);
         ResumeFuture {
-            inner: self.retry.call(request),
+            inner: self.send(request),
             setup,
         }
     }
 }
 
-impl<S: Clone> Resume<S> {
+impl<S: Clone> Retry<S, Resume> {
     /// What a resumable request's body needs, if it is one: a GET with no body, whose
     /// policy resumes, without a range of a kind that is not resumed. Its `Accept-Encoding`
     /// is set to `identity` unless the caller chose one: the range counts bytes as sent.
@@ -208,7 +145,7 @@ impl<S: Clone> Resume<S> {
         if request.method() != Method::GET || !request.body().is_end_stream() {
             return None;
         }
-        let plans: &Arc<Plans> = self.retry.plans();
+        let plans: &Arc<Plans> = self.plans();
         let plan = plans.select(request);
         if !plan.policy.resume {
             return None;
@@ -232,7 +169,7 @@ impl<S: Clone> Resume<S> {
             false => plan.gates.clone(),
         };
         let sender: Box<dyn Sender<RB>> = Box::new(Continuations::<S, B> {
-            service: self.continuations.clone(),
+            prototype: self.prototype().clone(),
             body: std::marker::PhantomData,
         });
         Some(Box::new(Setup {
@@ -267,7 +204,7 @@ struct Setup<RB> {
 
 /// Sends continuations through clones of the inner service, each driven to readiness.
 struct Continuations<S, B> {
-    service: S,
+    prototype: Prototype<S>,
     body: std::marker::PhantomData<fn() -> B>,
 }
 
@@ -278,7 +215,7 @@ where
     B: Body + Send + 'static,
 {
     fn send(&mut self, head: request::Parts) -> Answer<RB> {
-        let mut service = self.service.clone();
+        let mut service = self.prototype.make();
         Box::pin(async move {
             std::future::poll_fn(|cx| service.poll_ready(cx))
                 .await
@@ -290,7 +227,8 @@ where
 }
 
 pin_project! {
-    /// The future of [`Resume`]: [`Retry`]'s, whose response body it wraps.
+    /// The future of a `Retry<S, `[`Resume`]`>`: the retrying future's, whose response body
+    /// it wraps.
     pub struct ResumeFuture<F, RB> {
         #[pin]
         inner: F,
@@ -322,14 +260,15 @@ where
         let Some(origin) = rules::origin(caller, response.status(), response.headers()) else {
             return Poll::Ready(Ok(response.map(ResumeBody::plain)));
         };
-        let attempts = response
+        let record = response
             .extensions()
             .get::<RetryInfo>()
-            .map_or(1, RetryInfo::attempts);
+            .cloned()
+            .unwrap_or_default();
         let info = ResumeInfo::default();
         response.extensions_mut().insert(info.clone());
         let response =
-            response.map(|body| ResumeBody::resuming(body, origin, continuer, attempts, info));
+            response.map(|body| ResumeBody::resuming(body, origin, continuer, record, info));
         Poll::Ready(Ok(response))
     }
 }

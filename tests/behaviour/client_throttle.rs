@@ -10,6 +10,7 @@
 //! it was rejected), and fail with a probability under 10^-5.
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::time::Duration;
 

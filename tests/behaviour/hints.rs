@@ -5,6 +5,7 @@
 #![allow(clippy::disallowed_types)] // the real-server case measures real time
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::time::{Duration, SystemTime};
 

@@ -1,6 +1,7 @@
 //! Idempotency keys: one stable key per logical request, observed on the server side.
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -184,7 +185,7 @@ async fn a_custom_generator_is_used_and_quoted() {
 async fn with_keys_off_a_post_is_not_retried_after_a_503() {
     let mock = Mock::statuses(&[503]);
     let response = layer()
-        .policy(RetryPolicy::new().no_idempotency_key())
+        .policy(RetryPolicy::new().idempotency_key(None))
         .layer(mock.clone())
         .oneshot(request(Method::POST, "http://h/a", b"1"))
         .await
@@ -239,7 +240,7 @@ async fn exactly_once_run(
     // Every request needs a retry here, more than the default budget grants at once.
     let mut layer = layer().policy(RetryPolicy::new().no_gates());
     if !keys_on {
-        layer = layer.policy(RetryPolicy::new().no_idempotency_key());
+        layer = layer.policy(RetryPolicy::new().idempotency_key(None));
     }
     let svc = layer.layer(client());
     let calls = (0..requests).map(|i| {
@@ -338,7 +339,7 @@ async fn a_route_without_keys_sends_none_and_does_not_repeat_its_posts() {
         .policy(base().idempotency_key(IdempotencyKey::default()))
         .route(
             RouteMatch::post().path_prefix("/legacy"),
-            base().no_idempotency_key(),
+            base().idempotency_key(None),
         );
 
     let mock = Mock::statuses(&[503]);
@@ -364,14 +365,16 @@ async fn a_route_without_keys_sends_none_and_does_not_repeat_its_posts() {
 
 #[tokio::test(start_paused = true)]
 async fn a_routes_own_key_applies_when_the_layer_has_none() {
-    let layer = RetryLayer::new().policy(base().no_idempotency_key()).route(
-        RouteMatch::post().host("pay.example"),
-        base().idempotency_key(
-            IdempotencyKey::default()
-                .header_name(HeaderName::from_static("x-pay-key"))
-                .raw(),
-        ),
-    );
+    let layer = RetryLayer::new()
+        .policy(base().idempotency_key(None))
+        .route(
+            RouteMatch::post().host("pay.example"),
+            base().idempotency_key(
+                IdempotencyKey::default()
+                    .header_name(HeaderName::from_static("x-pay-key"))
+                    .raw(),
+            ),
+        );
 
     let mock = Mock::statuses(&[503]);
     let response = layer
@@ -413,7 +416,7 @@ async fn a_request_policy_without_keys_overrides_the_layers_keys() {
     let layer = RetryLayer::new().policy(base().idempotency_key(IdempotencyKey::default()));
     let mock = Mock::statuses(&[503]);
     let mut req = request(Method::POST, "http://h/orders", b"1");
-    req.extensions_mut().insert(base().no_idempotency_key());
+    req.extensions_mut().insert(base().idempotency_key(None));
     let response = layer.layer(mock.clone()).oneshot(req).await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(mock.calls(), 1);
@@ -424,14 +427,14 @@ async fn a_request_policy_without_keys_overrides_the_layers_keys() {
 #[tokio::test(start_paused = true)]
 async fn a_request_policy_without_keys_overrides_its_routes_keys() {
     let layer = RetryLayer::new()
-        .policy(RetryPolicy::new().no_idempotency_key())
+        .policy(RetryPolicy::new().idempotency_key(None))
         .route(
             RouteMatch::post(),
             base().idempotency_key(IdempotencyKey::default()),
         );
     let mock = Mock::statuses(&[503]);
     let mut req = request(Method::POST, "http://h/orders", b"1");
-    req.extensions_mut().insert(base().no_idempotency_key());
+    req.extensions_mut().insert(base().idempotency_key(None));
     let response = layer.layer(mock.clone()).oneshot(req).await.unwrap();
     assert_eq!(mock.calls(), 1);
     assert_eq!(has_header(&mock, "idempotency-key"), [false]);
@@ -440,7 +443,7 @@ async fn a_request_policy_without_keys_overrides_its_routes_keys() {
 
 #[tokio::test(start_paused = true)]
 async fn a_request_policy_with_its_own_key_gets_one_when_the_layer_has_none() {
-    let layer = RetryLayer::new().policy(base().no_idempotency_key());
+    let layer = RetryLayer::new().policy(base().idempotency_key(None));
     let mock = Mock::statuses(&[503, 502]);
     let mut req = request(Method::PATCH, "http://h/orders/1", b"{}");
     req.extensions_mut().insert(
@@ -509,7 +512,7 @@ async fn an_assumed_idempotent_request_policy_is_retried_without_a_key() {
 async fn a_callers_key_counts_under_a_policy_without_keys() {
     let layer = RetryLayer::new()
         .policy(base())
-        .route(RouteMatch::post(), base().no_idempotency_key());
+        .route(RouteMatch::post(), base().idempotency_key(None));
     let mock = Mock::statuses(&[503]);
     let mut req = request(Method::POST, "http://h/orders", b"1");
     req.headers_mut()

@@ -5,6 +5,7 @@
 #![cfg(feature = "tracing")]
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -12,9 +13,7 @@ use std::time::Duration;
 
 use common::{Mock, Reply, get};
 use tower::Layer;
-use tower_http_retry::classify::{
-    Classification, FailureKind, Outcome, ProtocolCode, Recognized, RetryReason,
-};
+use tower_http_retry::classify::{Classification, FailureKind, Outcome, Recognized, RetryReason};
 use tower_http_retry::{
     Backoff, Hedging, Jitter, RetryBudget, RetryLayer, RetryPolicy, StopReason, Throttle,
 };
@@ -237,12 +236,14 @@ async fn a_transparent_retry_and_a_protocol_code_read_as_such() {
 
     // A protocol's classifier (gRPC's, say) names its code, and the server's hint is
     // named when it set the wait.
-    const UNAVAILABLE: ProtocolCode =
-        ProtocolCode::new("gRPC", 14, "UNAVAILABLE", FailureKind::Transient);
+    const UNAVAILABLE: RetryReason = RetryReason::Code {
+        protocol: "gRPC",
+        value: 14,
+        name: "UNAVAILABLE",
+        kind: FailureKind::Transient,
+    };
     let unavailable = |_: &http::request::Parts, outcome: Outcome<'_>| match outcome {
-        Outcome::Response { status, .. } if status == 503 => {
-            Classification::Retry(RetryReason::Code(UNAVAILABLE))
-        }
+        Outcome::Response { status, .. } if status == 503 => Classification::Retry(UNAVAILABLE),
         _ => Classification::Success,
     };
     let busy = Reply::Headers(503, vec![("retry-after", "2".to_owned())]);

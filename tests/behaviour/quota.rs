@@ -3,6 +3,7 @@
 //! first-try success adds the reward; the balances are exact.
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ fn policy(attempts: u32) -> RetryPolicy {
 /// transient error pay for 50 retries, so an always-failing request makes 51 attempts.
 #[tokio::test(start_paused = true)]
 async fn the_quota_runs_out_before_the_attempts_do() {
-    let quota = RetryQuota::aws_standard();
+    let quota = RetryQuota::default();
     let mock = Mock::statuses(&[503; 200]);
     let client = RetryLayer::new()
         .policy(RetryPolicy::new().no_gates().gate(quota.clone()))

@@ -3,6 +3,7 @@
 //! time.
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -260,10 +261,9 @@ async fn readiness_is_bounded_by_the_attempt_timeout_without_a_deadline() {
         .get_ref()
         .downcast_ref::<ServiceNotReady>()
         .unwrap_or_else(|| panic!("not a ServiceNotReady: {error}"));
-    assert_eq!(
-        (not_ready.attempt(), not_ready.timeout()),
-        (2, Duration::from_secs(2))
-    );
+    assert_eq!(not_ready.timeout(), Duration::from_secs(2));
+    // The retry that was not sent: attempt 2, the record's last.
+    assert_eq!(error.info().attempts() + 1, 2);
     assert!(!error.get_ref().is::<AttemptTimedOut>(), "{error}");
     let info = error.info();
     assert_eq!(info.stop(), StopReason::ServiceNotReady);
@@ -333,7 +333,7 @@ async fn retries_carry_their_attempt_number() {
             Some(Attempt::new(3, 2, None, AttemptKind::Retry)),
         ]
     );
-    assert_eq!(seen[2].unwrap().resend_count(), 2);
+    assert_eq!(seen[2].unwrap().number - 1, 2);
 }
 
 /// A service that fails to get ready with an error a client module recognised: the caller

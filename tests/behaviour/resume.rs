@@ -11,13 +11,13 @@ use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 use tower::{BoxError, Layer, ServiceExt};
 use tower_http_retry::{
-    AttemptKind, Backoff, Jitter, ReplayBody, ResumeBody, ResumeError, ResumeInfo, RetryBudget,
+    AttemptKind, Backoff, Jitter, ReplayBody, ResumeBody, ResumeInfo, RetryBudget, RetryError,
     RetryLayer, RetryPolicy, RouteMatch, StopReason, classify::RetryReason,
 };
 
 use crate::common::files::{Cut, File, FileBody, FileServer};
 
-type Client = tower_http_retry::Resume<FileServer>;
+type Client = tower_http_retry::Retry<FileServer, tower_http_retry::Resume>;
 
 fn client(layer: RetryLayer, files: &FileServer) -> Client {
     layer
@@ -67,9 +67,10 @@ async fn download(
 fn stop(end: Result<(), BoxError>) -> StopReason {
     let error = end.expect_err("the body ends with an error");
     error
-        .downcast_ref::<ResumeError>()
-        .expect("a ResumeError")
-        .reason()
+        .downcast_ref::<RetryError>()
+        .expect("a RetryError")
+        .info()
+        .stop()
 }
 
 #[tokio::test(start_paused = true)]
@@ -145,6 +146,61 @@ async fn a_changed_etag_mid_download_ends_the_body_never_spliced() {
     // The server saw another validator and answered 200 with the new file.
     assert_eq!(stop(end), StopReason::RepresentationChanged);
     assert_eq!(bytes, File::new(1000).content[..300]);
+    assert_eq!(info.continuations().len(), 1);
+}
+
+/// A body that cannot be continued ends with the layer's one error: the request's record,
+/// the continuations booked in it as retries, why it stopped, and the body's last failure
+/// as its source.
+#[tokio::test(start_paused = true)]
+async fn a_body_not_continued_ends_with_the_requests_record() {
+    let mut v2 = File::new(1000);
+    v2.etag = Some("\"v2\"");
+    v2.content = vec![7u8; 1000].into();
+    // The body cut after 300 bytes, the continuation answered with another file.
+    let files = FileServer::new(File::new(1000), &[Cut::After(300)]).replace_after(1, v2);
+    let (_, end, _) = download(client(RetryLayer::new(), &files), get("http://h/file")).await;
+    let error = end.unwrap_err();
+    let error = error
+        .downcast_ref::<RetryError>()
+        .expect("the layer's error");
+    let info = error.info();
+    assert_eq!(info.stop(), StopReason::RepresentationChanged);
+    // The head's attempt and the continuation, which got the other file's 200.
+    assert_eq!(info.attempts(), 2, "{info:?}");
+    let kinds: Vec<_> = info.retries().iter().map(|r| r.kind).collect();
+    assert_eq!(kinds, [AttemptKind::Continuation]);
+    assert_eq!(info.retries()[0].reason, RetryReason::ConnectionClosed);
+    let outcomes: Vec<_> = info.outcomes().collect();
+    let ok = tower_http_retry::AttemptOutcome::Response(http::StatusCode::OK);
+    assert_eq!(outcomes, [ok, ok]);
+    // The body's own failure is the source, and the message says why it stopped.
+    assert_eq!(
+        error
+            .get_ref()
+            .downcast_ref::<std::io::Error>()
+            .map(|e| e.kind()),
+        Some(std::io::ErrorKind::ConnectionReset)
+    );
+    assert!(
+        error
+            .to_string()
+            .ends_with("(after 2 attempt(s); stopped: representation changed)"),
+        "{error}"
+    );
+}
+
+/// The resumable mode is the same layer: it is configured before or after `resume()`.
+#[tokio::test(start_paused = true)]
+async fn a_resumable_layer_is_configured_after_resume_too() {
+    let files = FileServer::new(File::new(1000), &[Cut::After(100); 10]);
+    let client: Client = RetryLayer::new()
+        .resume()
+        .policy(RetryPolicy::new().max_continuations(1))
+        .layer(files.clone());
+    let (bytes, end, info) = download(client, get("http://h/file")).await;
+    assert_eq!(stop(end), StopReason::MaxContinuations);
+    assert_eq!(bytes, files.content()[..200]);
     assert_eq!(info.continuations().len(), 1);
 }
 
@@ -381,7 +437,7 @@ async fn a_route_or_a_request_turns_resumption_off() {
         .await
         .unwrap();
     assert!(response.extensions().get::<ResumeInfo>().is_none());
-    assert!(response.body().info().is_none());
+    assert!(response.extensions().get::<ResumeInfo>().is_none());
     let (bytes, end) = read(response.into_body()).await;
     // The inner body's own error, passed through.
     assert!(end.unwrap_err().downcast_ref::<std::io::Error>().is_some());
@@ -405,7 +461,7 @@ async fn only_a_get_is_resumed() {
         .body(Full::new(Bytes::new()))
         .unwrap();
     let response = client.oneshot(request).await.unwrap();
-    assert!(response.body().info().is_none());
+    assert!(response.extensions().get::<ResumeInfo>().is_none());
     assert!(files.seen()[0].get("accept-encoding").is_none());
 }
 
@@ -421,7 +477,10 @@ async fn suffix_and_multiple_ranges_are_not_resumed() {
             .oneshot(request)
             .await
             .unwrap();
-        assert!(response.body().info().is_none(), "{range}");
+        assert!(
+            response.extensions().get::<ResumeInfo>().is_none(),
+            "{range}"
+        );
     }
 }
 
@@ -432,7 +491,7 @@ async fn the_record_stays_readable_after_the_body_is_gone() {
         .oneshot(get("http://h/file"))
         .await
         .unwrap();
-    let info = response.body().info().cloned().unwrap();
+    let info = response.extensions().get::<ResumeInfo>().cloned().unwrap();
     let same = response.extensions().get::<ResumeInfo>().cloned().unwrap();
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(body.len(), 1000);
@@ -592,8 +651,8 @@ async fn a_continuation_the_deadline_cuts_off_ends_the_body() {
     let start = Instant::now();
     let (bytes, end) = read(response.into_body()).await;
     let error = end.unwrap_err();
-    let error = error.downcast_ref::<ResumeError>().unwrap();
-    assert_eq!(error.reason(), StopReason::Deadline);
+    let error = error.downcast_ref::<RetryError>().unwrap();
+    assert_eq!(error.info().stop(), StopReason::Deadline);
     let source = std::error::Error::source(error).unwrap();
     assert!(
         source.is::<tower_http_retry::DeadlineExceeded>(),

@@ -295,7 +295,7 @@ async fn a_service_that_is_not_ready_is_not_called() {
 #[tokio::test(start_paused = true)]
 async fn post_without_a_key_is_not_retried_after_a_503() {
     let mock = Mock::statuses(&[503, 200]);
-    let layer = fixed(3).policy(RetryPolicy::new().no_idempotency_key());
+    let layer = fixed(3).policy(RetryPolicy::new().idempotency_key(None));
     let response = layer
         .layer(mock.clone())
         .oneshot(request(Method::POST, "http://h/orders", b"{}"))
@@ -310,7 +310,7 @@ async fn post_without_a_key_is_not_retried_after_a_503() {
 #[tokio::test(start_paused = true)]
 async fn post_without_a_key_is_retried_after_a_connect_error() {
     let mock = Mock::new([io_error(io::ErrorKind::ConnectionRefused)]);
-    let layer = fixed(3).policy(RetryPolicy::new().no_idempotency_key());
+    let layer = fixed(3).policy(RetryPolicy::new().idempotency_key(None));
     let response = layer
         .layer(mock.clone())
         .oneshot(request(Method::POST, "http://h/orders", b"{\"n\":1}"))
@@ -327,7 +327,7 @@ async fn post_without_a_key_is_retried_after_a_connect_error() {
 #[tokio::test(start_paused = true)]
 async fn post_without_a_key_is_not_retried_after_a_reset() {
     let mock = Mock::new([io_error(io::ErrorKind::ConnectionReset)]);
-    let layer = fixed(3).policy(RetryPolicy::new().no_idempotency_key());
+    let layer = fixed(3).policy(RetryPolicy::new().idempotency_key(None));
     let err = layer
         .layer(mock.clone())
         .oneshot(request(Method::POST, "http://h/orders", b"{}"))
@@ -343,7 +343,7 @@ async fn post_with_the_callers_key_is_retried_and_the_key_kept() {
     req.headers_mut()
         .insert("idempotency-key", "caller-key-1".parse().unwrap());
     let response = fixed(3)
-        .policy(RetryPolicy::new().no_idempotency_key())
+        .policy(RetryPolicy::new().idempotency_key(None))
         .layer(mock.clone())
         .oneshot(req)
         .await

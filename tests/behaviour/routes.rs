@@ -2,6 +2,7 @@
 //! matches, and what its policy is laid over (the layer's) and under (the request's own).
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -206,7 +207,7 @@ async fn a_routes_policy_keeps_the_layers_settings_it_does_not_turn_off() {
         // Turns the layer's attempt timeout off: no attempt timeout.
         .route(
             RouteMatch::get().path_prefix("/bare"),
-            RetryPolicy::default().no_attempt_timeout(),
+            RetryPolicy::default().attempt_timeout(None),
         )
         // Sets its attempts only: the layer's attempt timeout too.
         .route(
@@ -235,7 +236,9 @@ async fn a_routes_policy_keeps_the_layers_settings_it_does_not_turn_off() {
     let timed_out = common::last(&error)
         .downcast_ref::<AttemptTimedOut>()
         .expect("{error}");
-    assert_eq!(timed_out.attempt(), 3, "the route's 3 attempts");
+    let retry = error.downcast_ref::<RetryError>().expect("{error}");
+    assert_eq!(retry.info().attempts(), 3, "the route's 3 attempts");
+    assert_eq!(retry.info().returned(), Some(3));
     assert_eq!(
         timed_out.timeout(),
         Duration::from_secs(1),
@@ -288,7 +291,7 @@ fn info<B>(response: &Response<B>) -> &RetryInfo {
 }
 
 /// A route that sets its attempts alone runs within the layer's deadline (routes used to
-/// start from the crate's defaults, with no deadline); `no_deadline()` takes it away.
+/// start from the crate's defaults, with no deadline); `deadline(None)` takes it away.
 #[tokio::test(start_paused = true)]
 async fn a_route_inherits_the_layers_deadline_unless_it_turns_it_off() {
     let layer = RetryLayer::new()
@@ -303,7 +306,7 @@ async fn a_route_inherits_the_layers_deadline_unless_it_turns_it_off() {
         )
         .route(
             RouteMatch::get().path_prefix("/unbounded"),
-            RetryPolicy::new().max_attempts(5).no_deadline(),
+            RetryPolicy::new().max_attempts(5).deadline(None),
         );
     let always_503 = || counting(Duration::from_millis(400), |_| Ok(503));
 
@@ -325,7 +328,7 @@ async fn a_route_inherits_the_layers_deadline_unless_it_turns_it_off() {
         .downcast_ref::<DeadlineExceeded>()
         .expect("{error}");
     assert_eq!(
-        (deadline.deadline(), deadline.attempts()),
+        (deadline.deadline(), retry.info().attempts()),
         (Duration::from_secs(1), 3)
     );
 
@@ -434,7 +437,14 @@ async fn never_in_a_request_turns_off_its_routes_hedging_and_transparent_retries
         .await
         .unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 3);
-    assert_eq!(info(&response).hedges(), 2);
+    assert_eq!(
+        info(&response)
+            .retries()
+            .iter()
+            .filter(|r| r.kind == tower_http_retry::AttemptKind::Hedge)
+            .count(),
+        2
+    );
     let (calls, server) = refused_then_200();
     let response = layer
         .layer(server)
@@ -459,7 +469,14 @@ async fn never_in_a_request_turns_off_its_routes_hedging_and_transparent_retries
     assert_eq!(start.elapsed(), Duration::from_millis(400));
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(
-        (info(&response).hedges(), info(&response).stop()),
+        (
+            info(&response)
+                .retries()
+                .iter()
+                .filter(|r| r.kind == tower_http_retry::AttemptKind::Hedge)
+                .count(),
+            info(&response).stop()
+        ),
         (0, StopReason::Disabled)
     );
     let (calls, server) = refused_then_200();

@@ -1,6 +1,7 @@
 //! Retry-After, the overall deadline and per-attempt timeouts, under paused time.
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::time::{Duration, SystemTime};
 
@@ -10,8 +11,8 @@ use tokio::time::Instant;
 use tower::Layer;
 use tower_http_retry::classify::RetryReason;
 use tower_http_retry::{
-    AttemptTimedOut, Backoff, DeadlineExceeded, Jitter, RetryInfo, RetryLayer, RetryPolicy,
-    StopReason,
+    AttemptTimedOut, Backoff, DeadlineExceeded, Jitter, RetryError, RetryInfo, RetryLayer,
+    RetryPolicy, StopReason,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -192,7 +193,8 @@ async fn an_attempt_in_flight_at_the_deadline_is_dropped() {
         .downcast_ref::<DeadlineExceeded>()
         .expect("DeadlineExceeded");
     assert_eq!(deadline.deadline(), Duration::from_secs(1));
-    assert_eq!(deadline.attempts(), 1);
+    let retry = err.downcast_ref::<RetryError>().expect("the layer's error");
+    assert_eq!(retry.info().attempts(), 1);
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(mock.calls(), 1);
 }
@@ -232,7 +234,11 @@ async fn the_last_timeout_is_returned_as_attempt_timed_out() {
     let timed_out = common::last(&err)
         .downcast_ref::<AttemptTimedOut>()
         .expect("AttemptTimedOut");
-    assert_eq!((timed_out.attempt(), timed_out.timeout()), (2, 300 * MS));
+    let retry = err.downcast_ref::<RetryError>().expect("the layer's error");
+    assert_eq!(
+        (retry.info().returned(), timed_out.timeout()),
+        (Some(2), 300 * MS)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -258,7 +264,7 @@ async fn an_attempt_gets_at_most_the_time_left() {
 async fn a_post_that_timed_out_without_a_key_is_not_retried() {
     let mock = Mock::new([slow_200()]);
     let err = layer(policy(100).attempt_timeout(Duration::from_secs(1)))
-        .policy(RetryPolicy::new().no_idempotency_key())
+        .policy(RetryPolicy::new().idempotency_key(None))
         .layer(mock.clone())
         .oneshot(common::request(http::Method::POST, "http://h/", b"x"))
         .await

@@ -1,6 +1,7 @@
 // A hyper-util client built for the caller's body, not for `ReplayBody` of it: the inner
 // service of `Retry` must take `Request<ReplayBody<B>>`. Every line marked `ERROR` must be
-// reported with the `InnerService` message (tests/compile_fail.rs).
+// reported with the `InnerService` message, and the line marked `E0599` as a method whose
+// bounds `Retry` does not meet (tests/compile_fail.rs).
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -35,6 +36,7 @@ fn main() {
         .unwrap();
 
     send(client.clone()); // ERROR
-    let _ = client.clone().oneshot(second); // ERROR
+    // tower's method syntax: E0599, the method's bounds not met, naming `Retry`.
+    let _ = client.clone().oneshot(second); // E0599
     let _ = ServiceExt::oneshot(client, request); // ERROR
 }

@@ -17,6 +17,7 @@
 //! test fails under `CI=true`, and elsewhere says on the terminal that it skipped.
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::collections::HashMap;
 use std::pin::Pin;

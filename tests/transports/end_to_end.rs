@@ -2,6 +2,7 @@
 #![allow(clippy::disallowed_types)] // measures real time with std's clock
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::time::Duration;
 
@@ -76,7 +77,7 @@ async fn a_keyless_post_is_not_retried_after_a_closed_connection() {
     })
     .await;
     let svc = quick(3)
-        .policy(RetryPolicy::new().no_idempotency_key())
+        .policy(RetryPolicy::new().idempotency_key(None))
         .layer(client());
     let req = Request::post(server.url("/orders"))
         .body(Full::new(Bytes::from_static(b"{}")))
@@ -99,7 +100,7 @@ async fn a_keyless_post_is_retried_when_the_connection_was_refused() {
         .port();
     let layer = RetryLayer::new().policy(
         RetryPolicy::default()
-            .no_idempotency_key()
+            .idempotency_key(None)
             .max_attempts(3)
             .backoff(
                 Backoff::exponential(Duration::from_millis(150), Duration::from_secs(1))

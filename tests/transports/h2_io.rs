@@ -10,6 +10,7 @@
 //! Every case runs on both runtimes, awaited directly and from spawned tasks.
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -175,7 +176,7 @@ fn layer(keys: bool) -> RetryLayer {
     if keys {
         layer
     } else {
-        layer.policy(RetryPolicy::new().no_idempotency_key())
+        layer.policy(RetryPolicy::new().idempotency_key(None))
     }
 }
 

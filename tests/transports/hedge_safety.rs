@@ -10,6 +10,7 @@
 //!   cap (an exact length, or an upper bound), and the server gets that body once, whole.
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -235,7 +236,14 @@ async fn sent_once(proto: Proto, write: Write, run: usize) {
         "{context}: {info:?}"
     );
     assert_eq!(
-        (info.attempts(), info.hedges(), info.first()),
+        (
+            info.attempts(),
+            info.retries()
+                .iter()
+                .filter(|r| r.kind == tower_http_retry::AttemptKind::Hedge)
+                .count(),
+            info.outcomes().next().unwrap()
+        ),
         (1, 0, AttemptOutcome::Response(response.status())),
         "{context}: {info:?}"
     );
@@ -279,9 +287,12 @@ async fn hedged_when_assumed(proto: Proto, write: Write, run: usize) {
     assert_eq!(
         (
             info.attempts(),
-            info.hedges(),
+            info.retries()
+                .iter()
+                .filter(|r| r.kind == tower_http_retry::AttemptKind::Hedge)
+                .count(),
             info.returned(),
-            info.first()
+            info.outcomes().next().unwrap()
         ),
         (2, 1, Some(2), AttemptOutcome::Cancelled),
         "{context}: {info:?}"
@@ -541,7 +552,14 @@ where
         "{context}: answered after {elapsed:?}, not by a hedge at its delay: {info:?}"
     );
     assert_eq!(
-        (info.hedges(), info.returned(), info.first()),
+        (
+            info.retries()
+                .iter()
+                .filter(|r| r.kind == tower_http_retry::AttemptKind::Hedge)
+                .count(),
+            info.returned(),
+            info.outcomes().next().unwrap()
+        ),
         (1, Some(2), AttemptOutcome::Cancelled),
         "{context}: {info:?}"
     );

@@ -211,7 +211,7 @@ fn keyless_posts_are_never_applied_twice_against_nginx_over_http2() {
         // stands between a GOAWAY and a second copy of a POST.
         let layer = RetryLayer::new().policy(
             RetryPolicy::default()
-                .no_idempotency_key()
+                .idempotency_key(None)
                 .no_gates()
                 .max_attempts(10)
                 // hyper-util's HTTP/2 client leaves an odd request unanswered in a GOAWAY

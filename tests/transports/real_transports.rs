@@ -9,6 +9,7 @@
 //! whole body), and no keyless POST is applied twice by the server.
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::time::Duration;
 

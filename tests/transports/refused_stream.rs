@@ -14,6 +14,7 @@
 //! runtimes, awaited directly and from spawned tasks, `RUNS` times each way.
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

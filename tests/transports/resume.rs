@@ -14,7 +14,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::{
-    Backoff, ReplayBody, Resume, ResumeError, ResumeInfo, RetryLayer, RetryPolicy, StopReason,
+    Backoff, ReplayBody, Resume, ResumeInfo, Retry, RetryError, RetryLayer, RetryPolicy, StopReason,
 };
 
 use crate::common::files::{Cut, File, FileServer, serve_files};
@@ -22,11 +22,11 @@ use crate::common::files::{Cut, File, FileServer, serve_files};
 type Body = BoxBody<Bytes, BoxError>;
 type HyperClient = Client<HttpConnector, ReplayBody<Body>>;
 
-fn client(policy: RetryPolicy) -> Resume<HyperClient> {
+fn client(policy: RetryPolicy) -> Retry<HyperClient, Resume> {
     client_over(policy, false)
 }
 
-fn client_over(policy: RetryPolicy, h2: bool) -> Resume<HyperClient> {
+fn client_over(policy: RetryPolicy, h2: bool) -> Retry<HyperClient, Resume> {
     let backoff = Backoff::exponential(Duration::from_millis(5), Duration::from_millis(20));
     RetryLayer::new()
         .policy(RetryPolicy::new().backoff(backoff))
@@ -47,7 +47,7 @@ fn get(url: &str) -> Request<Body> {
 
 /// Downloads `url`: the bytes, how the body ended, and its record.
 async fn download(
-    client: Resume<HyperClient>,
+    client: Retry<HyperClient, Resume>,
     url: String,
 ) -> (Bytes, Result<(), BoxError>, ResumeInfo) {
     download_request(client, get(&url)).await
@@ -55,7 +55,7 @@ async fn download(
 
 /// Sends `request` and reads the body: the bytes, how the body ended, and its record.
 async fn download_request(
-    mut client: Resume<HyperClient>,
+    mut client: Retry<HyperClient, Resume>,
     request: Request<Body>,
 ) -> (Bytes, Result<(), BoxError>, ResumeInfo) {
     let response = client.ready().await.unwrap().call(request).await.unwrap();
@@ -129,8 +129,8 @@ async fn a_file_replaced_mid_download_is_never_spliced(spawned: bool) {
         false => work.await,
     };
     let error = end.unwrap_err();
-    let error = error.downcast_ref::<ResumeError>().expect("a ResumeError");
-    assert_eq!(error.reason(), StopReason::RepresentationChanged);
+    let error = error.downcast_ref::<RetryError>().expect("a RetryError");
+    assert_eq!(error.info().stop(), StopReason::RepresentationChanged);
     // Only bytes of the old file: its first 40,000.
     assert_eq!(bytes, File::new(100_000).content.slice(..40_000));
 }
@@ -169,9 +169,10 @@ async fn run<T: Send + 'static>(
 fn reason(end: Result<(), BoxError>) -> StopReason {
     let error = end.unwrap_err();
     error
-        .downcast_ref::<ResumeError>()
-        .unwrap_or_else(|| panic!("a ResumeError: {error}"))
-        .reason()
+        .downcast_ref::<RetryError>()
+        .unwrap_or_else(|| panic!("a RetryError: {error}"))
+        .info()
+        .stop()
 }
 
 /// A server that ignores `Range` answers the continuation with a 200 of the whole file and
@@ -439,6 +440,6 @@ fn the_body_and_the_future_are_send_and_the_body_sync() {
     fn send_sync<T: Send + Sync>() {}
     fn send<T: Send>() {}
     send_sync::<tower_http_retry::ResumeBody<hyper::body::Incoming>>();
-    send_sync::<Resume<HyperClient>>();
-    send::<<Resume<HyperClient> as Service<Request<Body>>>::Future>();
+    send_sync::<Retry<HyperClient, Resume>>();
+    send::<<Retry<HyperClient, Resume> as Service<Request<Body>>>::Future>();
 }

@@ -27,7 +27,7 @@ use hyper_util::rt::TokioExecutor;
 use sha2::{Digest, Sha256};
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::{
-    Backoff, ReplayBody, Resume, ResumeBody, ResumeError, ResumeInfo, ResumeLayer, RetryBudget,
+    Backoff, ReplayBody, Resume, ResumeBody, ResumeInfo, Retry, RetryBudget, RetryError,
     RetryLayer, RetryPolicy, StopReason,
 };
 
@@ -44,7 +44,7 @@ const KERNEL_SLACK_PER_CUT: u64 = 2 * (2 * 16 * 1024);
 
 /// The resuming layer: at most 10 continuations per body, short backoffs, and `policy`
 /// over them.
-fn layer(policy: RetryPolicy) -> ResumeLayer {
+fn layer(policy: RetryPolicy) -> RetryLayer<Resume> {
     RetryLayer::new()
         .policy(
             RetryPolicy::new()
@@ -69,7 +69,7 @@ fn hyper_client(http2: bool, pooled: bool) -> HyperClient {
 }
 
 /// The resuming layer over a hyper-util client.
-fn client(http2: bool, pooled: bool) -> Resume<HyperClient> {
+fn client(http2: bool, pooled: bool) -> Retry<HyperClient, Resume> {
     layer(RetryPolicy::new()).layer(hyper_client(http2, pooled))
 }
 
@@ -103,7 +103,7 @@ async fn read_all(mut body: ResumeBody<hyper::body::Incoming>) -> (Vec<u8>, Opti
 }
 
 /// Downloads `url` whole: its bytes and its record (panics if the body ends with an error).
-async fn download(mut client: Resume<HyperClient>, url: String) -> (Vec<u8>, ResumeInfo) {
+async fn download(mut client: Retry<HyperClient, Resume>, url: String) -> (Vec<u8>, ResumeInfo) {
     let response = client.ready().await.unwrap().call(get(&url)).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let info = response.extensions().get::<ResumeInfo>().cloned().unwrap();
@@ -307,7 +307,7 @@ async fn cut_http2(spawned: bool) {
 /// The file replaced by an atomic rename while three downloads through a proxy that never
 /// cuts and three through one that cuts every connection are in the middle of it: the first
 /// three end with the old file whole (nginx keeps the old one open), the others with a
-/// `ResumeError` naming a changed representation, holding only old bytes.
+/// `RetryError` naming a changed representation, holding only old bytes.
 async fn replaced_file(http2: bool, spawned: bool) {
     let Some(binary) = nginx::binary("a_file_renamed_over_mid_nginx_download") else {
         return;
@@ -401,9 +401,9 @@ async fn replaced_file(http2: bool, spawned: bool) {
         } else {
             let error = end.expect("cut after the rename: an error");
             let error = error
-                .downcast_ref::<ResumeError>()
-                .unwrap_or_else(|| panic!("a ResumeError: {error}"));
-            assert_eq!(error.reason(), StopReason::RepresentationChanged);
+                .downcast_ref::<RetryError>()
+                .unwrap_or_else(|| panic!("a RetryError: {error}"));
+            assert_eq!(error.info().stop(), StopReason::RepresentationChanged);
             assert!(
                 bytes.len() < old.len() && bytes[..] == old[..bytes.len()],
                 "cut: only old bytes, a prefix ({} bytes)",

@@ -17,6 +17,7 @@
 //! under hyper is final.
 
 use crate::common;
+use tower::ServiceExt;
 
 use std::future::Future;
 use std::pin::Pin;

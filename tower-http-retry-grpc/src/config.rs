@@ -394,7 +394,7 @@ impl MethodConfig {
                 .max_attempts(retry.max_attempts)
                 .backoff(retry.backoff())
                 .grpc_codes(retry.retryable_status_codes.iter().copied())
-                .no_hedge(),
+                .hedge(None),
             (None, Some(hedging)) => RetryPolicy::new()
                 .max_attempts(hedging.max_attempts)
                 .grpc_codes(hedging.non_fatal_status_codes.iter().copied())
@@ -1260,6 +1260,7 @@ mod tests {
     use super::*;
 
     use proptest::prelude::*;
+    use tower::ServiceExt;
 
     fn json_value() -> impl Strategy<Value = serde_json::Value> {
         let leaf = prop_oneof![

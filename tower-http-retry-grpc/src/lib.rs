@@ -147,7 +147,7 @@ use self::headers::{
 pub use self::headers::{Pushback, pushback, trailers_only_code};
 
 use tower_http_retry::classify::{
-    Classification, Classify, DefaultClassifier, FailureKind, Outcome, ProtocolCode, RetryReason,
+    Classification, Classify, DefaultClassifier, FailureKind, Outcome, RetryReason,
 };
 use tower_http_retry::hints::{Hint, HintSource};
 use tower_http_retry::{Attempt, AttemptHook};
@@ -163,7 +163,7 @@ use tower_http_retry::{RetryLayer, RetryPolicy};
 ///
 /// let reason = grpc::reason(Code::Unavailable);
 /// assert_eq!(reason.to_string(), "gRPC UNAVAILABLE");
-/// assert!(matches!(reason, RetryReason::Code(code) if code.value == 14));
+/// assert!(matches!(reason, RetryReason::Code { value: 14, .. }));
 /// ```
 pub fn reason(code: Code) -> RetryReason {
     let kind = match code {
@@ -171,12 +171,12 @@ pub fn reason(code: Code) -> RetryReason {
         Code::Unavailable | Code::DeadlineExceeded | Code::Aborted => FailureKind::Transient,
         _ => FailureKind::Other,
     };
-    RetryReason::Code(ProtocolCode::new(
-        "gRPC",
-        code as i32,
-        code_name(code),
+    RetryReason::Code {
+        protocol: "gRPC",
+        value: code as i32,
+        name: code_name(code),
         kind,
-    ))
+    }
 }
 
 /// Where the layer records a pushback's wait as coming from.
@@ -287,8 +287,12 @@ pub(crate) fn transport_code(
 ) -> Code {
     match transport {
         RetryReason::ConnectionClosed => reset_code(error).unwrap_or(Code::Unavailable),
-        RetryReason::Code(code) if code.protocol == "gRPC" => Code::from_i32(code.value),
-        RetryReason::Code(_) | RetryReason::Custom(_) => Code::Unknown,
+        RetryReason::Code {
+            protocol: "gRPC",
+            value,
+            ..
+        } => Code::from_i32(value),
+        RetryReason::Code { .. } | RetryReason::Custom(_) => Code::Unknown,
         RetryReason::Status(status) => headers::http_status_code(status),
         _ => Code::Unavailable,
     }
@@ -399,7 +403,7 @@ impl GrpcPolicyExt for RetryPolicy {
             .on_attempt(GrpcMetadata)
             .transparent_retry(true)
             .assume_idempotent(true)
-            .no_idempotency_key()
+            .idempotency_key(None)
     }
 }
 
@@ -544,7 +548,7 @@ mod sealed {
 /// code, Trailers-Only, and counting its attempts.
 #[cfg(test)]
 fn retried_codes(policy: &RetryPolicy) -> Vec<Code> {
-    use tower::Layer;
+    use tower::{Layer, ServiceExt};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -747,7 +751,7 @@ mod tests {
                 "{kind:?}"
             );
         }
-        let attempt = tower_http_retry::AttemptTimedOut::new(Duration::from_secs(1), 1);
+        let attempt = tower_http_retry::AttemptTimedOut::new(Duration::from_secs(1));
         assert_eq!(
             classify_error_with(&[Code::Unavailable], &attempt),
             Classification::Retry(RetryReason::Timeout)
@@ -811,7 +815,7 @@ mod tests {
     /// The record of one call through `policy`, each attempt answered with the next of
     /// `answers`, under paused time.
     fn record(policy: RetryPolicy, answers: Vec<Answer>) -> tower_http_retry::RetryInfo {
-        use tower::Layer;
+        use tower::{Layer, ServiceExt};
         use tower_http_retry::{RetryError, RetryInfo};
         let answers = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(
             answers,

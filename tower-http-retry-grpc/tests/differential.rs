@@ -1173,7 +1173,7 @@ async fn goaway_between_calls_is_not_a_failure() {
                 // counted, where C-core retries it transparently. Rare; bounded below.
                 let went_away = side.name == "layer"
                     && outcome.info.as_ref().is_some_and(|info| {
-                        info.first() == AttemptOutcome::Error
+                        info.outcomes().next().unwrap() == AttemptOutcome::Error
                             && (info.retries().is_empty() && outcome.details.contains("max_age")
                                 || info.retries().first().is_some_and(|r| {
                                     r.reason == tower_http_retry::classify::RetryReason::GoAway

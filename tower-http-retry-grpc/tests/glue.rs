@@ -22,7 +22,7 @@ use common::grpc::{COLLECT, GrpcServer, Step, UNARY, collect, frame, unary, unar
 
 /// A layer that stamps no idempotency key (laid beneath the tests' policies).
 fn keyless() -> RetryLayer {
-    RetryLayer::new().policy(RetryPolicy::new().no_idempotency_key())
+    RetryLayer::new().policy(RetryPolicy::new().idempotency_key(None))
 }
 
 /// status layer, retry layer, body layer, channel: the whole stack.

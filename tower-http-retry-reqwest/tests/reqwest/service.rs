@@ -351,7 +351,7 @@ async fn post_carries_one_key_on_every_attempt() {
 async fn keyless_post_is_not_retried_after_a_reset() {
     let (addr, hits) = resetting_server(|n, _| n == 0).await;
     let svc = quick(3)
-        .policy(RetryPolicy::new().no_idempotency_key())
+        .policy(RetryPolicy::new().idempotency_key(None))
         .layer(ReqwestService::new(client()));
     let request = Request::post(format!("http://{addr}/orders"))
         .body(Full::new(Bytes::from_static(b"{}")))
@@ -371,7 +371,7 @@ async fn keyless_post_is_retried_when_the_connection_was_refused() {
                 Backoff::exponential(Duration::from_millis(150), Duration::from_secs(1))
                     .jitter(Jitter::None),
             )
-            .no_idempotency_key(),
+            .idempotency_key(None),
     );
     let svc = layer.layer(ReqwestService::new(client()));
     let request = Request::post(format!("http://127.0.0.1:{port}/orders"))
@@ -566,7 +566,7 @@ async fn reqwest_timeout_is_retried() {
 async fn keyless_post_is_not_retried_after_a_reqwest_timeout() {
     let server = slow_once(Duration::from_millis(400)).await;
     let svc = quick(3)
-        .policy(RetryPolicy::new().no_idempotency_key())
+        .policy(RetryPolicy::new().idempotency_key(None))
         .layer(ReqwestService::new(client_with_timeout(
             Duration::from_millis(100),
         )));
