@@ -74,8 +74,9 @@
 //! resumable download's peak ever grows by 8 MiB or more (an eighth of the body): the
 //! machinery hands chunks through, it does not hold the body.
 //!
-//! Run: `cargo bench --bench resume` (under a minute: 80 rounds of (a), 20 of (b);
-//! `RESUME_ROUNDS` sets the rounds of (a), (b) runs a quarter as many).
+//! Run: `cargo bench --bench resume` (under a minute on a quiet machine, up to two on a
+//! loaded one: 80 rounds of (a), 20 of (b); `RESUME_ROUNDS` sets the rounds of (a), at most
+//! 1000, and (b) runs a quarter as many). A download that takes over 30 s fails the bench.
 //! `RESUME_PROFILE=<h1|h2>/<case of (a)>` runs only that case's download,
 //! `RESUME_PROFILE_N` times (1 by default), for callgrind.
 #![allow(clippy::disallowed_types)] // measures real time with std's clock
@@ -116,8 +117,13 @@ const SIZE: usize = 64 << 20;
 const FRAME: usize = 64 << 10;
 /// The strong ETag of the one representation.
 const ETAG: &str = "\"resume-bench-64m\"";
-/// A server stops accepting after this many connections.
+/// A server stops accepting after this many connections (a full run opens about 520 to
+/// each; [`MAX_ROUNDS`] rounds about 6 300).
 const MAX_CONNECTIONS: usize = 10_000;
+/// At most this many rounds of (a), whatever `RESUME_ROUNDS` says.
+const MAX_ROUNDS: usize = 1000;
+/// A download that takes longer fails the bench (one takes 25 to 250 ms here).
+const DOWNLOAD_LIMIT: Duration = Duration::from_secs(30);
 /// Rounds of (a), unless `RESUME_ROUNDS` says otherwise; (b) runs a quarter as many.
 const ROUNDS: usize = 80;
 /// Where a cut connection is cut: 10.75 to 12.75 MiB of the server's bytes.
@@ -607,7 +613,11 @@ where
                 let _guard = runtime.enter();
                 make()
             };
-            runtime.block_on(download(svc, server, &url, check, content))
+            let download = download(svc, server, &url, check, content);
+            let limited = async { tokio::time::timeout(DOWNLOAD_LIMIT, download).await };
+            runtime
+                .block_on(limited)
+                .expect("a download within the limit")
         }),
     }
 }
@@ -950,7 +960,8 @@ fn main() {
     let full = std::env::var("RESUME_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
-        .unwrap_or(ROUNDS);
+        .unwrap_or(ROUNDS)
+        .min(MAX_ROUNDS);
     let rounds = extra_runs(full);
     if rounds == 0 {
         return;
