@@ -4,7 +4,8 @@
 //! per authority, each server counts its own; beside a token budget, a refusal gives the
 //! other's token back; and every count comes back to zero however a request ends (answered,
 //! dropped in each of its states, its service never ready, a panic). The server counts the
-//! retries and hedges it has in hand at once, so the bound is seen where it matters.
+//! retries and hedges it has in hand at once, so the bound is seen where it matters; one
+//! case does the same against a hyper server on 127.0.0.1, in real time.
 
 use crate::common::{self, get};
 
@@ -476,4 +477,63 @@ async fn a_panic_in_the_server_leaves_nothing_counted() {
         assert_eq!(in_flight(&budget), (0, 0), "{later:?}");
         assert_eq!(server.later(), 1);
     }
+}
+
+/// Against a hyper server on 127.0.0.1, in real time: 10 requests at once, each first
+/// attempt answered 503, each retry held for a second by the server. With a place for 2,
+/// the server never holds more than 2 retries, and every request gets either its retry's
+/// 200 or its own 503 back, refused.
+#[tokio::test]
+async fn against_a_real_server_it_never_holds_more_retries_than_the_places() {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+
+    let seen: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let tally: Arc<Tally> = Arc::default();
+    let server = {
+        let (seen, tally) = (Arc::clone(&seen), Arc::clone(&tally));
+        common::server::serve(move |hit| {
+            let first = seen.lock().unwrap().insert(hit.path.clone());
+            let tally = Arc::clone(&tally);
+            async move {
+                if first {
+                    return common::server::respond(503);
+                }
+                tally.later.fetch_add(1, Ordering::SeqCst);
+                let now = tally.in_hand.fetch_add(1, Ordering::SeqCst) + 1;
+                tally.peak.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                tally.in_hand.fetch_sub(1, Ordering::SeqCst);
+                common::server::respond(200)
+            }
+        })
+        .await
+    };
+    let budget = budget(0.0, 2);
+    let client = RetryLayer::new()
+        .policy(retrying(&budget))
+        .layer(common::server::client());
+    let answers = join_all((0..10).map(|i| {
+        let request = get(&server.url(&format!("/items/{i}")));
+        ServiceExt::oneshot(client.clone(), request)
+    }))
+    .await;
+    let mut refused = 0;
+    for answer in answers {
+        let response = answer.unwrap();
+        let info = response.extensions().get::<RetryInfo>().unwrap();
+        match (response.status().as_u16(), info.attempts(), info.stop()) {
+            (200, 2, StopReason::Final) => {}
+            (503, 1, StopReason::BudgetExhausted) => refused += 1,
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    let retried = tally.later.load(Ordering::SeqCst);
+    assert_eq!(retried + refused, 10);
+    assert!(tally.peak.load(Ordering::SeqCst) <= 2);
+    assert!(
+        refused >= 1,
+        "no retry was refused: the server held them one at a time"
+    );
+    assert_eq!(in_flight(&budget), (0, 0));
 }
