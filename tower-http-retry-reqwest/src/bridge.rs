@@ -6,9 +6,13 @@
 // extensions, its timeout), the service called once it is ready, and
 // `reqwest::Response::from` on the answer (which keeps the final URL and the record).
 
+use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
+
+use bytes::Bytes;
+use http_body::Body;
 
 use tower::BoxError;
 use tower_http_retry::classify::Recognized;
@@ -93,7 +97,9 @@ pub trait RequestBuilderExt: sealed::Sealed {
             + 'static,
         S::Error: Into<BoxError>,
         S::Future: Send,
-        RB: Into<::reqwest::Body> + 'static;
+        RB: Body + Send + Sync + 'static,
+        RB::Data: Into<Bytes>,
+        RB::Error: Into<BoxError>;
 }
 
 impl RequestBuilderExt for ::reqwest::RequestBuilder {
@@ -108,7 +114,9 @@ impl RequestBuilderExt for ::reqwest::RequestBuilder {
             + 'static,
         S::Error: Into<BoxError>,
         S::Future: Send,
-        RB: Into<::reqwest::Body> + 'static,
+        RB: Body + Send + Sync + 'static,
+        RB::Data: Into<Bytes>,
+        RB::Error: Into<BoxError>,
     {
         // Built now, so that the future holds no builder (and its client).
         let request = self.build().and_then(http::Request::try_from);
@@ -122,8 +130,28 @@ impl RequestBuilderExt for ::reqwest::RequestBuilder {
                 .call(request)
                 .await
                 .map_err(|error| Error::from(error.into()))?;
-            Ok(::reqwest::Response::from(response))
+            Ok(::reqwest::Response::from(response.map(into_reqwest)))
         }
+    }
+}
+
+/// A response body as reqwest's: a `reqwest::Body` (what `ReqwestService` answers with) as
+/// it is, any other (a resumable layer's `ResumeBody`) wrapped.
+pub(crate) fn into_reqwest<B>(body: B) -> ::reqwest::Body
+where
+    B: Body + Send + Sync + 'static,
+    B::Data: Into<Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let mut body = Some(body);
+    if let Some(body) = (&mut body as &mut dyn Any).downcast_mut::<Option<::reqwest::Body>>() {
+        if let Some(body) = body.take() {
+            return body;
+        }
+    }
+    match body {
+        Some(body) => ::reqwest::Body::wrap(body),
+        None => ::reqwest::Body::from(Bytes::new()),
     }
 }
 

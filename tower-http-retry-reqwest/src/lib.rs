@@ -185,7 +185,7 @@ use tower::BoxError;
 use tower_service::Service;
 
 use tower_http_retry::classify::{Recognized, RetryReason};
-use tower_http_retry::{Attempt, ReplayBody};
+use tower_http_retry::{Attempt, AttemptKind, ReplayBody};
 
 mod bridge;
 #[cfg(feature = "middleware")]
@@ -360,6 +360,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<ReplayBody<B>>) -> Self::Future {
+        let continuation = is_continuation(&request);
         let request = request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body)));
         let state = match to_reqwest(&self.origins, request) {
             Ok(request) => State::Sending {
@@ -367,7 +368,10 @@ where
             },
             Err(error) => State::Failed { error: Some(error) },
         };
-        ResponseFuture { state }
+        ResponseFuture {
+            state,
+            continuation,
+        }
     }
 }
 
@@ -460,6 +464,8 @@ pin_project! {
     pub struct ResponseFuture {
         #[pin]
         state: State,
+        // The layer's continuation of a response body (`RetryLayer::resume`).
+        continuation: bool,
     }
 }
 
@@ -475,10 +481,15 @@ impl Future for ResponseFuture {
     type Output = Result<http::Response<::reqwest::Body>, Recognized>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
+        let this = self.project();
+        match this.state.project() {
             StateProj::Sending { future } => {
                 let response = ready!(future.poll(cx)).map_err(recognized)?;
-                Poll::Ready(Ok(into_http(response)))
+                let mut response = into_http(response);
+                if *this.continuation {
+                    withhold_unproven_range(&mut response);
+                }
+                Poll::Ready(Ok(response))
             }
             StateProj::Failed { error } => Poll::Ready(Err(recognized(
                 error
@@ -534,9 +545,40 @@ impl fmt::Debug for ResponseFuture {
     }
 }
 
+/// Whether `request` is the layer's continuation of a response body that broke.
+pub(crate) fn is_continuation<B>(request: &http::Request<B>) -> bool {
+    request
+        .extensions()
+        .get::<Attempt>()
+        .is_some_and(|attempt| attempt.kind == AttemptKind::Continuation)
+}
+
+/// A continuation's 206 whose bytes cannot be shown to be the range asked for loses its
+/// `Content-Range`, so that the layer does not use it (the body ends with a `RetryError`,
+/// `StopReason::RangeMismatch`).
+///
+/// A reqwest built with `gzip`, `brotli`, `zstd` or `deflate` decompresses a response
+/// whose `Content-Encoding` it knows, whoever asked for the encoding, and removes
+/// `Content-Encoding` and `Content-Length` from its head: the layer then counts decoded
+/// bytes, which a range (counted in the bytes as sent) does not continue, and a 206 it
+/// decoded is a stream cut in the middle, decoded from there. Such a 206 has neither field
+/// left; one that reqwest did not decode has its `Content-Encoding`, or `Content-Length`
+/// (which a server knows for a range of a stored file: nginx sends it). A 206 with neither
+/// is refused, whichever it was: a continuation is accepted only where it provably
+/// continues the bytes handed over.
+fn withhold_unproven_range<B>(response: &mut http::Response<B>) {
+    let headers = response.headers();
+    if response.status() == http::StatusCode::PARTIAL_CONTENT
+        && !headers.contains_key(http::header::CONTENT_LENGTH)
+        && !headers.contains_key(http::header::CONTENT_ENCODING)
+    {
+        response.headers_mut().remove(http::header::CONTENT_RANGE);
+    }
+}
+
 /// `http::Response::from` drops the response's final URL; it is put back where
 /// `reqwest::Response::from` looks for it, so a round trip keeps it.
-fn into_http(response: ::reqwest::Response) -> http::Response<::reqwest::Body> {
+pub(crate) fn into_http(response: ::reqwest::Response) -> http::Response<::reqwest::Body> {
     let url = response.url().clone();
     let mut response = http::Response::from(response);
     if let Ok(marker) = http::Response::builder().url(url).body(()) {
