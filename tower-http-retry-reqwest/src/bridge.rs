@@ -79,6 +79,12 @@ use tower_service::Service;
 /// - **The future** owns a clone of the service (cloning a tower service is what `oneshot`
 ///   callers do anyway; the layer's clones share its budget and records), so it is
 ///   `'static` and can be spawned, and the service stays usable.
+/// - **The service's response body** may be any `Send + Sync` body: a `reqwest::Body`
+///   (a [`ReqwestService`](crate::ReqwestService)'s) is handed over as it is, any other
+///   wrapped with `reqwest::Body::wrap`: a resumable layer's
+///   [`ResumeBody`](tower_http_retry::ResumeBody), read with `bytes()`, `chunk()` or
+///   `bytes_stream()`, goes on across a cut (see
+///   [Resumable downloads](crate#resumable-downloads)).
 /// - **Errors** come back as an [`Error`]: [`Error::as_reqwest`] gives reqwest's own error
 ///   (`is_timeout()`, `is_connect()`, `status()`, ...), [`Error::info`] the record. A
 ///   request reqwest cannot build (a bad URL or header) fails without reaching the service.
@@ -226,7 +232,10 @@ impl Error {
 
     /// The record of what the layer did (attempts, waits, why it stopped), when the
     /// request went through the layer (also below a layer that wraps errors): `None` for
-    /// a request reqwest could not build, or a service without the layer.
+    /// a request reqwest could not build, or a service without the layer. Also the record
+    /// of a body a resumable layer could not continue, from the `reqwest::Error` its read
+    /// (`bytes()`, `chunk()`, ...) failed with: `Error::from(e).info()`, whose
+    /// [`stop`](RetryInfo::stop) says why.
     pub fn info(&self) -> Option<&RetryInfo> {
         match &self.inner {
             Inner::Retry(error) => Some(error.info()),

@@ -127,6 +127,78 @@
 //! RetryLayer  ->  ReqwestService  ->  reqwest::Client (pool, DNS, TLS, redirects)
 //! ```
 //!
+//! # Resumable downloads
+//!
+//! A layer made resumable ([`RetryLayer::resume`](tower_http_retry::RetryLayer::resume))
+//! continues a GET's response body when it breaks, with `Range` from the next byte and
+//! `If-Range`, and uses the answer only where it provably continues the same bytes. Over a
+//! [`ReqwestService`] its body is a [`ResumeBody`](tower_http_retry::ResumeBody);
+//! [`RequestBuilderExt::send_with`] puts it back in a `reqwest::Response`, whose
+//! `bytes()`, `chunk()` and `bytes_stream()` go on across a cut (as do
+//! those of a [`RetryMiddleware`] made resumable with `resume`):
+//!
+//! ```
+//! use tower::Layer;
+//! use tower_http_retry::{ResumeInfo, RetryLayer};
+//! use tower_http_retry_reqwest::{ReqwestService, RequestBuilderExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower_http_retry_reqwest::Error> {
+//! # let addr = serve_cut_once().await;
+//! # let client = reqwest::Client::builder().no_proxy().build()?; // the server is on 127.0.0.1
+//! # /*
+//! let client = reqwest::Client::new();
+//! # */
+//! let service = RetryLayer::new().resume().layer(ReqwestService::new(client.clone()));
+//!
+//! // The server cuts the first answer's connection after 6 of its 11 bytes.
+//! let response = client.get(format!("http://{addr}/file")).send_with(&service).await?;
+//! let info = response.extensions().get::<ResumeInfo>().cloned().unwrap();
+//! assert_eq!(response.bytes().await?, "hello world");
+//! assert_eq!(info.continuations().len(), 1); // `Range: bytes=6-`, `If-Range: "v1"`
+//! # Ok(())
+//! # }
+//! # // A server on 127.0.0.1 that sends "hello " of "hello world" and closes the
+//! # // connection, then answers `Range: bytes=6-` with a 206.
+//! # async fn serve_cut_once() -> std::net::SocketAddr {
+//! #     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//! #     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+//! #     let addr = listener.local_addr().unwrap();
+//! #     tokio::spawn(async move {
+//! #         while let Ok((mut stream, _)) = listener.accept().await {
+//! #             let mut head = Vec::new();
+//! #             while !head.ends_with(b"\r\n\r\n") {
+//! #                 let mut byte = [0u8];
+//! #                 if stream.read(&mut byte).await.unwrap_or(0) == 0 { break; }
+//! #                 head.push(byte[0]);
+//! #             }
+//! #             let ranged = String::from_utf8_lossy(&head).to_ascii_lowercase().contains("range: bytes=6-");
+//! #             let answer: &[u8] = match ranged {
+//! #                 false => b"HTTP/1.1 200 OK\r\netag: \"v1\"\r\ncontent-length: 11\r\n\r\nhello ",
+//! #                 true => b"HTTP/1.1 206 Partial Content\r\netag: \"v1\"\r\ncontent-range: bytes 6-10/11\r\ncontent-length: 5\r\n\r\nworld",
+//! #             };
+//! #             let _ = stream.write_all(answer).await;
+//! #         }
+//! #     });
+//! #     addr
+//! # }
+//! ```
+//!
+//! A body that could not be continued fails reqwest's read with a `reqwest::Error` whose
+//! sources hold the layer's [`RetryError`](tower_http_retry::RetryError): `Error::from`
+//! finds it, and `info().stop()` says why (the file changed, no validator, the limit, ...).
+//!
+//! **Compression.** A resumable request asks for `Accept-Encoding: identity` unless the
+//! caller set one, since ranges count the bytes as sent. A reqwest built with `gzip` (or
+//! `brotli`, `zstd`, `deflate`) decompresses what it knows below the layer, whoever asked,
+//! and removes `Content-Encoding` and `Content-Length`: the layer then counts decoded bytes,
+//! which no range continues. So a continuation answered with a 206 that has neither field
+//! is not used, and the body ends with the layer's error (`StopReason::RangeMismatch`),
+//! never spliced: leave `Accept-Encoding` unset on a resumable download (or turn reqwest's
+//! decompression off for it, `ClientBuilder::no_gzip`, and read the encoded bytes). A
+//! continuation's 206 without `Content-Length` from a server that did not compress (a
+//! streamed range) is refused the same way.
+//!
 //! # Things to know
 //!
 //! - **reqwest's errors are classified like hyper's.** [`ReqwestService`] hands them to the
@@ -215,6 +287,15 @@ pub use self::middleware::RetryMiddleware;
 /// to a `reqwest::Response` with `reqwest::Response::from`, and the layer's error (a
 /// `BoxError`) is read with [`Error::from`]: reqwest's own error is
 /// [`Error::as_reqwest`], the record [`Error::info`].
+///
+/// Under a resumable layer (`RetryLayer::new().resume()`), the answer's body is a
+/// [`ResumeBody`](tower_http_retry::ResumeBody)`<reqwest::Body>`, which
+/// `response.map(reqwest::Body::wrap)` makes reqwest's again (`send_with` does it). Its
+/// continuations come here too, marked as such by the layer
+/// ([`AttemptKind::Continuation`]); a continuation answered 206 with neither
+/// `Content-Length` nor `Content-Encoding`, as reqwest's decompression leaves a body it
+/// decoded, reaches the layer without its `Content-Range`, so it is not used: see
+/// [Resumable downloads](crate#resumable-downloads).
 ///
 /// `B` is the caller's request body type (the layer hands down `ReplayBody<B>`), inferred
 /// from the requests sent. Any body works: a `Full<Bytes>`, a `String`, a stream, a
