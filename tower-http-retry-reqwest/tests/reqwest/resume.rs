@@ -9,7 +9,6 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use http_body_util::{BodyExt, Full};
 use tower::{Layer, ServiceExt};
 use tower_http_retry::{Backoff, ResumeInfo, RetryLayer, RetryPolicy, StopReason};
@@ -317,6 +316,7 @@ async fn read_to_error(mut response: reqwest::Response) -> (Bytes, reqwest::Erro
 #[cfg(feature = "middleware")]
 mod through_the_middleware {
     use super::*;
+    use futures_util::StreamExt;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
