@@ -11,6 +11,8 @@
 //!   quota; per-server gates; the storm example's tables and their arithmetic.
 //! - [`adaptive`]: when a server throttles: the adaptive limiter, client-side throttling and
 //!   the budgets, measured in a 100-client storm.
+//! - [`resume`]: downloads that survive a broken connection: `Range` and `If-Range`, what
+//!   is accepted as a continuation, encodings, the record.
 //! - [`routes`]: per-route policies, and how a route's policy is laid over the layer's.
 //! - [`composing`]: with timeouts and circuit breakers.
 //! - [`hedging`]: hedging slow requests.
@@ -32,6 +34,9 @@ pub mod budgets {}
 
 #[doc = include_str!("guide/adaptive.md")]
 pub mod adaptive {}
+
+#[doc = include_str!("guide/resume.md")]
+pub mod resume {}
 
 #[doc = include_str!("guide/routes.md")]
 pub mod routes {}

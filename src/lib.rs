@@ -160,7 +160,8 @@
 //! defaults](guide::defaults), [idempotency keys](guide::idempotency), [server hints,
 //! deadlines and timeouts](guide::time), [budgets and retry storms](guide::budgets),
 //! [per-route policies](guide::routes), [composing with timeouts and circuit
-//! breakers](guide::composing), [hedging](guide::hedging) and
+//! breakers](guide::composing), [hedging](guide::hedging), [adaptive rate
+//! limiting](guide::adaptive), [resumable downloads](guide::resume) and
 //! [troubleshooting](guide::troubleshooting).
 //!
 //! # Features
@@ -178,7 +179,9 @@
 //!   `http_retry_retries_total` (label `reason`), the counter
 //!   `http_retry_budget_refusals_total` (label `reason`), the counter
 //!   `http_retry_local_refusals_total` (label `stop`: requests a gate that paces first
-//!   attempts did not send, [`LocallyRefused`]) and the histogram `http_retry_wait_seconds`.
+//!   attempts did not send, [`LocallyRefused`]), the counter
+//!   `http_retry_continuations_total` (label `reason`: response bodies continued, with
+//!   [`RetryLayer::resume`]) and the histogram `http_retry_wait_seconds`.
 //! - `test-util`: [`RetryPolicy::rng_seed`], seeded jitter for reproducible tests and
 //!   simulations, and [`Attempt::new`], to test a hook or a service outside the layer.
 //!

@@ -125,6 +125,24 @@ mod imp {
             );
         }
 
+        /// A resumable body ends with an error after `handed` bytes: not continued, for
+        /// `stop`.
+        pub(crate) fn not_continued(
+            log: &Log,
+            head: &http::request::Parts,
+            stop: StopReason,
+            handed: u64,
+        ) {
+            event_at!(
+                log.retries.min(Level::WARN),
+                handed,
+                method = %head.method,
+                uri = %Uri::new(&head.uri, log),
+                "not continuing the response body: {}",
+                stop,
+            );
+        }
+
         /// A gate refused the retry (or hedge) that `reason` called for, after `attempts`
         /// attempts: the request stops there (a hedged one sends no more).
         pub(crate) fn refused(
@@ -314,6 +332,7 @@ mod imp {
             _: u64,
         ) {
         }
+        pub(crate) fn not_continued(_: &Log, _: &http::request::Parts, _: StopReason, _: u64) {}
         pub(crate) fn refused(&self, _: &Log, _: &Head, _: u32, _: &RetryReason, _: StopReason) {}
         pub(crate) fn finish(&self, _: &RetryInfo) {}
     }
@@ -329,22 +348,34 @@ pub(crate) mod names {
     pub(crate) const HEDGES: &str = "http_retry_hedges_total";
     pub(crate) const HEDGE_WINS: &str = "http_retry_hedge_wins_total";
     pub(crate) const LOCAL_REFUSALS: &str = "http_retry_local_refusals_total";
+    pub(crate) const CONTINUATIONS: &str = "http_retry_continuations_total";
 }
 
 /// One retry decided: the metrics (its event is [`Trace::retry`]). A hedge counts as a
-/// hedge, not a retry, and its wait (the time since the attempt before it) is no wait.
+/// hedge, not a retry, and its wait (the time since the attempt before it) is no wait; a
+/// body's continuation counts as a continuation, and its wait as a wait.
 pub(crate) fn retried(record: &RetryRecord) {
     #[cfg(feature = "metrics")]
     {
         if record.kind == crate::AttemptKind::Hedge {
             metrics::counter!(names::HEDGES, "reason" => record.reason.as_str()).increment(1);
+        } else if record.kind == crate::AttemptKind::Continuation {
+            metrics::counter!(names::CONTINUATIONS, "reason" => record.reason.as_str())
+                .increment(1);
+            metrics::histogram!(names::WAIT_SECONDS).record(record.wait.as_secs_f64());
         } else {
             metrics::counter!(names::RETRIES, "reason" => record.reason.as_str()).increment(1);
             metrics::histogram!(names::WAIT_SECONDS).record(record.wait.as_secs_f64());
         }
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (record, names::RETRIES, names::WAIT_SECONDS, names::HEDGES);
+    let _ = (
+        record,
+        names::RETRIES,
+        names::WAIT_SECONDS,
+        names::HEDGES,
+        names::CONTINUATIONS,
+    );
 }
 
 /// A hedged request returned the outcome of attempt `returned` (1 for the first): a win

@@ -1,5 +1,5 @@
 //! The `metrics` feature: retries by reason, budget refusals, the histogram of waits,
-//! hedges and their wins, first attempts refused locally.
+//! hedges and their wins, first attempts refused locally, a body's continuations.
 #![cfg(feature = "metrics")]
 
 mod common;
@@ -94,7 +94,33 @@ async fn retries_refusals_and_waits_are_recorded() {
     );
     assert!(limited.oneshot(get("http://h/")).await.is_err());
 
+    // A body cut once: one continuation, after the first retry's wait (twice the base).
+    let files = common::files::FileServer::new(
+        common::files::File::new(1000),
+        &[common::files::Cut::After(300)],
+    );
+    let resuming = RetryLayer::new()
+        .policy(
+            RetryPolicy::new().backoff(
+                Backoff::exponential(Duration::from_millis(300), Duration::from_secs(1))
+                    .jitter(Jitter::None),
+            ),
+        )
+        .resume()
+        .layer(files);
+    let body = resuming
+        .oneshot(get("http://h/file"))
+        .await
+        .unwrap()
+        .into_body();
+    let bytes = http_body_util::BodyExt::collect(body)
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(bytes.len(), 1000);
+
     let mut retries = Vec::new();
+    let mut continuations = Vec::new();
     let mut hedges = Vec::new();
     let mut local = Vec::new();
     let mut wins = 0;
@@ -117,6 +143,9 @@ async fn retries_refusals_and_waits_are_recorded() {
                 hedges.push((reason.unwrap(), n))
             }
             ("http_retry_hedge_wins_total", DebugValue::Counter(n)) => wins += n,
+            ("http_retry_continuations_total", DebugValue::Counter(n)) => {
+                continuations.push((reason.unwrap(), n))
+            }
             ("http_retry_local_refusals_total", DebugValue::Counter(n)) => {
                 let stop = key.labels().find(|l| l.key() == "stop");
                 local.push((stop.unwrap().value().to_string(), n))
@@ -129,7 +158,8 @@ async fn retries_refusals_and_waits_are_recorded() {
     }
     assert_eq!(retries, [("status_503".to_string(), 1)]);
     assert_eq!(refusals, [("connection_closed".to_string(), 1)]);
-    assert_eq!(waits, [0.2]);
+    assert_eq!(waits, [0.2, 0.6]);
+    assert_eq!(continuations, [("connection_closed".to_string(), 1)]);
     assert_eq!(hedges, [("hedge".to_string(), 1)]);
     assert_eq!(wins, 1);
     assert_eq!(local, [("throttled".to_string(), 1)]);

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::{Buf, Bytes};
 use http::{Response, StatusCode, header, request};
@@ -25,7 +25,8 @@ use crate::backoff::JitterRng;
 use crate::classify::{Classification, RetryReason};
 use crate::config::Plan;
 use crate::decision::{self, Limits, Schedule};
-use crate::gate::{Gates, Ticket};
+use crate::gate::{Gates, Heard, Ticket};
+use crate::hints::Hint;
 use crate::hook::{Attempt, AttemptKind};
 use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
 
@@ -363,7 +364,7 @@ where
                         let error: BoxError = error.into();
                         let reason = reason_of(&*error);
                         self.last = Some(error);
-                        if let Some(end) = self.broke(reason) {
+                        if let Some(end) = self.broke(reason, None) {
                             return Poll::Ready(end);
                         }
                     }
@@ -377,7 +378,7 @@ where
                                 false => RetryReason::ConnectionClosed,
                             };
                             self.last = Some(Box::new(EndedEarly));
-                            if let Some(end) = self.broke(reason) {
+                            if let Some(end) = self.broke(reason, None) {
                                 return Poll::Ready(end);
                             }
                             continue;
@@ -388,7 +389,7 @@ where
                     Poll::Pending => {
                         if self.timer_fired(cx) {
                             self.last = Some(Box::new(IdleTimeout));
-                            if let Some(end) = self.broke(RetryReason::Timeout) {
+                            if let Some(end) = self.broke(RetryReason::Timeout, None) {
                                 return Poll::Ready(end);
                             }
                             continue;
@@ -421,7 +422,7 @@ where
                                 self.last =
                                     Some(Box::new(crate::error::AttemptTimedOut::new(timeout)));
                             }
-                            if let Some(end) = self.broke(RetryReason::Timeout) {
+                            if let Some(end) = self.broke(RetryReason::Timeout, None) {
                                 return Poll::Ready(end);
                             }
                             continue;
@@ -434,6 +435,13 @@ where
                             self.outcome(AttemptOutcome::Response(status));
                             let verdict =
                                 rules::judge(&self.origin, self.handed, status, response.headers());
+                            self.hear(match verdict {
+                                Verdict::Accept { .. } | Verdict::End => Heard::Success,
+                                Verdict::Again => {
+                                    Heard::Failure(RetryReason::Status(status).kind())
+                                }
+                                Verdict::Refuse(_) => Heard::Neither,
+                            });
                             match verdict {
                                 Verdict::Accept { skip, .. } => {
                                     self.skip = skip;
@@ -442,7 +450,12 @@ where
                                     self.arm_idle();
                                 }
                                 Verdict::Again => {
-                                    if let Some(end) = self.broke(RetryReason::Status(status)) {
+                                    // The server's `Retry-After` (or RateLimit) is a floor,
+                                    // as for a retry.
+                                    let hint =
+                                        Hint::from_headers(response.headers(), SystemTime::now());
+                                    let reason = RetryReason::Status(status);
+                                    if let Some(end) = self.broke(reason, hint) {
                                         return Poll::Ready(end);
                                     }
                                 }
@@ -455,8 +468,9 @@ where
                         Err(error) => {
                             self.outcome(AttemptOutcome::Error);
                             let reason = reason_of(&*error);
+                            self.hear(Heard::Failure(reason.kind()));
                             self.last = Some(error);
-                            if let Some(end) = self.broke(reason) {
+                            if let Some(end) = self.broke(reason, None) {
                                 return Poll::Ready(end);
                             }
                         }
@@ -510,9 +524,20 @@ where
         });
     }
 
-    /// The body broke for `reason`: schedules a continuation, or ends the body (`Some`: the
-    /// end to return, cleanly or with an error).
-    fn broke(&mut self, reason: RetryReason) -> Option<Option<Result<Frame<Bytes>, BoxError>>> {
+    /// Tells the gates what a continuation got, as the retry machinery tells them of an
+    /// attempt's outcome (what a refusal after it means is left to the next ask).
+    fn hear(&self, heard: Heard) {
+        let _ = self.gates.on_outcome(heard, Some(&self.ticket));
+    }
+
+    /// The body broke for `reason` (with the server's `hint` if a continuation was answered
+    /// with one): schedules a continuation, or ends the body (`Some`: the end to return,
+    /// cleanly or with an error).
+    fn broke(
+        &mut self,
+        reason: RetryReason,
+        hint: Option<Hint>,
+    ) -> Option<Option<Result<Frame<Bytes>, BoxError>>> {
         self.state = State::Done;
         let head = match rules::next(&self.origin, self.handed) {
             Ok(Next::Done) => return Some(None),
@@ -530,7 +555,7 @@ where
         let schedule = Schedule {
             reason,
             backoff,
-            hint: None,
+            hint,
             max_hint: policy.max_retry_after,
             now,
             deadline: self.limits.deadline(),
@@ -538,9 +563,15 @@ where
         };
         let mut record = match decision::schedule_retry(&schedule, &self.gates, &mut self.ticket) {
             Ok(record) => record,
-            Err(stop) => return Some(Some(Err(self.fail(stop)))),
+            Err(stop) => {
+                if stop == StopReason::BudgetExhausted {
+                    crate::trace::budget_refused(&reason);
+                }
+                return Some(Some(Err(self.fail(stop))));
+            }
         };
         record.kind = AttemptKind::Continuation;
+        crate::trace::retried(&record);
         self.previous = record.wait;
         let number = self.attempts + taken + 1;
         let wait = record.wait;
@@ -585,6 +616,7 @@ where
             }
         });
         record.set_stop(stop);
+        crate::trace::Trace::not_continued(&self.plan.log, &self.head, stop, self.handed);
         let source = self.last.take().unwrap_or_else(|| Box::new(EndedEarly));
         Box::new(crate::error::RetryError::new(record, source))
     }

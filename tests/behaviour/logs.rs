@@ -351,3 +351,24 @@ async fn a_continued_body_is_one_line_at_info() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_body_not_continued_is_a_warning() {
+    use crate::common::files::{Cut, File, FileServer};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    let (logs, _guard) = capture(Level::INFO);
+    let mut file = File::new(1000);
+    file.etag = None;
+    let files = FileServer::new(file, &[Cut::After(300)]);
+    let client = RetryLayer::new().policy(fixed(3)).resume().layer(files);
+    let response = client.oneshot(get(URI)).await.unwrap();
+    assert!(response.into_body().collect().await.is_err());
+    assert_eq!(
+        logs.take(),
+        [
+            r#" WARN tower_http_retry: not continuing the response body: no validator handed=300 method=GET uri=http://api.test/v1/items"#
+        ]
+    );
+}

@@ -592,6 +592,7 @@ async fn a_retryable_status_gets_another_continuation() {
         files: files.clone(),
         n: Default::default(),
         hang: false,
+        retry_after: None,
     };
     let client = RetryLayer::new().resume().layer(failing);
     let response = client.oneshot(get("http://h/file")).await.unwrap();
@@ -613,6 +614,75 @@ async fn a_retryable_status_gets_another_continuation() {
     );
 }
 
+/// A continuation answered 503 with `Retry-After` waits for it (a floor over the backoff),
+/// as a retry does; a longer one than the policy honours ends the body.
+#[tokio::test(start_paused = true)]
+async fn a_continuations_retry_after_is_a_floor() {
+    let files = FileServer::new(File::new(1000), &[Cut::After(300)]);
+    let failing = FailSecond {
+        files: files.clone(),
+        n: Default::default(),
+        hang: false,
+        retry_after: Some("4"),
+    };
+    let client = RetryLayer::new().resume().layer(failing.clone());
+    let response = client.oneshot(get("http://h/file")).await.unwrap();
+    let info = response.extensions().get::<ResumeInfo>().cloned().unwrap();
+    let (bytes, end) = read(response.into_body()).await;
+    end.unwrap();
+    assert_eq!(bytes, files.content());
+    let second = info.continuations()[1];
+    assert_eq!(
+        (second.wait, second.hint),
+        (
+            Duration::from_secs(4),
+            Some(tower_http_retry::hints::HintSource::RetryAfter)
+        )
+    );
+
+    // Longer than `max_retry_after`: not waited for.
+    let files = FileServer::new(File::new(1000), &[Cut::After(300)]);
+    let failing = FailSecond {
+        files,
+        n: Default::default(),
+        hang: false,
+        retry_after: Some("4"),
+    };
+    let policy = RetryPolicy::new().max_retry_after(Duration::from_secs(2));
+    let client = RetryLayer::new().policy(policy).resume().layer(failing);
+    let response = client.oneshot(get("http://h/file")).await.unwrap();
+    let (bytes, end) = read(response.into_body()).await;
+    assert_eq!(stop(end), StopReason::HintTooLong);
+    assert_eq!(bytes.len(), 300);
+}
+
+/// The gates hear what each continuation got, as they hear a retry's outcome: gRPC's
+/// throttle loses a token for the 503 and earns a share of one for the 206.
+#[tokio::test(start_paused = true)]
+async fn the_gates_hear_each_continuations_outcome() {
+    let files = FileServer::new(File::new(1000), &[Cut::After(300)]);
+    let failing = FailSecond {
+        files: files.clone(),
+        n: Default::default(),
+        hang: false,
+        retry_after: None,
+    };
+    let throttle = tower_http_retry::Throttle::builder()
+        .max_tokens(10.0)
+        .token_ratio(0.5)
+        .build();
+    let policy = RetryPolicy::new().gate(throttle.clone());
+    let client = RetryLayer::new().policy(policy).resume().layer(failing);
+    let response = client.oneshot(get("http://h/file")).await.unwrap();
+    // The head's 200: a success, at the cap already.
+    assert_eq!(throttle.tokens(), 10.0);
+    let (bytes, end) = read(response.into_body()).await;
+    end.unwrap();
+    assert_eq!(bytes, files.content());
+    // The first continuation's 503: -1; the second's 206: +0.5.
+    assert_eq!(throttle.tokens(), 9.5);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_continuation_that_never_answers_times_out_and_is_sent_again() {
     let files = FileServer::new(File::new(1000), &[Cut::After(300)]);
@@ -620,6 +690,7 @@ async fn a_continuation_that_never_answers_times_out_and_is_sent_again() {
         files: files.clone(),
         n: Default::default(),
         hang: true,
+        retry_after: None,
     };
     let policy = RetryPolicy::new().attempt_timeout(Duration::from_secs(2));
     let client = RetryLayer::new().policy(policy).resume().layer(failing);
@@ -643,6 +714,7 @@ async fn a_continuation_the_deadline_cuts_off_ends_the_body() {
         files: files.clone(),
         n: Default::default(),
         hang: true,
+        retry_after: None,
     };
     let policy = RetryPolicy::new().deadline(Duration::from_secs(3));
     let client = RetryLayer::new().policy(policy).resume().layer(failing);
@@ -666,12 +738,14 @@ async fn a_continuation_the_deadline_cuts_off_ends_the_body() {
     assert!(start.elapsed() <= Duration::from_secs(3));
 }
 
-/// The file server, but the second request is answered 503, or never (`hang`).
+/// The file server, but the second request is answered 503 (with `retry_after`, if
+/// given), or never (`hang`).
 #[derive(Clone)]
 struct FailSecond {
     files: FileServer,
     n: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     hang: bool,
+    retry_after: Option<&'static str>,
 }
 
 impl tower::Service<Request<ReplayBody<Full<Bytes>>>> for FailSecond {
@@ -694,10 +768,11 @@ impl tower::Service<Request<ReplayBody<Full<Bytes>>>> for FailSecond {
                 return Box::pin(std::future::pending());
             }
             let body = Full::new(Bytes::new()).map_err(|e| match e {}).boxed();
-            return Box::pin(std::future::ready(Ok(Response::builder()
-                .status(503)
-                .body(body)
-                .unwrap())));
+            let mut response = Response::builder().status(503);
+            if let Some(seconds) = self.retry_after {
+                response = response.header("retry-after", seconds);
+            }
+            return Box::pin(std::future::ready(Ok(response.body(body).unwrap())));
         }
         Box::pin(std::future::ready(Ok(self.files.answer(request.headers()))))
     }
