@@ -373,7 +373,62 @@ mod through_the_middleware {
         the_middleware_continues_a_cut_body_read_with_bytes_stream,
         the_middlewares_head_retries_go_down_the_chain_and_continuations_to_the_client,
         a_gzip_body_reqwest_decoded_is_never_spliced_through_the_middleware,
+        a_hedged_head_runs_beside_the_first_attempt_down_the_chain,
     );
+
+    /// Holds the first call until a second one came (at most 10 s), then fails it with a
+    /// reset; lets every other call through.
+    #[derive(Clone, Default)]
+    struct HoldFirst {
+        calls: Arc<AtomicUsize>,
+        second: Arc<tokio::sync::Notify>,
+    }
+
+    #[async_trait::async_trait]
+    impl Middleware for HoldFirst {
+        async fn handle(
+            &self,
+            req: reqwest::Request,
+            extensions: &mut Extensions,
+            next: Next<'_>,
+        ) -> reqwest_middleware::Result<reqwest::Response> {
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                let came = tokio::time::timeout(Duration::from_secs(10), self.second.notified());
+                assert!(came.await.is_ok(), "no second attempt beside the first");
+                let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+                return Err(reqwest_middleware::Error::middleware(reset));
+            }
+            self.second.notify_one();
+            next.run(req, extensions).await
+        }
+    }
+
+    /// A hedge goes down the chain while the first attempt is still running there (the
+    /// first is held until the hedge came: were attempts run one after the other, it would
+    /// wait its 10 s and fail the test); the hedge's answer, cut, is continued.
+    async fn a_hedged_head_runs_beside_the_first_attempt_down_the_chain() {
+        both_ways(|| async {
+            let files = FileServer::new(File::new(100_000), &[Cut::After(30_000)]);
+            let server = serve_files(files.clone(), false).await;
+            let hold = HoldFirst::default();
+            let reqwest_client = reqwest_client();
+            let policy = RetryPolicy::new()
+                .max_attempts(2)
+                .hedge(tower_http_retry::Hedging::after(Duration::from_millis(20)));
+            let client = ClientBuilder::new(reqwest_client.clone())
+                .with(RetryMiddleware::new(layer().policy(policy)).resume(reqwest_client))
+                .with(hold.clone())
+                .build();
+            let response = client.get(server.url("/big")).send().await.unwrap();
+            let info = response.extensions().get::<ResumeInfo>().cloned().unwrap();
+            assert_eq!(response.bytes().await.unwrap(), files.content());
+            assert_eq!(hold.calls.load(Ordering::SeqCst), 2);
+            assert_eq!(info.continuations().len(), 1);
+            // The hedge's request, then its continuation.
+            assert_eq!(files.seen().len(), 2);
+        })
+        .await;
+    }
 
     /// `RetryMiddleware::resume`: reqwest's `bytes_stream()` goes on across two cuts.
     async fn the_middleware_continues_a_cut_body_read_with_bytes_stream() {
