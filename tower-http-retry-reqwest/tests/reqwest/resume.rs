@@ -374,7 +374,44 @@ mod through_the_middleware {
         the_middlewares_head_retries_go_down_the_chain_and_continuations_to_the_client,
         a_gzip_body_reqwest_decoded_is_never_spliced_through_the_middleware,
         a_hedged_head_runs_beside_the_first_attempt_down_the_chain,
+        what_is_not_resumed_passes_through_the_middleware,
     );
+
+    /// Through the resumable middleware, a POST's answer and a GET whose request turned
+    /// resumption off (`with_extension(RetryPolicy::new().resume(false))`) come as they
+    /// are: no `ResumeInfo`, and a cut body fails as reqwest's own read would, with no
+    /// continuation sent.
+    async fn what_is_not_resumed_passes_through_the_middleware() {
+        both_ways(|| async {
+            let files = FileServer::new(File::new(20_000), &[Cut::Whole, Cut::After(5_000)]);
+            let server = serve_files(files.clone(), false).await;
+            let (client, _) = client(0);
+            let response = client.post(server.url("/big")).send().await.unwrap();
+            assert!(response.extensions().get::<ResumeInfo>().is_none());
+            assert_eq!(response.bytes().await.unwrap(), files.content());
+
+            let response = client
+                .get(server.url("/big"))
+                .with_extension(RetryPolicy::new().resume(false))
+                .send()
+                .await
+                .unwrap();
+            assert!(response.extensions().get::<ResumeInfo>().is_none());
+            let (bytes, error) = read_to_error(response).await;
+            // At most the 5,000 the server wrote before it aborted (what was in flight is
+            // lost with the connection).
+            assert!(bytes.len() <= 5_000, "{}", bytes.len());
+            assert!(bytes == files.content().slice(..bytes.len()), "a prefix");
+            assert!(Error::from(error).info().is_none(), "not the layer's");
+            assert_eq!(files.seen().len(), 2);
+            assert!(
+                files.seen()[1]
+                    .get("accept-encoding")
+                    .is_none_or(|v| v != "identity")
+            );
+        })
+        .await;
+    }
 
     /// Holds the first call until a second one came (at most 10 s), then fails it with a
     /// reset; lets every other call through.
