@@ -9,6 +9,14 @@
 // `Service` that calls `Next` once per attempt, and turns the answer back. Every decision
 // (classification, keys, replay of streaming bodies, budget, deadline, `Retry-After`,
 // [`RetryInfo`](tower_http_retry::RetryInfo)) is the layer's own, made once, in one loop.
+//
+// The resumable mode (`RetryMiddleware<Resume>`) cannot hand the layer that `Service`:
+// `Next` borrows reqwest-middleware's chain for the length of `handle`, while a body's
+// continuations are sent after `handle` returned, from clones of the service the layer
+// wraps, which must be `'static`. So the layer wraps `Bottom`, which is: a head attempt is
+// a job sent over a channel to `serve`, polled beside the layer's future inside `handle`,
+// which runs it down the chain (`Chain`, as above); a continuation goes to the client the
+// middleware was given (through `ReqwestService`).
 
 use std::error::Error as StdError;
 use std::fmt;
