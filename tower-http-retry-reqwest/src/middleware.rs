@@ -13,7 +13,7 @@
 // The resumable mode (`RetryMiddleware<Resume>`) cannot hand the layer that `Service`:
 // `Next` borrows reqwest-middleware's chain for the length of `handle`, while a body's
 // continuations are sent after `handle` returned, from clones of the service the layer
-// wraps, which must be `'static`. So the layer wraps `Bottom`, which is: a head attempt is
+// wraps, which must be `'static`. So the layer wraps `Bottom`: a head attempt is
 // a job sent over a channel to `serve`, polled beside the layer's future inside `handle`,
 // which runs it down the chain (`Chain`, as above); a continuation goes to the client the
 // middleware was given (through `ReqwestService`).
