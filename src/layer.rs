@@ -255,7 +255,9 @@ impl<M> RetryLayer<M> {
     /// as sent: with a decompressing client or layer below this one, which would hand over
     /// decoded bytes, keep the caller's `Accept-Encoding` unset. A response that names its
     /// encoding is continued as the encoded bytes this layer sees, only by a continuation of
-    /// the same encoding.
+    /// the same encoding; a caller that asked for an encoding and got an answer that names
+    /// none (identity bytes, or bytes decoded below this layer, which no range could tell
+    /// apart) gets its body passed through, not continued.
     ///
     /// ```
     /// use bytes::Bytes;

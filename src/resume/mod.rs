@@ -19,6 +19,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use http::header::Entry;
 use http::{HeaderValue, Method, Request, Response, header, request};
 use http_body::Body;
 use pin_project_lite::pin_project;
@@ -154,10 +155,16 @@ impl<S: Clone> Retry<S, Resume> {
         if caller == CallerRange::Unsupported {
             return None;
         }
-        request
-            .headers_mut()
-            .entry(header::ACCEPT_ENCODING)
-            .or_insert(HeaderValue::from_static("identity"));
+        // A caller that asked for an encoding gets bytes this layer can count only where the
+        // answer names its encoding: one that names none may have been decoded below this
+        // layer (reqwest's `gzip`, a decompression layer), which hides `Content-Encoding`.
+        let encoded = match request.headers_mut().entry(header::ACCEPT_ENCODING) {
+            Entry::Occupied(asked) => !rules::identity_only(asked.get()),
+            Entry::Vacant(slot) => {
+                slot.insert(HeaderValue::from_static("identity"));
+                false
+            }
+        };
         let head = copy_head(request);
         let bound = match plan.hooks.is_empty() {
             true => None,
@@ -177,6 +184,7 @@ impl<S: Clone> Retry<S, Resume> {
         });
         Some(Box::new(Setup {
             caller,
+            encoded,
             continuer: Continuer {
                 sender,
                 head,
@@ -202,6 +210,8 @@ fn copy_head<B>(request: &Request<B>) -> request::Parts {
 /// A resumable request's setup, until its head arrives.
 struct Setup<RB> {
     caller: CallerRange,
+    /// The caller asked for an encoding other than identity.
+    encoded: bool,
     continuer: Continuer<RB>,
 }
 
@@ -259,7 +269,15 @@ where
         let Some(setup) = this.setup.take() else {
             return Poll::Ready(Ok(response.map(ResumeBody::plain)));
         };
-        let Setup { caller, continuer } = *setup;
+        let Setup {
+            caller,
+            encoded,
+            continuer,
+        } = *setup;
+        if encoded && !response.headers().contains_key(header::CONTENT_ENCODING) {
+            // Identity bytes, or bytes decoded below this layer: no range could tell.
+            return Poll::Ready(Ok(response.map(ResumeBody::plain)));
+        }
         let Some(origin) = rules::origin(caller, response.status(), response.headers()) else {
             return Poll::Ready(Ok(response.map(ResumeBody::plain)));
         };

@@ -209,6 +209,17 @@ impl Origin {
     }
 }
 
+/// Whether an `Accept-Encoding` admits no coding but identity (`identity`, with or without
+/// a weight, alone or repeated); `*`, `gzip`, anything else admits another.
+pub(crate) fn identity_only(accept_encoding: &HeaderValue) -> bool {
+    accept_encoding.to_str().is_ok_and(|value| {
+        value.split(',').all(|coding| {
+            let name = coding.split(';').next().unwrap_or("").trim();
+            name.eq_ignore_ascii_case("identity")
+        })
+    })
+}
+
 /// The origin of a first response whose body may be continued: a 200 (the whole
 /// representation, whatever the caller asked), or a 206 with one `Content-Range` when the
 /// caller asked for a range. `None` for anything else (a multipart 206 among them).

@@ -129,9 +129,33 @@ async fn a_caller_chosen_accept_encoding_is_kept() {
     let mut request = get("http://h/file");
     request
         .headers_mut()
-        .insert("accept-encoding", "gzip".parse().unwrap());
+        .insert("accept-encoding", "identity".parse().unwrap());
     let (_, end, _) = download(client(RetryLayer::new(), &files), request).await;
     end.unwrap();
+    assert_eq!(files.seen()[0]["accept-encoding"], "identity");
+}
+
+/// A caller that asked for an encoding, answered with none named: the bytes may have been
+/// decoded below the layer (a decompressing client or layer hides `Content-Encoding`), and
+/// a range could not say where they stand, so the body passes through, not continued.
+#[tokio::test(start_paused = true)]
+async fn an_asked_encoding_answered_with_none_named_is_not_continued() {
+    let files = FileServer::new(File::new(1000), &[Cut::After(300)]);
+    let mut request = get("http://h/file");
+    request
+        .headers_mut()
+        .insert("accept-encoding", "gzip".parse().unwrap());
+    let response = client(RetryLayer::new(), &files)
+        .oneshot(request)
+        .await
+        .unwrap();
+    assert!(response.extensions().get::<ResumeInfo>().is_none());
+    let (bytes, end) = read(response.into_body()).await;
+    // The inner body's own failure, as it is.
+    let error = end.unwrap_err();
+    assert!(error.downcast_ref::<RetryError>().is_none(), "{error}");
+    assert_eq!(bytes.len(), 300);
+    assert_eq!(files.seen().len(), 1);
     assert_eq!(files.seen()[0]["accept-encoding"], "gzip");
 }
 

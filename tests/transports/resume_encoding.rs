@@ -159,6 +159,18 @@ async fn run<T: Send + 'static>(
     }
 }
 
+/// Whether the layer's error is in `error` or its sources.
+fn has_retry_error(error: &BoxError) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(&**error);
+    while let Some(e) = current {
+        if e.is::<RetryError>() {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
 /// The layer's error in `error` or its sources (a decompressing body passes it on).
 fn stop(error: &BoxError) -> StopReason {
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(&**error);
@@ -198,12 +210,11 @@ async fn below_identity(spawned: bool) {
 
 /// `RetryLayer<Resume> -> DecompressionLayer -> client` with the caller's own
 /// `Accept-Encoding: gzip`: the decompression layer decodes below the retry layer and
-/// removes `Content-Encoding` and `Content-Length`, so the layer counts decoded bytes and
-/// asks the continuation from there; the server's 206 is a cut into the gzip stream, which
-/// the decompression layer cannot decode ("invalid gzip header"). Each continuation fails
-/// so, up to the limit: the body ends with the layer's error (`MaxContinuations`) and a
-/// prefix of the file. This is the case `RetryLayer::resume` tells callers to avoid (keep
-/// `Accept-Encoding` unset with a decompressing layer below).
+/// removes `Content-Encoding` and `Content-Length`, so the layer would count decoded bytes
+/// and ask a range of the gzip stream from there (a cut into it, which a gzip decoder
+/// rejects and a brotli one might not). An encoding asked and none named is not continued:
+/// the body passes through, and its cut reaches the caller as the transport's error, with
+/// a prefix of the file and no continuation sent.
 async fn below_callers_gzip(spawned: bool) {
     for h2 in [false, true] {
         let file = file_with_gzip(100_000);
@@ -217,14 +228,16 @@ async fn below_callers_gzip(spawned: bool) {
         assert_eq!(got.headers["etag"], "\"v1-gz\"");
         assert!(got.headers.get("content-encoding").is_none());
         let (bytes, end) = (got.bytes, got.end);
-        assert_eq!(stop(&end.unwrap_err()), StopReason::MaxContinuations);
-        assert!(!bytes.is_empty() && bytes.len() < file.content.len());
+        assert!(got.info.is_none(), "not resumable");
+        let error = end.unwrap_err();
+        assert!(
+            !has_retry_error(&error),
+            "the transport's own error: {error:?}"
+        );
+        assert!(bytes.len() < file.content.len());
         assert_eq!(bytes, file.content.slice(..bytes.len()), "a prefix only");
-        // Every continuation asked from the decoded count: the layer never had more.
-        let ranges = files.ranges();
-        assert_eq!(ranges.len(), 3, "{ranges:?}");
-        let from = format!("bytes={}-", bytes.len());
-        assert!(ranges[1..].iter().all(|r| r.as_deref() == Some(&from)));
+        // Nothing but the first request.
+        assert_eq!(files.ranges(), [None], "no continuation");
     }
 }
 

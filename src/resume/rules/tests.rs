@@ -42,6 +42,28 @@ fn partial(content_range: &str, extra: &[(&str, &str)]) -> HeaderMap {
 // Content-Range.
 
 #[test]
+fn only_identity_is_identity_only() {
+    for value in [
+        "identity",
+        "IDENTITY",
+        "identity;q=1",
+        " identity , identity;q=0.5",
+    ] {
+        assert!(identity_only(&HeaderValue::from_static(value)), "{value}");
+    }
+    for value in [
+        "gzip",
+        "*",
+        "identity, gzip",
+        "br;q=1, identity",
+        "",
+        "gzip;q=0",
+    ] {
+        assert!(!identity_only(&HeaderValue::from_static(value)), "{value}");
+    }
+}
+
+#[test]
 fn content_range_reads_the_three_forms() {
     assert_eq!(
         range("bytes 0-499/1000"),
