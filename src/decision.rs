@@ -34,6 +34,9 @@ pub(crate) struct Limits {
     /// When the deadline passes, and the deadline itself.
     deadline: Option<(Instant, Duration)>,
     attempt_timeout: Option<Duration>,
+    /// No attempt starts with less than this left before the deadline
+    /// ([`RetryPolicy::min_time_left`](crate::RetryPolicy::min_time_left)); zero when off.
+    floor: Duration,
 }
 
 impl Limits {
@@ -48,6 +51,38 @@ impl Limits {
         Self {
             deadline: deadline.and_then(|d| Instant::now().checked_add(d).map(|at| (at, d))),
             attempt_timeout: policy.attempt_timeout,
+            floor: policy.min_time_left,
+        }
+    }
+
+    /// Whether the deadline leaves less than the floor for the first attempt, at the start
+    /// (no clock is read).
+    #[inline]
+    pub(crate) fn no_time_at_start(&self) -> bool {
+        self.deadline.is_some_and(|(_, whole)| whole < self.floor)
+    }
+
+    /// Whether an attempt may not start at `now`: the deadline has passed, or it leaves
+    /// less than the floor.
+    pub(crate) fn too_late_to_start(&self, now: Instant) -> bool {
+        self.deadline
+            .is_some_and(|(at, _)| now >= at || at.saturating_duration_since(now) < self.floor)
+    }
+
+    /// The last instant an attempt may start: the deadline less the floor.
+    pub(crate) fn start_by(&self) -> Option<Instant> {
+        self.deadline
+            .map(|(at, _)| at.checked_sub(self.floor).unwrap_or(at.min(Instant::now())))
+    }
+
+    /// The error of an attempt not started at `now` (`None`: at the start) because the
+    /// floor was not left: it names the floor while the deadline itself has not passed.
+    pub(crate) fn floor_exceeded(&self, now: Option<Instant>) -> BoxError {
+        match self.deadline {
+            Some((at, whole)) if !self.floor.is_zero() && now.is_none_or(|now| now < at) => {
+                Box::new(DeadlineExceeded::with_floor(whole, self.floor))
+            }
+            _ => self.deadline_exceeded(),
         }
     }
 
@@ -58,6 +93,10 @@ impl Limits {
 
     pub(crate) fn deadline(&self) -> Option<Instant> {
         self.deadline.map(|(at, _)| at)
+    }
+
+    pub(crate) fn attempt_timeout(&self) -> Option<Duration> {
+        self.attempt_timeout
     }
 
     pub(crate) fn past_deadline(&self, now: Instant) -> bool {
@@ -343,7 +382,7 @@ pub(crate) fn decide(
         hint,
         max_hint: policy.max_retry_after,
         now: facts.now(),
-        deadline: limits.deadline(),
+        deadline: limits.start_by(),
         transparent: transparent.is_some(),
     };
     let record = match schedule_retry(&schedule, gates, &mut course.ticket) {
@@ -436,9 +475,9 @@ pub(crate) fn ready(
     now: Instant,
     info: &mut RetryInfo,
 ) -> Result<Attempt, BoxError> {
-    if limits.past_deadline(now) {
+    if limits.too_late_to_start(now) {
         record_stop(info, StopReason::Deadline);
-        return Err(limits.deadline_exceeded());
+        return Err(limits.floor_exceeded(Some(now)));
     }
     // Sent: in flight, and dropped if nothing else is booked for it.
     info.set_outcome(AttemptOutcome::Abandoned);
@@ -450,6 +489,7 @@ pub(crate) fn ready(
         number: info.attempts(),
         counted_before: counted_attempts(info.attempts(), info.retries()).saturating_sub(1),
         time_left: limits.time_left(Some(now)),
+        timeout: limits.attempt_timeout,
         kind,
     })
 }
@@ -487,6 +527,7 @@ pub(crate) fn first_attempt_at(limits: &Limits, now: Option<Instant>) -> Attempt
         number: 1,
         counted_before: 0,
         time_left: limits.time_left(now),
+        timeout: limits.attempt_timeout,
         kind: AttemptKind::First,
     }
 }
@@ -496,7 +537,7 @@ pub(crate) fn first_attempt_at(limits: &Limits, now: Option<Instant>) -> Attempt
 pub(crate) fn first_refused(limits: &Limits, stop: StopReason, info: &mut RetryInfo) -> BoxError {
     info.set_unsent(stop);
     match stop {
-        StopReason::Deadline => limits.deadline_exceeded(),
+        StopReason::Deadline => limits.floor_exceeded(None),
         _ => {
             crate::trace::locally_refused(stop);
             Box::new(crate::error::LocallyRefused::new(stop))
@@ -517,8 +558,8 @@ pub(crate) fn admit_first(
         return Ok(None);
     }
     if limits
-        .deadline()
-        .is_some_and(|deadline| leaves_no_time(now, admitted.wait, deadline))
+        .start_by()
+        .is_some_and(|start_by| leaves_no_time(now, admitted.wait, start_by))
     {
         gates.release(&admitted);
         return Err(StopReason::Deadline);
@@ -625,6 +666,8 @@ pub(crate) struct Schedule {
     /// The longest floor hint honoured (`max_retry_after`); exact hints have none.
     pub(crate) max_hint: Duration,
     pub(crate) now: Instant,
+    /// The last instant the attempt may start: the deadline less the floor
+    /// ([`Limits::start_by`]).
     pub(crate) deadline: Option<Instant>,
     /// A transparent retry ([`transparent`]): sent at once, backoff and hints aside.
     pub(crate) transparent: bool,

@@ -203,6 +203,7 @@
 mod backoff;
 pub mod classify;
 mod config;
+mod deadline;
 mod decision;
 mod error;
 pub mod future;
@@ -230,6 +231,7 @@ mod trace;
 struct ReadmeDoctests;
 
 pub use crate::backoff::{Backoff, Jitter};
+pub use crate::deadline::{Deadline, DeadlineLayer, RequestDeadline};
 pub use crate::error::{
     AttemptTimedOut, DeadlineExceeded, InvalidConfig, LocallyRefused, RetryError, ServiceNotReady,
 };

@@ -159,11 +159,7 @@ impl<S: Clone> Retry<S, Resume> {
             .entry(header::ACCEPT_ENCODING)
             .or_insert(HeaderValue::from_static("identity"));
         let head = copy_head(request);
-        let bound = match plan.hooks.is_empty() {
-            true => None,
-            false => plan.hooks.time_limit(request.headers()),
-        };
-        let limits = Limits::start(&plan.policy, bound);
+        let limits = Limits::start(&plan.policy, plan.time_limit(request));
         let gates = match plan.own_gates {
             true => plan.gates.for_request(request.uri(), request.headers()),
             false => plan.gates.clone(),
