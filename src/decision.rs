@@ -31,12 +31,39 @@ pub(crate) const RELEASE_GRACE: Duration = Duration::from_secs(1);
 /// The time limits of one logical request.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
-    /// When the deadline passes, and the deadline itself.
-    deadline: Option<(Instant, Duration)>,
+    /// When the deadline passes, the deadline itself and the floor.
+    deadline: Option<(Instant, Span)>,
     attempt_timeout: Option<Duration>,
-    /// No attempt starts with less than this left before the deadline
-    /// ([`RetryPolicy::min_time_left`](crate::RetryPolicy::min_time_left)); zero when off.
-    floor: Duration,
+}
+
+/// A deadline's length and the floor of time an attempt needs to start
+/// ([`RetryPolicy::min_time_left`](crate::RetryPolicy::min_time_left)), in the 16 bytes of
+/// one `Duration`: the floor, in whole microseconds, takes the room a `Duration` leaves
+/// as padding. `Limits` is moved with every response future, and a field of its own for
+/// the floor cost every request 25 instructions of copying (callgrind, `get`).
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    secs: u64,
+    nanos: u32,
+    floor_micros: u32,
+}
+
+impl Span {
+    fn new(whole: Duration, floor: Duration) -> Self {
+        Self {
+            secs: whole.as_secs(),
+            nanos: whole.subsec_nanos(),
+            floor_micros: u32::try_from(floor.as_micros()).unwrap_or(u32::MAX),
+        }
+    }
+
+    fn whole(self) -> Duration {
+        Duration::new(self.secs, self.nanos)
+    }
+
+    fn floor(self) -> Duration {
+        Duration::from_micros(u64::from(self.floor_micros))
+    }
 }
 
 impl Limits {
@@ -49,9 +76,11 @@ impl Limits {
             (d, b) => d.or(b),
         };
         Self {
-            deadline: deadline.and_then(|d| Instant::now().checked_add(d).map(|at| (at, d))),
+            deadline: deadline.and_then(|d| {
+                let at = Instant::now().checked_add(d)?;
+                Some((at, Span::new(d, policy.min_time_left)))
+            }),
             attempt_timeout: policy.attempt_timeout,
-            floor: policy.min_time_left,
         }
     }
 
@@ -59,28 +88,31 @@ impl Limits {
     /// (no clock is read).
     #[inline]
     pub(crate) fn no_time_at_start(&self) -> bool {
-        self.deadline.is_some_and(|(_, whole)| whole < self.floor)
+        self.deadline
+            .is_some_and(|(_, span)| span.floor_micros != 0 && span.whole() < span.floor())
     }
 
     /// Whether an attempt may not start at `now`: the deadline has passed, or it leaves
     /// less than the floor.
     pub(crate) fn too_late_to_start(&self, now: Instant) -> bool {
         self.deadline
-            .is_some_and(|(at, _)| now >= at || at.saturating_duration_since(now) < self.floor)
+            .is_some_and(|(at, span)| now >= at || at.saturating_duration_since(now) < span.floor())
     }
 
     /// The last instant an attempt may start: the deadline less the floor.
     pub(crate) fn start_by(&self) -> Option<Instant> {
-        self.deadline
-            .map(|(at, _)| at.checked_sub(self.floor).unwrap_or(at.min(Instant::now())))
+        self.deadline.map(|(at, span)| {
+            at.checked_sub(span.floor())
+                .unwrap_or_else(|| at.min(Instant::now()))
+        })
     }
 
     /// The error of an attempt not started at `now` (`None`: at the start) because the
     /// floor was not left: it names the floor while the deadline itself has not passed.
     pub(crate) fn floor_exceeded(&self, now: Option<Instant>) -> BoxError {
         match self.deadline {
-            Some((at, whole)) if !self.floor.is_zero() && now.is_none_or(|now| now < at) => {
-                Box::new(DeadlineExceeded::with_floor(whole, self.floor))
+            Some((at, span)) if span.floor_micros != 0 && now.is_none_or(|now| now < at) => {
+                Box::new(DeadlineExceeded::with_floor(span.whole(), span.floor()))
             }
             _ => self.deadline_exceeded(),
         }
@@ -105,9 +137,9 @@ impl Limits {
 
     /// The time left before the deadline at `now`; at the start, the deadline itself.
     pub(crate) fn time_left(&self, now: Option<Instant>) -> Option<Duration> {
-        self.deadline.map(|(at, whole)| match now {
+        self.deadline.map(|(at, span)| match now {
             Some(now) => at.saturating_duration_since(now),
-            None => whole,
+            None => span.whole(),
         })
     }
 
@@ -132,7 +164,7 @@ impl Limits {
     pub(crate) fn deadline_exceeded(&self) -> BoxError {
         let deadline = self
             .deadline
-            .map_or(Duration::ZERO, |(_, deadline)| deadline);
+            .map_or(Duration::ZERO, |(_, span)| span.whole());
         Box::new(DeadlineExceeded::new(deadline))
     }
 }
