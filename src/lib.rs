@@ -158,7 +158,8 @@
 //!
 //! The [`guide`] pages go into each part in depth: [what is retried and the
 //! defaults](guide::defaults), [idempotency keys](guide::idempotency), [server hints,
-//! deadlines and timeouts](guide::time), [budgets and retry storms](guide::budgets),
+//! deadlines and timeouts](guide::time), [deadlines that travel to the
+//! server](guide::deadlines), [budgets and retry storms](guide::budgets),
 //! [per-route policies](guide::routes), [composing with timeouts and circuit
 //! breakers](guide::composing), [hedging](guide::hedging), [adaptive rate
 //! limiting](guide::adaptive), [resumable downloads](guide::resume) and
