@@ -10,6 +10,10 @@
 //! | `get/ours_no_gates` | the same with `RetryPolicy::no_gates()` |
 //! | `get/tower` | `tower::retry::Retry` with an equivalent policy (see [`TowerPolicy`]) |
 //! | `get/ours_never` | ours with `RetryPolicy::never()` |
+//! | `get/ours_limiter`, `get_conn/ours_limiter` | ours with `RetryPolicy::new().gate(AdaptiveLimiter::builder().build())`: the layer's budget and a limiter that never throttles (every answer is a 200) |
+//! | `get/ours_adaptive_throttle`, `get_conn/ours_adaptive_throttle` | ours with `.gate(AdaptiveThrottle::builder().build())` beside the budget: client-side throttling that never rejects |
+//! | `get/ours_throttle` | ours with gRPC A6's `Throttle::builder().build()` beside the budget: a gate that hears every outcome but is not asked before first attempts |
+//! | `get/ours_limiter_only` | `RetryPolicy::new().no_gates().gate(AdaptiveLimiter::builder().build())`: the limiter without the budget, beside `ours_no_gates` |
 //! | `get_read/*` | bare, ours, tower, never, but the inner service reads the request body |
 //! | `post/*` | bare, `ours` (as it comes: no key, so the POST may not be repeated), `ours_key` (keys turned on: ours stamps an `Idempotency-Key`), tower (adds nothing) |
 //! | `get_conn/*` | as `get_read`, but every response already carries one extension, as every response of a hyper-util client over its `HttpConnector` does (`HttpInfo`): the `RetryInfo` insert then finds the extension map made |
@@ -40,7 +44,9 @@ use http::header::{ACCEPT, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderName, HeaderValue, Method, Request, Response};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::{IdempotencyKey, RetryLayer, RetryPolicy};
+use tower_http_retry::{
+    AdaptiveLimiter, AdaptiveThrottle, IdempotencyKey, RetryLayer, RetryPolicy, Throttle,
+};
 
 #[path = "support/mod.rs"]
 mod support;
@@ -195,6 +201,40 @@ fn cases(kind: &Kind, all: bool) -> Vec<Case<'static>> {
             RetryLayer::new().policy(RetryPolicy::never()).layer(noop),
         ));
     }
+    // The gates that are asked before every attempt, configured but never throttling
+    // (every answer is a 200): on `get` and `get_conn`, beside the budget `ours` has.
+    if kind.name == "get" || kind.name == "get_conn" {
+        cases.push(case(
+            "ours_limiter",
+            RetryLayer::new()
+                .policy(RetryPolicy::new().gate(AdaptiveLimiter::builder().build()))
+                .layer(noop),
+        ));
+        cases.push(case(
+            "ours_adaptive_throttle",
+            RetryLayer::new()
+                .policy(RetryPolicy::new().gate(AdaptiveThrottle::builder().build()))
+                .layer(noop),
+        ));
+    }
+    if all && method == Method::GET && !drain && !kind.conn_info {
+        cases.push(case(
+            "ours_throttle",
+            RetryLayer::new()
+                .policy(RetryPolicy::new().gate(Throttle::builder().build()))
+                .layer(noop),
+        ));
+        cases.push(case(
+            "ours_limiter_only",
+            RetryLayer::new()
+                .policy(
+                    RetryPolicy::new()
+                        .no_gates()
+                        .gate(AdaptiveLimiter::builder().build()),
+                )
+                .layer(noop),
+        ));
+    }
     cases
 }
 
@@ -293,6 +333,17 @@ fn interleaved(kind: &Kind, rounds: usize) {
             "  ours_never - bare {:.1} ns (median of per-round differences)",
             median(&mut extra)
         );
+    }
+    let ours = cases.iter().position(|c| c.name == "ours");
+    for gated in ["ours_limiter", "ours_adaptive_throttle"] {
+        if let (Some(o), Some(g)) = (ours, cases.iter().position(|c| c.name == gated)) {
+            let mut extra: Vec<f64> = (0..rounds).map(|r| ns[g][r] - ns[o][r]).collect();
+            println!(
+                "  {gated} / ours {:.3}; {gated} - ours {:.1} ns (median of per-round differences)",
+                ratio(g, o),
+                median(&mut extra)
+            );
+        }
     }
 }
 

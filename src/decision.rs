@@ -230,7 +230,7 @@ pub(crate) struct Course {
     /// Retries up to the last exact hint: the backoff counts from there.
     offset: usize,
     /// What the retries took from the gates.
-    ticket: Ticket,
+    pub(crate) ticket: Ticket,
 }
 
 impl Course {

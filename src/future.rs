@@ -835,7 +835,7 @@ where
     fn decide(
         &mut self,
         result: Result<Response<RB>, BoxError>,
-        retry: Retrying<S, B>,
+        mut retry: Retrying<S, B>,
         mut later: Option<Box<Later<S>>>,
         released: bool,
     ) -> Option<Result<Response<RB>, BoxError>> {
@@ -903,6 +903,11 @@ where
                         course: start.unwrap_or_else(|| Course::new(&retry.plan.policy)),
                     })
                 });
+                // Until it is sent, what the gates took for it is the request's to give
+                // back to those counting what is in flight, should the request end first.
+                if let Some(presence) = Own::presence(&mut retry.own) {
+                    presence.admitted(&later.course.ticket);
+                }
                 if wait.is_zero() {
                     // No wait: straight to readiness, without a timer tick in between.
                     self.ready_in(retry, later);

@@ -9,8 +9,8 @@
 //!   the errors a request ends with.
 //! - [`deadlines`]: deadlines that travel: the time each attempt has in a header, the
 //!   floor, the server-side layer that reads it, a chain of services on one budget.
-//! - [`budgets`]: why a budget and not only max attempts; the budget, the throttle and the
-//!   quota; per-server gates; the storm example's tables and their arithmetic.
+//! - [`budgets`]: why a budget and not only max attempts; the budget, the throttle, the
+//!   quota and the concurrency budget; per-server gates; the storm example's tables and their arithmetic.
 //! - [`adaptive`]: when a server throttles: the adaptive limiter, client-side throttling and
 //!   the budgets, measured in a 100-client storm.
 //! - [`resume`]: downloads that survive a broken connection: `Range` and `If-Range`, what

@@ -667,7 +667,10 @@ pub enum StopReason {
     /// The body could not be sent again: over the replay cap, or still held by the
     /// transport of the last attempt when the wait for it ran out.
     BodyNotReplayable,
-    /// The retry budget refused the retry.
+    /// A budget refused the retry (or the hedge): the [`RetryBudget`](crate::RetryBudget)
+    /// or the [`RetryQuota`](crate::RetryQuota) had too few tokens, or the
+    /// [`ConcurrencyBudget`](crate::ConcurrencyBudget) too many retries and hedges in
+    /// flight.
     BudgetExhausted,
     /// The deadline passed, or the next wait would have ended after it.
     Deadline,

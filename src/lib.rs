@@ -26,7 +26,8 @@
 //! - **Limits.** Max attempts, an overall deadline, per-attempt timeouts, and gates shared
 //!   by every clone of the service ([`Gate`]): a token-bucket [`RetryBudget`] by default, so
 //!   retries stay a small fraction of traffic during an outage; gRPC's [`Throttle`]; the
-//!   AWS SDKs' [`RetryQuota`]; and, asked before first attempts too, the AWS SDKs'
+//!   AWS SDKs' [`RetryQuota`]; Envoy's [`ConcurrencyBudget`], which bounds the retries and
+//!   hedges in flight at once; and, asked before first attempts too, the AWS SDKs'
 //!   adaptive [`AdaptiveLimiter`], which slows the client once a server throttles, and the
 //!   SRE book's client-side [`AdaptiveThrottle`], which rejects a share of attempts
 //!   locally; each per server if wanted.
@@ -237,7 +238,8 @@ pub use crate::error::{
     AttemptTimedOut, DeadlineExceeded, InvalidConfig, LocallyRefused, RetryError, ServiceNotReady,
 };
 pub use crate::gate::{
-    AdaptiveLimiter, AdaptiveThrottle, Gate, GateBuilder, RetryBudget, RetryQuota, Throttle,
+    AdaptiveLimiter, AdaptiveThrottle, ConcurrencyBudget, Gate, GateBuilder, RetryBudget,
+    RetryQuota, Throttle,
 };
 pub use crate::hedge::Hedging;
 pub use crate::hook::{Attempt, AttemptHook, AttemptKind};

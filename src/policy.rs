@@ -449,7 +449,8 @@ impl RetryPolicy {
     }
 
     /// Passes this policy's retries through `gate` ([`RetryBudget`](crate::RetryBudget),
-    /// [`Throttle`](crate::Throttle) or [`RetryQuota`](crate::RetryQuota)), or all its
+    /// [`Throttle`](crate::Throttle), [`RetryQuota`](crate::RetryQuota) or
+    /// [`ConcurrencyBudget`](crate::ConcurrencyBudget)), or all its
     /// attempts ([`AdaptiveLimiter`](crate::AdaptiveLimiter),
     /// [`AdaptiveThrottle`](crate::AdaptiveThrottle)), in place of a gate of the
     /// same kind beneath; gates of other kinds beneath still apply. Every

@@ -23,7 +23,12 @@
 //!
 //! Everything runs under paused time: minutes of simulated traffic take a moment.
 //! Run with `cargo run --example storm`.
+//!
+//! `cargo run --release --example storm -- loopback` prints instead table (f) measured in
+//! real time against a hyper server on 127.0.0.1 (`loopback.rs`, about 2.5 minutes), each
+//! row beside the simulation's.
 
+mod loopback;
 mod rate;
 mod sim;
 
@@ -57,6 +62,11 @@ fn sparkline(round: &sim::Round, width: usize) -> String {
 }
 
 fn main() {
+    match std::env::args().nth(1).as_deref() {
+        None => {}
+        Some("loopback") => return loopback_table(),
+        Some(other) => panic!("unknown mode {other:?}: none, or `loopback`"),
+    }
     println!(
         "(a) jitter spread: {CLIENTS} clients fail at t = 0; base 100 ms, cap 10 s; 50 ms windows\n"
     );
@@ -219,6 +229,192 @@ fn throttling_storm_table() {
                 percent(run.utilisation(3, run.admitted_per_second.len() - 1)),
                 percent(backoff.utilisation(0, 3)),
                 percent(backoff.utilisation(3, backoff.admitted_per_second.len() - 1)),
+            );
+        }
+    }
+}
+
+/// Table (f) on loopback, each row beside the simulation's.
+fn loopback_table() {
+    println!(
+        "(f) on loopback: {} clients x {} requests, one after another, each client its own layer and",
+        loopback::CLIENTS,
+        loopback::PER_CLIENT
+    );
+    println!(
+        "    gates over a hyper-util client of its own, against a hyper server on 127.0.0.1 that admits"
+    );
+    println!(
+        "    {} a second (token bucket, burst {}) and answers 429 above it; {} ms per admitted request,",
+        loopback::RATE,
+        loopback::BURST,
+        loopback::SERVICE_TIME.as_millis()
+    );
+    println!(
+        "    {} ms per 429 (tokio's sleeps: a millisecond or so more); real time, one runtime of 2 workers.",
+        loopback::REJECT_TIME.as_millis()
+    );
+    println!(
+        "    peak: the most arrivals in a 100 ms window, per second; peak 1 s: the most in any 10"
+    );
+    println!(
+        "    consecutive windows; sim: the simulation's 429s/ok and time for the same row (seed 2026)."
+    );
+    let seed = 2026;
+    let simulated = rate::table(seed);
+    let rows = loopback::table(seed);
+    for retry_after in [false, true] {
+        println!(
+            "\n  {}",
+            if retry_after {
+                "429 with Retry-After: 1"
+            } else {
+                "429 without Retry-After"
+            }
+        );
+        println!(
+            "  {:<28} {:>8} {:>8} {:>9} {:>7} {:>8} {:>7} {:>6} {:>6} {:>14}",
+            "policy", "429s/ok", "ok", "goodput", "time", "peak", "peak 1s", "load", "local", "sim"
+        );
+        let backoff = rows
+            .iter()
+            .find(|r| r.run.retry_after == retry_after && r.run.policy == rate::Policy::BackoffOnly)
+            .expect("a backoff-only row");
+        for row in rows.iter().filter(|r| r.run.retry_after == retry_after) {
+            let run = &row.run;
+            let sim = simulated
+                .iter()
+                .find(|s| s.retry_after == retry_after && s.policy == run.policy)
+                .expect("a simulated row for every policy");
+            println!(
+                "  {:<28} {:>8.3} {:>8} {:>7.1}/s {:>6.1}s {:>6.0}/s {:>7} {:>5.2}x {:>6} {:>6.3} {:>5.1}s",
+                run.policy.label(),
+                run.throttled_per_success(),
+                percent(run.success_share()),
+                run.goodput(),
+                run.elapsed.as_secs_f64(),
+                run.peak_load(),
+                row.peak_second,
+                run.load(),
+                run.refused_locally,
+                sim.throttled_per_success(),
+                sim.elapsed.as_secs_f64(),
+            );
+            if row.errors > 0 || row.unfinished > 0 {
+                println!(
+                    "  {:<28} {} requests failed on the connection, {} unfinished at the time limit",
+                    "", row.errors, row.unfinished
+                );
+            }
+        }
+        for row in rows.iter().filter(|r| {
+            r.run.retry_after == retry_after
+                && matches!(
+                    r.run.policy,
+                    rate::Policy::Adaptive | rate::Policy::AdaptiveBudget
+                )
+        }) {
+            let run = &row.run;
+            println!(
+                "  {} against backoff only: {:.1}% fewer 429s per success, success share {:+.2} points,",
+                run.policy.label(),
+                (1.0 - run.throttled_per_success() / backoff.run.throttled_per_success()) * 100.0,
+                (run.success_share() - backoff.run.success_share()) * 100.0,
+            );
+            println!(
+                "    successes per second {:.2}x; attempts admitted in each second: {:?}",
+                run.goodput() / backoff.run.goodput(),
+                run.admitted_per_second
+            );
+            println!(
+                "    the server's use of its rate: seconds 0-2 {}, from second 3 on {} (backoff only: {}, {})",
+                percent(run.utilisation(0, 3)),
+                percent(run.utilisation(3, run.admitted_per_second.len() - 1)),
+                percent(backoff.run.utilisation(0, 3)),
+                percent(
+                    backoff
+                        .run
+                        .utilisation(3, backoff.run.admitted_per_second.len() - 1)
+                ),
+            );
+        }
+        println!(
+            "  backoff only: attempts admitted in each second: {:?}",
+            backoff.run.admitted_per_second
+        );
+        let sim_of = |policy| {
+            simulated
+                .iter()
+                .find(|s| s.retry_after == retry_after && s.policy == policy)
+                .expect("a simulated row for every policy")
+        };
+        for policy in [rate::Policy::BackoffOnly, rate::Policy::Adaptive] {
+            println!(
+                "  simulated, {}: attempts admitted in each second: {:?}",
+                policy.label(),
+                sim_of(policy).admitted_per_second
+            );
+        }
+        println!(
+            "  arrivals per 100 ms in the first 3 s, backoff only: loopback {:?}",
+            &backoff.run.arrivals[..30.min(backoff.run.arrivals.len())]
+        );
+        let sim_backoff = sim_of(rate::Policy::BackoffOnly);
+        println!(
+            "  simulated {:?}",
+            &sim_backoff.arrivals[..30.min(sim_backoff.arrivals.len())]
+        );
+        println!(
+            "  measured, backoff only: the server took {:.2} ms over an admitted request ({} asked), {:.2} ms",
+            backoff.served_in.0.as_secs_f64() * 1e3,
+            loopback::SERVICE_TIME.as_millis(),
+            backoff.served_in.1.as_secs_f64() * 1e3,
+        );
+        println!(
+            "  over a 429 ({} asked); a request admitted at once took {:.2} ms at the client (simulated: {} ms)",
+            loopback::REJECT_TIME.as_millis(),
+            backoff.first_try.as_secs_f64() * 1e3,
+            loopback::SERVICE_TIME.as_millis(),
+        );
+        for row in rows.iter().filter(|r| {
+            r.run.retry_after == retry_after
+                && matches!(
+                    r.run.policy,
+                    rate::Policy::Adaptive | rate::Policy::AdaptiveBudget
+                )
+        }) {
+            let tenth = |r: &rate::Run| {
+                let [slow, rest] = r.slowest_tenth();
+                format!(
+                    "{:.1} 429s each, the last at {:.1} s (the others: {:.1}, at {:.1} s)",
+                    slow.0, slow.1, rest.0, rest.1
+                )
+            };
+            println!(
+                "  {}, the last tenth of the clients to finish: {}",
+                row.run.policy.label(),
+                tenth(&row.run)
+            );
+            println!("    simulated: {}", tenth(sim_of(row.run.policy)));
+        }
+        println!(
+            "  when the clients had finished their share (half / 90% / all), loopback (simulated):"
+        );
+        for row in rows.iter().filter(|r| r.run.retry_after == retry_after) {
+            let (run, sim) = (&row.run, sim_of(row.run.policy));
+            let done = |r: &rate::Run| {
+                format!(
+                    "{:.1} / {:.1} / {:.1} s",
+                    r.clients_done_by(0.5).as_secs_f64(),
+                    r.clients_done_by(0.9).as_secs_f64(),
+                    r.clients_done_by(1.0).as_secs_f64()
+                )
+            };
+            println!(
+                "    {:<28} {:>20} ({})",
+                run.policy.label(),
+                done(run),
+                done(sim)
             );
         }
     }

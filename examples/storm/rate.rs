@@ -21,8 +21,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 use tower_http_retry::{
-    AdaptiveLimiter, AdaptiveThrottle, LocallyRefused, RetryBudget, RetryError, RetryLayer,
-    RetryPolicy, RetryQuota,
+    AdaptiveLimiter, AdaptiveThrottle, AttemptOutcome, LocallyRefused, RetryBudget, RetryError,
+    RetryInfo, RetryLayer, RetryPolicy, RetryQuota,
 };
 
 /// Clients, each its own layer and gates.
@@ -85,7 +85,7 @@ impl Policy {
     }
 
     /// One client's layer: new gates, its own jitter seed.
-    fn layer(self, seed: u64) -> RetryLayer {
+    pub fn layer(self, seed: u64) -> RetryLayer {
         let policy = RetryPolicy::new()
             .max_attempts(ATTEMPTS)
             .rng_seed(seed)
@@ -110,18 +110,60 @@ impl Policy {
     }
 }
 
-/// The server's books.
+/// The server's books: its token bucket and what it counted. The loopback run's server
+/// (`loopback.rs`) keeps the same books.
 #[derive(Debug)]
-struct Books {
+pub struct Books {
     start: Instant,
     tokens: f64,
     refilled: Duration,
-    admitted: usize,
-    throttled: usize,
+    pub admitted: usize,
+    pub throttled: usize,
     /// Arrivals per [`LOAD_WINDOW`], from the start.
-    windows: Vec<u32>,
+    pub windows: Vec<u32>,
     /// Admissions per second, from the start.
-    seconds: Vec<u32>,
+    pub seconds: Vec<u32>,
+}
+
+impl Books {
+    /// Full bucket, nothing counted; time counted from `start`.
+    pub fn new(start: Instant) -> Self {
+        Self {
+            start,
+            tokens: BURST,
+            refilled: Duration::ZERO,
+            admitted: 0,
+            throttled: 0,
+            windows: Vec::new(),
+            seconds: Vec::new(),
+        }
+    }
+
+    /// Counts an arrival now and says whether the bucket admits it (and counts that).
+    pub fn arrive(&mut self) -> bool {
+        let now = self.start.elapsed();
+        let window = (now.as_nanos() / LOAD_WINDOW.as_nanos()) as usize;
+        if self.windows.len() <= window {
+            self.windows.resize(window + 1, 0);
+        }
+        self.windows[window] += 1;
+        let gained = (now - self.refilled).as_secs_f64() * RATE;
+        self.tokens = (self.tokens + gained).min(BURST);
+        self.refilled = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            self.admitted += 1;
+            let second = now.as_secs() as usize;
+            if self.seconds.len() <= second {
+                self.seconds.resize(second + 1, 0);
+            }
+            self.seconds[second] += 1;
+            true
+        } else {
+            self.throttled += 1;
+            false
+        }
+    }
 }
 
 /// A server that admits [`RATE`] a second (a token bucket of [`BURST`]) and answers 429
@@ -135,15 +177,7 @@ struct Limited {
 impl Limited {
     fn new(retry_after: bool) -> Self {
         Self {
-            books: Arc::new(Mutex::new(Books {
-                start: Instant::now(),
-                tokens: BURST,
-                refilled: Duration::ZERO,
-                admitted: 0,
-                throttled: 0,
-                windows: Vec::new(),
-                seconds: Vec::new(),
-            })),
+            books: Arc::new(Mutex::new(Books::new(Instant::now()))),
             retry_after,
         }
     }
@@ -159,31 +193,7 @@ impl<B> Service<Request<B>> for Limited {
     }
 
     fn call(&mut self, _: Request<B>) -> Self::Future {
-        let admitted = {
-            let mut books = self.books.lock().unwrap();
-            let now = books.start.elapsed();
-            let window = (now.as_nanos() / LOAD_WINDOW.as_nanos()) as usize;
-            if books.windows.len() <= window {
-                books.windows.resize(window + 1, 0);
-            }
-            books.windows[window] += 1;
-            let gained = (now - books.refilled).as_secs_f64() * RATE;
-            books.tokens = (books.tokens + gained).min(BURST);
-            books.refilled = now;
-            if books.tokens >= 1.0 {
-                books.tokens -= 1.0;
-                books.admitted += 1;
-                let second = now.as_secs() as usize;
-                if books.seconds.len() <= second {
-                    books.seconds.resize(second + 1, 0);
-                }
-                books.seconds[second] += 1;
-                true
-            } else {
-                books.throttled += 1;
-                false
-            }
-        };
+        let admitted = self.books.lock().unwrap().arrive();
         let retry_after = self.retry_after;
         Box::pin(async move {
             let mut response = Response::new(());
@@ -224,9 +234,94 @@ pub struct Run {
     pub peak_window: u32,
     /// Attempts admitted in each second of the run, from the start.
     pub admitted_per_second: Vec<u32>,
+    /// Arrivals in each [`LOAD_WINDOW`] of the run, from the start.
+    pub arrivals: Vec<u32>,
+    /// Each client's log, the first to finish first.
+    pub clients: Vec<ClientLog>,
+}
+
+/// What one client saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClientLog {
+    /// When it finished its share, from the start of the run.
+    pub finished: Duration,
+    /// The 429s its attempts received.
+    pub throttled: u32,
+    /// When the last request that received a 429 ended, from the start.
+    pub last_throttled: Option<Duration>,
+}
+
+impl ClientLog {
+    /// Books the answer to one request, ended now (`since` the start): the 429s its
+    /// attempts received, from the layer's record.
+    pub fn book(&mut self, info: Option<&RetryInfo>, since: Duration) {
+        let throttled = info.map_or(0, |info| {
+            info.outcomes()
+                .filter(|o| *o == AttemptOutcome::Response(StatusCode::TOO_MANY_REQUESTS))
+                .count() as u32
+        });
+        if throttled > 0 {
+            self.throttled += throttled;
+            self.last_throttled = Some(since);
+        }
+    }
 }
 
 impl Run {
+    /// A run of `requests` requests of which `succeeded` ended in a 200 and `refused` were
+    /// refused locally, over `elapsed`, its clients done at `finished`, as the server's
+    /// `books` saw it.
+    pub fn of(
+        policy: Policy,
+        retry_after: bool,
+        requests: usize,
+        (succeeded, refused_locally): (usize, usize),
+        (elapsed, mut clients): (Duration, Vec<ClientLog>),
+        books: &Books,
+    ) -> Self {
+        clients.sort_by_key(|c| c.finished);
+        Run {
+            policy,
+            retry_after,
+            requests,
+            succeeded,
+            refused_locally,
+            throttled: books.throttled,
+            admitted: books.admitted,
+            elapsed,
+            peak_window: books.windows.iter().copied().max().unwrap_or(0),
+            admitted_per_second: books.seconds.clone(),
+            arrivals: books.windows.clone(),
+            clients,
+        }
+    }
+
+    /// By when the first `share` of the clients had finished (0.5: half of them).
+    pub fn clients_done_by(&self, share: f64) -> Duration {
+        let n = ((self.clients.len() as f64 * share).ceil() as usize).max(1);
+        self.clients
+            .get(n - 1)
+            .map(|c| c.finished)
+            .unwrap_or_default()
+    }
+
+    /// Of the last tenth of the clients to finish, then of the others: the mean 429s a
+    /// client received and the mean time of its last one (seconds from the start).
+    pub fn slowest_tenth(&self) -> [(f64, f64); 2] {
+        let split = self.clients.len() - self.clients.len() / 10;
+        let mean = |clients: &[ClientLog]| {
+            let n = clients.len().max(1) as f64;
+            let throttled = clients.iter().map(|c| f64::from(c.throttled)).sum::<f64>() / n;
+            let last = clients
+                .iter()
+                .map(|c| c.last_throttled.unwrap_or_default().as_secs_f64())
+                .sum::<f64>()
+                / n;
+            (throttled, last)
+        };
+        [mean(&self.clients[split..]), mean(&self.clients[..split])]
+    }
+
     /// 429s received per successful request.
     pub fn throttled_per_success(&self) -> f64 {
         self.throttled as f64 / self.succeeded.max(1) as f64
@@ -284,14 +379,18 @@ pub async fn run(
             .layer(seed.wrapping_add(c as u64))
             .layer(server.clone());
         set.spawn(async move {
-            let (mut succeeded, mut refused) = (0, 0);
+            let (mut succeeded, mut refused, mut log) = (0, 0, ClientLog::default());
             for _ in 0..per_client {
                 let request = Request::get("http://limited.test/")
                     .body(http_body_util::Empty::<bytes::Bytes>::new())
                     .expect("a valid request");
                 match client.clone().oneshot(request).await {
-                    Ok(response) if response.status().is_success() => succeeded += 1,
-                    Ok(_) => {}
+                    Ok(response) => {
+                        log.book(response.extensions().get::<RetryInfo>(), start.elapsed());
+                        if response.status().is_success() {
+                            succeeded += 1;
+                        }
+                    }
                     Err(error) => {
                         let local = error
                             .downcast_ref::<RetryError>()
@@ -301,29 +400,27 @@ pub async fn run(
                     }
                 }
             }
-            (succeeded, refused)
+            log.finished = start.elapsed();
+            (succeeded, refused, log)
         });
     }
-    let (mut succeeded, mut refused_locally) = (0, 0);
+    let (mut succeeded, mut refused_locally, mut finished) = (0, 0, Vec::with_capacity(clients));
     while let Some(done) = set.join_next().await {
-        let (s, r) = done.expect("a client task");
+        let (s, r, f) = done.expect("a client task");
         succeeded += s;
         refused_locally += r;
+        finished.push(f);
     }
     let elapsed = start.elapsed();
     let books = server.books.lock().unwrap();
-    Run {
+    Run::of(
         policy,
         retry_after,
-        requests: clients * per_client,
-        succeeded,
-        refused_locally,
-        throttled: books.throttled,
-        admitted: books.admitted,
-        elapsed,
-        peak_window: books.windows.iter().copied().max().unwrap_or(0),
-        admitted_per_second: books.seconds.clone(),
-    }
+        clients * per_client,
+        (succeeded, refused_locally),
+        (elapsed, finished),
+        &books,
+    )
 }
 
 /// Every row: each policy, without `Retry-After` then with it, [`CLIENTS`] clients of

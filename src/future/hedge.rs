@@ -456,11 +456,14 @@ where
         trace.retry(&retry.plan.log, &retry.head, attempt.number, record);
     }
     let request = retry.attempt_request(&attempt);
+    let more = hedge::attempts_left(&retry.plan.policy, info);
+    if let Some(presence) = Own::presence(&mut flight.retry.own) {
+        presence.admitted(&flight.ticket);
+    }
     let Some(service) = flight.service.as_mut() else {
         unreachable!("a hedge is sent only through a ready service");
     };
     let future = service.call(request);
-    let more = hedge::attempts_left(&retry.plan.policy, info);
     if let (Some(presence), Some(record)) =
         (Own::presence(&mut flight.retry.own), info.retries().last())
     {

@@ -12,7 +12,9 @@
 //   paces first attempts (`ASKS_FIRST`), before the first attempt too; it admits (having
 //   taken what it charges, and possibly asking the attempt to wait longer), or refuses;
 // - `release`: another gate refused, or the wait it asked for does not fit the deadline,
-//   or the request was dropped while waiting: it gets back what it took for that attempt;
+//   or the request was dropped while waiting: it gets back what it took for that attempt
+//   (and, for a kind that counts what is in flight, for a retry the request ended before
+//   sending: the `Presence` keeps what it took until the retry is sent);
 // - `on_attempt_start` and `on_attempt_end`, and `on_request_end`, for a kind that counts
 //   what is in flight (`HEARS_FLIGHT`): each attempt sent, and its end (an outcome, or
 //   dropped: at the deadline, by a hedge that won, or with the request); then the
@@ -22,10 +24,11 @@
 //   with what the kind took for the request's last retry (a quota refunds it on success);
 //   a failure may make it refuse any retry after it (the throttle).
 // The kinds use the parts they need: the adaptive limiter and the adaptive throttle are
-// asked before first attempts (and hear every outcome); none counts what is in flight (the test-only `Pacer` does both, to check
-// the driver's paths). A first attempt
-// a gate asks to wait waits in the response future, holding the service `poll_ready`
-// readied (the `Retry` keeps a clone in its place), and is sent when the wait ends.
+// asked before first attempts (and hear every outcome); the concurrency budget counts what
+// is in flight (the test-only `Pacer` does both, to check the driver's paths). A first
+// attempt a gate asks to wait waits in the response future, holding the service
+// `poll_ready` readied (the `Retry` keeps a clone in its place), and is sent when the wait
+// ends.
 //
 // - `RetryBudget` (request-driven, the SRE book's): a request deposits `ratio`, a retry
 //   withdraws one token or is refused, the bucket refills `min_per_sec` per second.
@@ -39,6 +42,8 @@
 //   follows CUBIC, and waits for it (or is refused past `max_wait`).
 // - `AdaptiveThrottle` (client-side throttling, the SRE book's): every attempt is rejected
 //   locally with a probability that grows as throttles outnumber accepts in a window.
+// - `ConcurrencyBudget` (concurrency, Envoy's retry budget): the retries and hedges in
+//   flight are at most a share of the requests in flight, or a floor.
 //
 // A request carries a `Ticket` from its first retry on: what its last retry took from each
 // kind, so that a gate that refunds on success (a cost-weighted quota) can give back
@@ -53,6 +58,7 @@ mod adaptive;
 mod adaptive_throttle;
 mod bucket;
 mod budget;
+mod concurrency;
 #[cfg(test)]
 pub(crate) mod pacer;
 mod partition;
@@ -65,6 +71,7 @@ mod throttle;
 pub use self::adaptive::AdaptiveLimiter;
 pub use self::adaptive_throttle::AdaptiveThrottle;
 pub use self::budget::RetryBudget;
+pub use self::concurrency::ConcurrencyBudget;
 pub use self::quota::RetryQuota;
 pub use self::throttle::Throttle;
 
@@ -79,9 +86,9 @@ use crate::classify::{Classification, FailureKind};
 use crate::error::InvalidConfig;
 use crate::info::StopReason;
 
-/// A gate that a policy's retries pass: [`RetryBudget`], [`Throttle`] or [`RetryQuota`]; or
-/// that every attempt passes, first attempts included: [`AdaptiveLimiter`] or
-/// [`AdaptiveThrottle`].
+/// A gate that a policy's retries pass: [`RetryBudget`], [`Throttle`] or [`RetryQuota`], or,
+/// counting what is in flight, [`ConcurrencyBudget`]; or that every attempt passes, first
+/// attempts included: [`AdaptiveLimiter`] or [`AdaptiveThrottle`].
 /// Give one to a policy with [`RetryPolicy::gate`](crate::RetryPolicy::gate); every clone of
 /// a gate shares its state, so one gate given to several policies, layers or clients bounds
 /// their retries together.
@@ -165,7 +172,10 @@ pub trait Kind: Sized + Send + Sync + 'static {
         let _ = ask;
         Admission::ADMIT
     }
-    /// An attempt this kind admitted is not sent after all: `taken` goes back.
+    /// An attempt this kind admitted is not sent after all: `taken` goes back. A
+    /// [`Kind::HEARS_FLIGHT`] kind also hears this for a retry its request never sent
+    /// (the request ended first); such a kind must take something (`Some`) for every
+    /// retry and hedge it admits.
     fn release(&self, taken: u64) {
         let _ = taken;
     }
@@ -202,6 +212,7 @@ opaque_debug!(
     adaptive::Adaptive,
     adaptive_throttle::Shedding,
     budget::Budget,
+    concurrency::Concurrency,
     quota::Quota,
     throttle::ThrottleState
 );
@@ -363,6 +374,7 @@ kinds!(
     Adaptive(AdaptiveLimiter: adaptive::Adaptive),
     Quota(RetryQuota: quota::Quota),
     Budget(RetryBudget: budget::Budget),
+    Concurrency(ConcurrencyBudget: concurrency::Concurrency),
 );
 // Tests add a kind that asks retries to wait, to check the paths no kind of today takes.
 #[cfg(test)]
@@ -372,12 +384,13 @@ kinds!(
     Adaptive(AdaptiveLimiter: adaptive::Adaptive),
     Quota(RetryQuota: quota::Quota),
     Budget(RetryBudget: budget::Budget),
+    Concurrency(ConcurrencyBudget: concurrency::Concurrency),
     Pacer(pacer::Pacer: pacer::PacerState),
 );
 
 /// Builds a gate of kind `G`: `RetryBudget::builder()`, `Throttle::builder()`,
-/// `RetryQuota::builder()`, `AdaptiveLimiter::builder()` and `AdaptiveThrottle::builder()`
-/// start one with the kind's defaults. The settings every kind has
+/// `RetryQuota::builder()`, `ConcurrencyBudget::builder()`, `AdaptiveLimiter::builder()` and
+/// `AdaptiveThrottle::builder()` start one with the kind's defaults. The settings every kind has
 /// are here; each kind's own are on `GateBuilder<ThatKind>`.
 ///
 /// Every amount of tokens is an `f64`, kept in thousandths of a token (finer fractions are
@@ -748,6 +761,22 @@ impl Gates {
         }
     }
 
+    /// These gates without the kinds that count what is in flight: for the continuations
+    /// of a resumable body, which come after their request ended (no `Presence` follows
+    /// them, so such a kind would never hear them end).
+    pub(crate) fn without_flight(&self) -> Gates {
+        match self.hears_flight {
+            true => Gates::new(
+                self.list
+                    .iter()
+                    .filter(|gate| !gate.hears_flight())
+                    .cloned()
+                    .collect(),
+            ),
+            false => self.clone(),
+        }
+    }
+
     /// A logical request starts: it is the client's traffic, retried or not.
     #[inline]
     pub(crate) fn on_request(&self) {
@@ -902,6 +931,7 @@ impl Own {
         let presence = gates.hears_flight.then(|| Presence {
             gates: gates.clone(),
             out: Vec::new(),
+            unsent: None,
         });
         Box::new(Own {
             partition,
@@ -940,11 +970,22 @@ pub(crate) struct Presence {
     gates: Gates,
     /// The attempts out: each one's number, and what it was asked as.
     out: Vec<(u32, Ask)>,
+    /// What the gates took for the retry or hedge they admitted last, until it is sent.
+    unsent: Option<Ticket>,
 }
 
 impl Presence {
+    /// The gates admitted a retry or hedge, and `ticket` holds what each took for it: if
+    /// the request ends before it is sent (dropped during its backoff, or its service never
+    /// ready), the kinds that count what is in flight get that back (the others keep it
+    /// spent, as a retry decided is paid for).
+    pub(crate) fn admitted(&mut self, ticket: &Ticket) {
+        self.unsent = Some(*ticket);
+    }
+
     /// Attempt `number`, asked for as `ask`, is sent.
     pub(crate) fn started(&mut self, number: u32, ask: Ask) {
+        self.unsent = None;
         self.out.push((number, ask));
         for gate in &self.gates.list {
             gate.on_attempt_start(ask);
@@ -964,6 +1005,13 @@ impl Presence {
 
 impl Drop for Presence {
     fn drop(&mut self) {
+        if let Some(ticket) = self.unsent.take() {
+            for gate in self.gates.list.iter().filter(|gate| gate.hears_flight()) {
+                if let Some(taken) = ticket.last(gate) {
+                    gate.release(taken);
+                }
+            }
+        }
         for (_, ask) in std::mem::take(&mut self.out) {
             for gate in &self.gates.list {
                 gate.on_attempt_end(ask);

@@ -160,10 +160,13 @@ impl<S: Clone> Retry<S, Resume> {
             .or_insert(HeaderValue::from_static("identity"));
         let head = copy_head(request);
         let limits = Limits::start(&plan.policy, plan.time_limit(request));
+        // What counts requests in flight has no part in continuations: they come after
+        // their request ended.
         let gates = match plan.own_gates {
             true => plan.gates.for_request(request.uri(), request.headers()),
             false => plan.gates.clone(),
-        };
+        }
+        .without_flight();
         let sender: Box<dyn Sender<RB>> = Box::new(Continuations::<S, B> {
             prototype: self.prototype().clone(),
             body: std::marker::PhantomData,

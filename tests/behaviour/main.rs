@@ -2,7 +2,7 @@
 //! paused time (each module below is one subject), the configuration it refuses, the
 //! budget's bound, the storm figures' shapes, the fuzz oracles as property tests, and the
 //! core's architecture. A few cases check a rule against a real hyper server on 127.0.0.1
-//! (`idempotency`, `hints`, `edge_cases`).
+//! (`idempotency`, `hints`, `edge_cases`, `concurrency`).
 //!
 //! One binary, not one a file: each test binary links tokio, hyper and the crate again.
 //! See TESTING.md for what each module covers.
@@ -25,6 +25,7 @@ mod budget_bound;
 mod cancellation;
 mod circuit_breaker;
 mod client_throttle;
+mod concurrency;
 mod config_errors;
 mod edge_cases;
 mod hedging;

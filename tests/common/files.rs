@@ -51,6 +51,9 @@ pub struct File {
     pub shift: i64,
     /// The `Content-Encoding` of every answer (the bytes are served as they are).
     pub encoding: Option<&'static str>,
+    /// A gzip representation (its bytes and its ETag), served, ranges counted in its bytes,
+    /// to a request whose `Accept-Encoding` names gzip; `content` to any other.
+    pub gzip: Option<(Bytes, &'static str)>,
 }
 
 impl File {
@@ -66,6 +69,7 @@ impl File {
             chunked: false,
             shift: 0,
             encoding: None,
+            gzip: None,
         }
     }
 }
@@ -133,8 +137,17 @@ impl FileServer {
             }
         }
         let cut = state.cuts.pop_front().unwrap_or(Cut::Whole);
-        let file = state.file.clone();
+        let mut file = state.file.clone();
         drop(state);
+        let gzip_asked = headers
+            .get(header::ACCEPT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("gzip"));
+        if let (Some((bytes, etag)), true) = (file.gzip.take(), gzip_asked) {
+            file.content = bytes;
+            file.etag = Some(etag);
+            file.encoding = Some("gzip");
+        }
         let len = file.content.len() as u64;
         let mut range = headers
             .get(header::RANGE)

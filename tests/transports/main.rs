@@ -45,6 +45,7 @@ mod nginx;
 mod real_transports;
 mod refused_stream;
 mod resume;
+mod resume_encoding;
 mod resume_nginx;
 mod shared_body;
 mod spawn;

@@ -6,9 +6,13 @@
 // extensions, its timeout), the service called once it is ready, and
 // `reqwest::Response::from` on the answer (which keeps the final URL and the record).
 
+use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
+
+use bytes::Bytes;
+use http_body::Body;
 
 use tower::BoxError;
 use tower_http_retry::classify::Recognized;
@@ -75,6 +79,12 @@ use tower_service::Service;
 /// - **The future** owns a clone of the service (cloning a tower service is what `oneshot`
 ///   callers do anyway; the layer's clones share its budget and records), so it is
 ///   `'static` and can be spawned, and the service stays usable.
+/// - **The service's response body** may be any `Send + Sync` body: a `reqwest::Body`
+///   (a [`ReqwestService`](crate::ReqwestService)'s) is handed over as it is, any other
+///   wrapped with `reqwest::Body::wrap`: a resumable layer's
+///   [`ResumeBody`](tower_http_retry::ResumeBody), read with `bytes()`, `chunk()` or
+///   `bytes_stream()`, goes on across a cut (see
+///   [Resumable downloads](crate#resumable-downloads)).
 /// - **Errors** come back as an [`Error`]: [`Error::as_reqwest`] gives reqwest's own error
 ///   (`is_timeout()`, `is_connect()`, `status()`, ...), [`Error::info`] the record. A
 ///   request reqwest cannot build (a bad URL or header) fails without reaching the service.
@@ -93,7 +103,9 @@ pub trait RequestBuilderExt: sealed::Sealed {
             + 'static,
         S::Error: Into<BoxError>,
         S::Future: Send,
-        RB: Into<::reqwest::Body> + 'static;
+        RB: Body + Send + Sync + 'static,
+        RB::Data: Into<Bytes>,
+        RB::Error: Into<BoxError>;
 }
 
 impl RequestBuilderExt for ::reqwest::RequestBuilder {
@@ -108,7 +120,9 @@ impl RequestBuilderExt for ::reqwest::RequestBuilder {
             + 'static,
         S::Error: Into<BoxError>,
         S::Future: Send,
-        RB: Into<::reqwest::Body> + 'static,
+        RB: Body + Send + Sync + 'static,
+        RB::Data: Into<Bytes>,
+        RB::Error: Into<BoxError>,
     {
         // Built now, so that the future holds no builder (and its client).
         let request = self.build().and_then(http::Request::try_from);
@@ -122,8 +136,28 @@ impl RequestBuilderExt for ::reqwest::RequestBuilder {
                 .call(request)
                 .await
                 .map_err(|error| Error::from(error.into()))?;
-            Ok(::reqwest::Response::from(response))
+            Ok(::reqwest::Response::from(response.map(into_reqwest)))
         }
+    }
+}
+
+/// A response body as reqwest's: a `reqwest::Body` (what `ReqwestService` answers with) as
+/// it is, any other (a resumable layer's `ResumeBody`) wrapped.
+pub(crate) fn into_reqwest<B>(body: B) -> ::reqwest::Body
+where
+    B: Body + Send + Sync + 'static,
+    B::Data: Into<Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let mut body = Some(body);
+    if let Some(body) = (&mut body as &mut dyn Any).downcast_mut::<Option<::reqwest::Body>>() {
+        if let Some(body) = body.take() {
+            return body;
+        }
+    }
+    match body {
+        Some(body) => ::reqwest::Body::wrap(body),
+        None => ::reqwest::Body::from(Bytes::new()),
     }
 }
 
@@ -198,7 +232,10 @@ impl Error {
 
     /// The record of what the layer did (attempts, waits, why it stopped), when the
     /// request went through the layer (also below a layer that wraps errors): `None` for
-    /// a request reqwest could not build, or a service without the layer.
+    /// a request reqwest could not build, or a service without the layer. Also the record
+    /// of a body a resumable layer could not continue, from the `reqwest::Error` its read
+    /// (`bytes()`, `chunk()`, ...) failed with: `Error::from(e).info()`, whose
+    /// [`stop`](RetryInfo::stop) says why.
     pub fn info(&self) -> Option<&RetryInfo> {
         match &self.inner {
             Inner::Retry(error) => Some(error.info()),

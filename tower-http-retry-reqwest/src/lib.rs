@@ -127,6 +127,78 @@
 //! RetryLayer  ->  ReqwestService  ->  reqwest::Client (pool, DNS, TLS, redirects)
 //! ```
 //!
+//! # Resumable downloads
+//!
+//! A layer made resumable ([`RetryLayer::resume`](tower_http_retry::RetryLayer::resume))
+//! continues a GET's response body when it breaks, with `Range` from the next byte and
+//! `If-Range`, and uses the answer only where it provably continues the same bytes. Over a
+//! [`ReqwestService`] its body is a [`ResumeBody`](tower_http_retry::ResumeBody);
+//! [`RequestBuilderExt::send_with`] puts it back in a `reqwest::Response`, whose
+//! `bytes()`, `chunk()` and `bytes_stream()` go on across a cut (as do
+//! those of a [`RetryMiddleware`] made resumable with `resume`):
+//!
+//! ```
+//! use tower::Layer;
+//! use tower_http_retry::{ResumeInfo, RetryLayer};
+//! use tower_http_retry_reqwest::{ReqwestService, RequestBuilderExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower_http_retry_reqwest::Error> {
+//! # let addr = serve_cut_once().await;
+//! # let client = reqwest::Client::builder().no_proxy().build()?; // the server is on 127.0.0.1
+//! # /*
+//! let client = reqwest::Client::new();
+//! # */
+//! let service = RetryLayer::new().resume().layer(ReqwestService::new(client.clone()));
+//!
+//! // The server cuts the first answer's connection after 6 of its 11 bytes.
+//! let response = client.get(format!("http://{addr}/file")).send_with(&service).await?;
+//! let info = response.extensions().get::<ResumeInfo>().cloned().unwrap();
+//! assert_eq!(response.bytes().await?, "hello world");
+//! assert_eq!(info.continuations().len(), 1); // `Range: bytes=6-`, `If-Range: "v1"`
+//! # Ok(())
+//! # }
+//! # // A server on 127.0.0.1 that sends "hello " of "hello world" and closes the
+//! # // connection, then answers `Range: bytes=6-` with a 206.
+//! # async fn serve_cut_once() -> std::net::SocketAddr {
+//! #     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//! #     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+//! #     let addr = listener.local_addr().unwrap();
+//! #     tokio::spawn(async move {
+//! #         while let Ok((mut stream, _)) = listener.accept().await {
+//! #             let mut head = Vec::new();
+//! #             while !head.ends_with(b"\r\n\r\n") {
+//! #                 let mut byte = [0u8];
+//! #                 if stream.read(&mut byte).await.unwrap_or(0) == 0 { break; }
+//! #                 head.push(byte[0]);
+//! #             }
+//! #             let ranged = String::from_utf8_lossy(&head).to_ascii_lowercase().contains("range: bytes=6-");
+//! #             let answer: &[u8] = match ranged {
+//! #                 false => b"HTTP/1.1 200 OK\r\netag: \"v1\"\r\ncontent-length: 11\r\n\r\nhello ",
+//! #                 true => b"HTTP/1.1 206 Partial Content\r\netag: \"v1\"\r\ncontent-range: bytes 6-10/11\r\ncontent-length: 5\r\n\r\nworld",
+//! #             };
+//! #             let _ = stream.write_all(answer).await;
+//! #         }
+//! #     });
+//! #     addr
+//! # }
+//! ```
+//!
+//! A body that could not be continued fails reqwest's read with a `reqwest::Error` whose
+//! sources hold the layer's [`RetryError`](tower_http_retry::RetryError): `Error::from`
+//! finds it, and `info().stop()` says why (the file changed, no validator, the limit, ...).
+//!
+//! **Compression.** A resumable request asks for `Accept-Encoding: identity` unless the
+//! caller set one, since ranges count the bytes as sent. A reqwest built with `gzip` (or
+//! `brotli`, `zstd`, `deflate`) decompresses what it knows below the layer, whoever asked,
+//! and removes `Content-Encoding` and `Content-Length`: the layer then counts decoded bytes,
+//! which no range continues. So a continuation answered with a 206 that has neither field
+//! is not used, and the body ends with the layer's error (`StopReason::RangeMismatch`),
+//! never spliced: leave `Accept-Encoding` unset on a resumable download (or turn reqwest's
+//! decompression off for it, `ClientBuilder::no_gzip`, and read the encoded bytes). A
+//! continuation's 206 without `Content-Length` from a server that did not compress (a
+//! streamed range) is refused the same way.
+//!
 //! # Things to know
 //!
 //! - **reqwest's errors are classified like hyper's.** [`ReqwestService`] hands them to the
@@ -185,7 +257,7 @@ use tower::BoxError;
 use tower_service::Service;
 
 use tower_http_retry::classify::{Recognized, RetryReason};
-use tower_http_retry::{Attempt, ReplayBody};
+use tower_http_retry::{Attempt, AttemptKind, ReplayBody};
 
 mod bridge;
 #[cfg(feature = "middleware")]
@@ -215,6 +287,15 @@ pub use self::middleware::RetryMiddleware;
 /// to a `reqwest::Response` with `reqwest::Response::from`, and the layer's error (a
 /// `BoxError`) is read with [`Error::from`]: reqwest's own error is
 /// [`Error::as_reqwest`], the record [`Error::info`].
+///
+/// Under a resumable layer (`RetryLayer::new().resume()`), the answer's body is a
+/// [`ResumeBody`](tower_http_retry::ResumeBody)`<reqwest::Body>`, which
+/// `response.map(reqwest::Body::wrap)` makes reqwest's again (`send_with` does it). Its
+/// continuations come here too, marked as such by the layer
+/// ([`AttemptKind::Continuation`]); a continuation answered 206 with neither
+/// `Content-Length` nor `Content-Encoding`, as reqwest's decompression leaves a body it
+/// decoded, reaches the layer without its `Content-Range`, so it is not used: see
+/// [Resumable downloads](crate#resumable-downloads).
 ///
 /// `B` is the caller's request body type (the layer hands down `ReplayBody<B>`), inferred
 /// from the requests sent. Any body works: a `Full<Bytes>`, a `String`, a stream, a
@@ -360,6 +441,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<ReplayBody<B>>) -> Self::Future {
+        let continuation = is_continuation(&request);
         let request = request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body)));
         let state = match to_reqwest(&self.origins, request) {
             Ok(request) => State::Sending {
@@ -367,7 +449,10 @@ where
             },
             Err(error) => State::Failed { error: Some(error) },
         };
-        ResponseFuture { state }
+        ResponseFuture {
+            state,
+            continuation,
+        }
     }
 }
 
@@ -460,6 +545,8 @@ pin_project! {
     pub struct ResponseFuture {
         #[pin]
         state: State,
+        // The layer's continuation of a response body (`RetryLayer::resume`).
+        continuation: bool,
     }
 }
 
@@ -475,10 +562,15 @@ impl Future for ResponseFuture {
     type Output = Result<http::Response<::reqwest::Body>, Recognized>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
+        let this = self.project();
+        match this.state.project() {
             StateProj::Sending { future } => {
                 let response = ready!(future.poll(cx)).map_err(recognized)?;
-                Poll::Ready(Ok(into_http(response)))
+                let mut response = into_http(response);
+                if *this.continuation {
+                    withhold_unproven_range(&mut response);
+                }
+                Poll::Ready(Ok(response))
             }
             StateProj::Failed { error } => Poll::Ready(Err(recognized(
                 error
@@ -534,9 +626,40 @@ impl fmt::Debug for ResponseFuture {
     }
 }
 
+/// Whether `request` is the layer's continuation of a response body that broke.
+pub(crate) fn is_continuation<B>(request: &http::Request<B>) -> bool {
+    request
+        .extensions()
+        .get::<Attempt>()
+        .is_some_and(|attempt| attempt.kind == AttemptKind::Continuation)
+}
+
+/// A continuation's 206 whose bytes cannot be shown to be the range asked for loses its
+/// `Content-Range`, so that the layer does not use it (the body ends with a `RetryError`,
+/// `StopReason::RangeMismatch`).
+///
+/// A reqwest built with `gzip`, `brotli`, `zstd` or `deflate` decompresses a response
+/// whose `Content-Encoding` it knows, whoever asked for the encoding, and removes
+/// `Content-Encoding` and `Content-Length` from its head: the layer then counts decoded
+/// bytes, which a range (counted in the bytes as sent) does not continue, and a 206 it
+/// decoded is a stream cut in the middle, decoded from there. Such a 206 has neither field
+/// left; one that reqwest did not decode has its `Content-Encoding`, or `Content-Length`
+/// (which a server knows for a range of a stored file: nginx sends it). A 206 with neither
+/// is refused, whichever it was: a continuation is accepted only where it provably
+/// continues the bytes handed over.
+fn withhold_unproven_range<B>(response: &mut http::Response<B>) {
+    let headers = response.headers();
+    if response.status() == http::StatusCode::PARTIAL_CONTENT
+        && !headers.contains_key(http::header::CONTENT_LENGTH)
+        && !headers.contains_key(http::header::CONTENT_ENCODING)
+    {
+        response.headers_mut().remove(http::header::CONTENT_RANGE);
+    }
+}
+
 /// `http::Response::from` drops the response's final URL; it is put back where
 /// `reqwest::Response::from` looks for it, so a round trip keeps it.
-fn into_http(response: ::reqwest::Response) -> http::Response<::reqwest::Body> {
+pub(crate) fn into_http(response: ::reqwest::Response) -> http::Response<::reqwest::Body> {
     let url = response.url().clone();
     let mut response = http::Response::from(response);
     if let Ok(marker) = http::Response::builder().url(url).body(()) {

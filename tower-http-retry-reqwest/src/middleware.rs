@@ -9,6 +9,14 @@
 // `Service` that calls `Next` once per attempt, and turns the answer back. Every decision
 // (classification, keys, replay of streaming bodies, budget, deadline, `Retry-After`,
 // [`RetryInfo`](tower_http_retry::RetryInfo)) is the layer's own, made once, in one loop.
+//
+// The resumable mode (`RetryMiddleware<Resume>`) cannot hand the layer that `Service`:
+// `Next` borrows reqwest-middleware's chain for the length of `handle`, while a body's
+// continuations are sent after `handle` returned, from clones of the service the layer
+// wraps, which must be `'static`. So the layer wraps `Bottom`: a head attempt is
+// a job sent over a channel to `serve`, polled beside the layer's future inside `handle`,
+// which runs it down the chain (`Chain`, as above); a continuation goes to the client the
+// middleware was given (through `ReqwestService`).
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -23,9 +31,13 @@ use reqwest_middleware::{Middleware, Next};
 use tower::{BoxError, Layer};
 use tower_service::Service;
 
-use super::SyncBody;
+use futures_channel::{mpsc, oneshot};
+use futures_core::Stream;
+use reqwest::Client;
+
+use super::{ReqwestService, SyncBody};
 use tower_http_retry::{
-    AttemptTimedOut, DeadlineExceeded, ReplayBody, Retry, RetryLayer, RetryPolicy,
+    AttemptTimedOut, DeadlineExceeded, ReplayBody, Resume, Retry, RetryLayer, RetryPolicy,
 };
 
 /// A reqwest-middleware [`Middleware`] that runs a [`RetryLayer`]'s retry loop.
@@ -104,30 +116,143 @@ use tower_http_retry::{
 /// The layer's policies are resolved once, when the layer first makes a service: every
 /// request, and every clone of the middleware, uses them, and shares the layer's budget, as
 /// the clones of one service made by the layer do.
-#[derive(Clone)]
-pub struct RetryMiddleware {
-    layer: RetryLayer,
+///
+/// # Resumable bodies
+///
+/// [`resume`](RetryMiddleware::resume) makes it a `RetryMiddleware<`[`Resume`]`>`, whose
+/// responses' bodies are continued when they break, as
+/// [`RetryLayer::resume`](tower_http_retry::RetryLayer::resume) describes: `bytes()`,
+/// `chunk()` and `bytes_stream()` go on across a cut connection.
+pub struct RetryMiddleware<M = ()> {
+    layer: RetryLayer<M>,
+    /// Sends the continuations of a resumable middleware's bodies.
+    client: Option<ReqwestService>,
 }
 
-impl fmt::Debug for RetryMiddleware {
+impl<M> Clone for RetryMiddleware<M> {
+    fn clone(&self) -> Self {
+        Self {
+            layer: self.layer.clone(),
+            client: self.client.clone(),
+        }
+    }
+}
+
+impl<M> fmt::Debug for RetryMiddleware<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RetryMiddleware")
             .field("layer", &self.layer)
+            .field("resume", &self.client.is_some())
             .finish()
     }
 }
 
 impl RetryMiddleware {
-    /// Runs `layer`'s retry loop around the rest of the middleware chain.
+    /// Runs `layer`'s retry loop around the rest of the middleware chain. For bodies
+    /// continued when they break, add [`resume`](RetryMiddleware::resume).
     pub fn new(layer: RetryLayer) -> Self {
-        Self { layer }
+        Self {
+            layer,
+            client: None,
+        }
     }
 
+    /// This middleware, with response bodies continued when they break: a GET's body that
+    /// fails or stalls after its head arrived is asked for again from the next byte
+    /// (`Range` and `If-Range`), and the answer's bytes are used only if they provably
+    /// continue the same representation, as
+    /// [`RetryLayer::resume`](tower_http_retry::RetryLayer::resume) describes (the
+    /// policies' `resume`, `max_continuations` and `body_idle_timeout` choose, per route and
+    /// per request). The response stays a `reqwest::Response`: `bytes()`, `chunk()`,
+    /// `bytes_stream()` go on across a cut, with a
+    /// [`ResumeInfo`](tower_http_retry::ResumeInfo) in its extensions; a body that could
+    /// not be continued fails with a `reqwest::Error` whose source chain holds the
+    /// layer's [`RetryError`](tower_http_retry::RetryError) ([`Error::from`](crate::Error)
+    /// finds its record: `info().stop()` says why).
+    ///
+    /// `client`, the client under the middleware chain, sends the continuations. They are
+    /// sent while the body is read, after this middleware has returned, and reqwest-middleware
+    /// lends the rest of its chain to a middleware only while it runs: so the
+    /// continuations go straight to `client`, past the middlewares added after this one.
+    /// They carry the request's head as this middleware saw it (the headers of the
+    /// middlewares added before it, with `Range` and `If-Range`): a middleware that must
+    /// see or sign every request on the wire belongs before it. The head's retries go down
+    /// the chain, as without `resume`.
+    ///
+    /// Encodings: a resumable request asks for `Accept-Encoding: identity` unless the
+    /// caller set one. A reqwest with `gzip` (or `brotli`, `zstd`, `deflate`) decompresses
+    /// what it knows and removes `Content-Encoding` and `Content-Length`, so the layer
+    /// counts decoded bytes; a continuation answered with a 206 that has neither field is
+    /// not used (the body ends with a `RetryError`, `StopReason::RangeMismatch`), never
+    /// spliced. Leave `Accept-Encoding` unset on resumable downloads, or turn reqwest's
+    /// decompression off for them.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::{ResumeInfo, RetryLayer, RetryPolicy};
+    /// use tower_http_retry_reqwest::RetryMiddleware;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower::BoxError> {
+    /// # let addr = serve_cut_once().await;
+    /// # let reqwest_client = reqwest::Client::builder().no_proxy().build()?; // the server is on 127.0.0.1
+    /// # /*
+    /// let reqwest_client = reqwest::Client::new();
+    /// # */
+    /// let layer = RetryLayer::new().policy(RetryPolicy::new().max_continuations(10));
+    /// let client = reqwest_middleware::ClientBuilder::new(reqwest_client.clone())
+    ///     .with(RetryMiddleware::new(layer).resume(reqwest_client))
+    ///     .build();
+    ///
+    /// // The server cuts the first answer's connection after 6 of its 11 bytes.
+    /// let response = client.get(format!("http://{addr}/file")).send().await?;
+    /// let info = response.extensions().get::<ResumeInfo>().cloned().unwrap();
+    /// assert_eq!(response.bytes().await?, "hello world");
+    /// assert_eq!(info.continuations().len(), 1); // `Range: bytes=6-`
+    /// # Ok(())
+    /// # }
+    /// # // A server on 127.0.0.1 that sends "hello " of "hello world" and closes the
+    /// # // connection, then answers `Range: bytes=6-` with a 206.
+    /// # async fn serve_cut_once() -> std::net::SocketAddr {
+    /// #     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    /// #     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    /// #     let addr = listener.local_addr().unwrap();
+    /// #     tokio::spawn(async move {
+    /// #         while let Ok((mut stream, _)) = listener.accept().await {
+    /// #             let mut head = Vec::new();
+    /// #             while !head.ends_with(b"\r\n\r\n") {
+    /// #                 let mut byte = [0u8];
+    /// #                 if stream.read(&mut byte).await.unwrap_or(0) == 0 { break; }
+    /// #                 head.push(byte[0]);
+    /// #             }
+    /// #             let ranged = String::from_utf8_lossy(&head).to_ascii_lowercase().contains("range: bytes=6-");
+    /// #             let answer: &[u8] = match ranged {
+    /// #                 false => b"HTTP/1.1 200 OK\r\netag: \"v1\"\r\ncontent-length: 11\r\n\r\nhello ",
+    /// #                 true => b"HTTP/1.1 206 Partial Content\r\netag: \"v1\"\r\ncontent-range: bytes 6-10/11\r\ncontent-length: 5\r\n\r\nworld",
+    /// #             };
+    /// #             let _ = stream.write_all(answer).await;
+    /// #             // Closed here: the first body is cut short.
+    /// #         }
+    /// #     });
+    /// #     addr
+    /// # }
+    /// ```
+    pub fn resume(self, client: Client) -> RetryMiddleware<Resume> {
+        RetryMiddleware {
+            layer: self.layer.resume(),
+            client: Some(ReqwestService::new(client)),
+        }
+    }
+}
+
+impl<M> RetryMiddleware<M> {
     /// The layer.
-    pub fn get_ref(&self) -> &RetryLayer {
+    pub fn get_ref(&self) -> &RetryLayer<M> {
         &self.layer
     }
+}
 
+impl RetryMiddleware {
     async fn run<'a>(
         &'a self,
         request: ::reqwest::Request,
@@ -168,6 +293,188 @@ impl RetryMiddleware {
 impl From<RetryLayer> for RetryMiddleware {
     fn from(layer: RetryLayer) -> Self {
         Self::new(layer)
+    }
+}
+
+impl RetryMiddleware<Resume> {
+    async fn run<'a>(
+        &'a self,
+        request: ::reqwest::Request,
+        extensions: &'a mut Extensions,
+        next: Next<'a>,
+    ) -> reqwest_middleware::Result<::reqwest::Response> {
+        let url = request.url().clone();
+        let timeout = request.timeout().copied();
+        // reqwest's own conversion, which keeps the request's timeout in its extensions:
+        // a continuation's head is a copy of this request's, sent by the client.
+        let mut request = http::Request::try_from(request)?;
+        if let Some(policy) = extensions.get::<RetryPolicy>() {
+            request.extensions_mut().insert(policy.clone());
+        }
+        let client = self
+            .client
+            .clone()
+            .expect("a resumable RetryMiddleware has its client");
+        let (jobs, queue) = mpsc::unbounded();
+        let last = Mutex::new(None);
+        let chain = Chain {
+            next,
+            extensions: extensions.clone(),
+            last: &last,
+            url: &url,
+            timeout,
+        };
+        let mut service: Retry<Bottom, Resume> = Layer::layer(&self.layer, Bottom { jobs, client });
+        let retry = async {
+            std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+            service.call(request).await
+        };
+        let result = beside(retry, serve(queue, chain)).await;
+        if let Some(last) = last.into_inner().unwrap_or_else(PoisonError::into_inner) {
+            *extensions = last;
+        }
+        match result {
+            Ok(response) => Ok(::reqwest::Response::from(
+                response.map(crate::bridge::into_reqwest),
+            )),
+            Err(error) => Err(from_box(error)),
+        }
+    }
+}
+
+/// Polls `main` to its end, and `side` beside it while it runs.
+async fn beside<F: Future, G: Future<Output = ()>>(main: F, side: G) -> F::Output {
+    let (mut main, mut side) = (std::pin::pin!(main), std::pin::pin!(side));
+    let mut side_done = false;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(output) = main.as_mut().poll(cx) {
+            return Poll::Ready(output);
+        }
+        if !side_done && side.as_mut().poll(cx).is_ready() {
+            side_done = true;
+            // What the side did may have readied the main future.
+            if let Poll::Ready(output) = main.as_mut().poll(cx) {
+                return Poll::Ready(output);
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// An attempt handed to the middleware chain, and where its answer goes.
+type Job = (
+    http::Request<ReplayBody<::reqwest::Body>>,
+    oneshot::Sender<Result<http::Response<::reqwest::Body>, BoxError>>,
+);
+
+/// Runs every attempt handed over down the chain, each as it comes (a hedge runs beside the
+/// attempt before it), until the queue closes.
+async fn serve(mut queue: mpsc::UnboundedReceiver<Job>, chain: Chain<'_>) {
+    let mut running: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = Vec::new();
+    let mut open = true;
+    std::future::poll_fn(|cx| {
+        while open {
+            match Pin::new(&mut queue).poll_next(cx) {
+                Poll::Ready(Some((request, answer))) => {
+                    let attempt = chain.clone().call(request);
+                    running.push(Box::pin(async move {
+                        let result = attempt.await.map(into_plain);
+                        let _ = answer.send(result);
+                    }));
+                }
+                Poll::Ready(None) => open = false,
+                Poll::Pending => break,
+            }
+        }
+        running.retain_mut(|attempt| attempt.as_mut().poll(cx).is_pending());
+        match open || !running.is_empty() {
+            true => Poll::Pending,
+            false => Poll::Ready(()),
+        }
+    })
+    .await
+}
+
+/// The answer of the chain with reqwest's response turned into an `http::Response` (its
+/// final URL kept), for the resumable layer, which reads the body.
+fn into_plain(response: http::Response<Carried>) -> http::Response<::reqwest::Body> {
+    let response = uncarry(response);
+    crate::into_http(response)
+}
+
+/// The service under a resumable middleware's layer: an attempt of the head goes down the
+/// middleware chain (the `serve` beside the layer's future runs it), a continuation of a
+/// body, sent after the middleware returned, to the client.
+#[derive(Clone)]
+struct Bottom {
+    jobs: mpsc::UnboundedSender<Job>,
+    client: ReqwestService,
+}
+
+type Pending =
+    Pin<Box<dyn Future<Output = Result<http::Response<::reqwest::Body>, BoxError>> + Send>>;
+
+impl Service<http::Request<ReplayBody<::reqwest::Body>>> for Bottom {
+    type Response = http::Response<::reqwest::Body>;
+    type Error = BoxError;
+    type Future = Pending;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.client.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut request: http::Request<ReplayBody<::reqwest::Body>>) -> Pending {
+        if !crate::is_continuation(&request) {
+            let (answer, answered) = oneshot::channel();
+            match self.jobs.unbounded_send((request, answer)) {
+                Ok(()) => {
+                    return Box::pin(async move {
+                        answered.await.unwrap_or_else(|_| Err(ChainGone.into()))
+                    });
+                }
+                // The middleware returned: nothing runs the chain any more.
+                Err(error) => request = error.into_inner().0,
+            }
+        }
+        let answer = self.client.call(request);
+        Box::pin(async move { answer.await.map_err(Into::into) })
+    }
+}
+
+/// The middleware chain was gone before it answered an attempt (the middleware's call was
+/// dropped).
+#[derive(Debug)]
+struct ChainGone;
+
+impl fmt::Display for ChainGone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the middleware chain ended before the attempt was answered")
+    }
+}
+
+impl StdError for ChainGone {}
+
+impl Middleware for RetryMiddleware<Resume> {
+    fn handle<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        req: ::reqwest::Request,
+        extensions: &'life1 mut Extensions,
+        next: Next<'life2>,
+    ) -> Pin<
+        Box<
+            dyn Future<Output = reqwest_middleware::Result<::reqwest::Response>>
+                + Send
+                + 'async_trait,
+        >,
+    >
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(self.run(req, extensions, next))
     }
 }
 

@@ -31,4 +31,5 @@ macro_rules! on_both_runtimes {
 
 mod bridge;
 mod middleware;
+mod resume;
 mod service;
