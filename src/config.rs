@@ -4,9 +4,11 @@
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use http::{HeaderName, Request};
 
+use crate::deadline::{DeadlineHeader, RequestDeadline};
 use crate::gate::{Gates, RetryBudget};
 use crate::hedge::{Hedging, LatencyRecord};
 use crate::hook::{AttemptHeader, Hooks};
@@ -125,6 +127,25 @@ impl Plan {
         self.plain_successes && response.status().is_success()
     }
 
+    /// A time limit the request sets itself, which bounds its deadline across all attempts
+    /// (the shorter applies): what a hook reads from its headers (gRPC's `grpc-timeout`),
+    /// and what is left of a [`RequestDeadline`] in its extensions (a server handler's
+    /// deadline, carried on). The clock is read only for the latter.
+    #[inline]
+    pub(crate) fn time_limit<B>(&self, request: &Request<B>) -> Option<Duration> {
+        let said = match self.hooks.is_empty() {
+            true => None,
+            false => self.hooks.time_limit(request.headers()),
+        };
+        match request.extensions().get::<RequestDeadline>() {
+            None => said,
+            Some(RequestDeadline(at)) => {
+                let left = at.saturating_duration_since(tokio::time::Instant::now());
+                Some(said.map_or(left, |said| said.min(left)))
+            }
+        }
+    }
+
     /// The plan of `merged`, a policy laid over everything beneath it.
     pub(crate) fn resolve(merged: RetryPolicy, config: &Config) -> Self {
         let policy = merged.settings();
@@ -137,7 +158,11 @@ impl Plan {
         if let Some(name) = &config.attempt_header {
             hooks.add(AttemptHeader(name.clone()));
         }
-        let hooks = hooks.then(merged.hooks());
+        let mut hooks = hooks.then(merged.hooks());
+        // The deadline header is a setting of its own: `no_hooks` leaves it on.
+        if let Some(name) = merged.deadline_header_name() {
+            hooks.add(DeadlineHeader(name.clone()));
+        }
         let latency = OnceLock::new();
         if hedging.as_ref().is_some_and(Hedging::reads_latencies) {
             let _ = latency.set(Arc::new(LatencyRecord::new()));

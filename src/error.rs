@@ -157,6 +157,9 @@ impl std::error::Error for RetryError {
 #[derive(Debug, Clone)]
 pub struct DeadlineExceeded {
     deadline: Duration,
+    /// The floor that was not left, when an attempt was not started for it
+    /// ([`RetryPolicy::min_time_left`](crate::RetryPolicy::min_time_left)).
+    floor: Option<Duration>,
 }
 
 impl DeadlineExceeded {
@@ -172,7 +175,19 @@ impl DeadlineExceeded {
     /// assert_eq!(error.to_string(), "request deadline of 2s exceeded");
     /// ```
     pub fn new(deadline: Duration) -> Self {
-        Self { deadline }
+        Self {
+            deadline,
+            floor: None,
+        }
+    }
+
+    /// The error of a request whose next attempt was not started: less than `floor` was
+    /// left before the `deadline`.
+    pub(crate) fn with_floor(deadline: Duration, floor: Duration) -> Self {
+        Self {
+            deadline,
+            floor: Some(floor),
+        }
     }
 
     /// The deadline that passed, measured from the start of the logical request.
@@ -183,7 +198,14 @@ impl DeadlineExceeded {
 
 impl fmt::Display for DeadlineExceeded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "request deadline of {:?} exceeded", self.deadline)
+        write!(f, "request deadline of {:?} exceeded", self.deadline)?;
+        match self.floor {
+            Some(floor) => write!(
+                f,
+                ": less than the {floor:?} floor was left to start an attempt"
+            ),
+            None => Ok(()),
+        }
     }
 }
 

@@ -7,6 +7,8 @@
 //! - [`idempotency`]: idempotency keys, where to turn them on, quoted or raw.
 //! - [`time`]: `Retry-After` and the server's other hints, deadlines, per-attempt timeouts,
 //!   the errors a request ends with.
+//! - [`deadlines`]: deadlines that travel: the time each attempt has in a header, the
+//!   floor, the server-side layer that reads it, a chain of services on one budget.
 //! - [`budgets`]: why a budget and not only max attempts; the budget, the throttle, the
 //!   quota and the concurrency budget; per-server gates; the storm example's tables and their arithmetic.
 //! - [`adaptive`]: when a server throttles: the adaptive limiter, client-side throttling and
@@ -28,6 +30,9 @@ pub mod idempotency {}
 
 #[doc = include_str!("guide/time.md")]
 pub mod time {}
+
+#[doc = include_str!("guide/deadlines.md")]
+pub mod deadlines {}
 
 #[doc = include_str!("guide/budgets.md")]
 pub mod budgets {}

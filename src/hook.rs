@@ -38,6 +38,12 @@ pub struct Attempt {
     /// The time left before the request's deadline when the attempt is sent, if it has
     /// one. On the first attempt it is the deadline itself (no clock is read for it).
     pub time_left: Option<Duration>,
+    /// The attempt's own limit, if the policy sets one
+    /// ([`RetryPolicy::attempt_timeout`](crate::RetryPolicy::attempt_timeout)): the attempt
+    /// is dropped after it, deadline or not. The time this attempt has is the lesser of it
+    /// and `time_left` (what [`RetryPolicy::deadline_header`](crate::RetryPolicy::deadline_header)
+    /// writes).
+    pub timeout: Option<Duration>,
     /// Why this attempt is sent.
     pub kind: AttemptKind,
 }
@@ -45,15 +51,17 @@ pub struct Attempt {
 impl Attempt {
     /// An attempt as the layer would give it, for testing a hook or a service outside the
     /// layer: attempt `number` (1 for the first), `counted_before` of the earlier attempts
-    /// counting against `max_attempts`, `time_left` before the deadline, and its `kind`.
-    /// Under the `test-util` feature.
+    /// counting against `max_attempts`, `time_left` before the deadline, and its `kind`;
+    /// without an attempt timeout (set the public field for one). Under the `test-util`
+    /// feature.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tower_http_retry::{Attempt, AttemptKind};
     ///
-    /// let retry = Attempt::new(3, 2, Some(Duration::from_secs(1)), AttemptKind::Retry);
-    /// assert_eq!((retry.number, retry.counted_before), (3, 2));
+    /// let mut retry = Attempt::new(3, 2, Some(Duration::from_secs(1)), AttemptKind::Retry);
+    /// assert_eq!((retry.number, retry.counted_before, retry.timeout), (3, 2, None));
+    /// retry.timeout = Some(Duration::from_millis(300));
     /// ```
     #[cfg(feature = "test-util")]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
@@ -63,7 +71,7 @@ impl Attempt {
         time_left: Option<Duration>,
         kind: AttemptKind,
     ) -> Self {
-        Self::of(number, counted_before, time_left, kind)
+        Self::of(number, counted_before, time_left, None, kind)
     }
 
     /// The attempt the layer gives hooks and puts in a request's extensions.
@@ -71,12 +79,14 @@ impl Attempt {
         number: u32,
         counted_before: u32,
         time_left: Option<Duration>,
+        timeout: Option<Duration>,
         kind: AttemptKind,
     ) -> Self {
         Self {
             number,
             counted_before,
             time_left,
+            timeout,
             kind,
         }
     }
@@ -259,6 +269,7 @@ mod tests {
             number: 1,
             counted_before: 0,
             time_left: None,
+            timeout: None,
             kind: AttemptKind::First,
         }
     }

@@ -159,7 +159,8 @@
 //!
 //! The [`guide`] pages go into each part in depth: [what is retried and the
 //! defaults](guide::defaults), [idempotency keys](guide::idempotency), [server hints,
-//! deadlines and timeouts](guide::time), [budgets and retry storms](guide::budgets),
+//! deadlines and timeouts](guide::time), [deadlines that travel to the
+//! server](guide::deadlines), [budgets and retry storms](guide::budgets),
 //! [per-route policies](guide::routes), [composing with timeouts and circuit
 //! breakers](guide::composing), [hedging](guide::hedging), [adaptive rate
 //! limiting](guide::adaptive), [resumable downloads](guide::resume) and
@@ -204,6 +205,7 @@
 mod backoff;
 pub mod classify;
 mod config;
+mod deadline;
 mod decision;
 mod error;
 pub mod future;
@@ -231,6 +233,7 @@ mod trace;
 struct ReadmeDoctests;
 
 pub use crate::backoff::{Backoff, Jitter};
+pub use crate::deadline::{Deadline, DeadlineLayer, RequestDeadline};
 pub use crate::error::{
     AttemptTimedOut, DeadlineExceeded, InvalidConfig, LocallyRefused, RetryError, ServiceNotReady,
 };

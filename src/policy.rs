@@ -58,6 +58,8 @@ pub struct RetryPolicy {
     backoff: Option<Backoff>,
     deadline: Option<Option<Duration>>,
     attempt_timeout: Option<Option<Duration>>,
+    deadline_header: Option<Option<HeaderName>>,
+    min_time_left: Option<Duration>,
     max_retry_after: Option<Duration>,
     classifier: Option<Arc<dyn Classify>>,
     gates: GateSet,
@@ -252,6 +254,105 @@ impl RetryPolicy {
     /// ```
     pub fn attempt_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.attempt_timeout = Some(timeout.into());
+        self
+    }
+
+    /// Tells the server how long each attempt has: `name` is written on every attempt
+    /// (the first, each retry, hedge and body continuation) with the lesser of the time
+    /// left before the [deadline](Self::deadline) and the
+    /// [attempt timeout](Self::attempt_timeout), in whole milliseconds, rounded up and
+    /// never 0 (Envoy reads 0 as "no timeout"; it writes 1 when the time is gone, and so
+    /// does this). An attempt with neither limit carries nothing (the caller's own value,
+    /// if it set one, goes as it is). A server reads it with
+    /// [`DeadlineLayer`](crate::DeadlineLayer), and stops working when the client has
+    /// stopped waiting.
+    ///
+    /// The value is relative, as Envoy's, userver's and Connect's are: hosts' clocks need
+    /// not agree, and the time the request spends in transit is not counted (the server
+    /// believes it has up to that much more). [`RetryPolicy::no_hooks`] leaves it on; `None`
+    /// turns it off, whatever a policy beneath set.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::HeaderName;
+    /// use tower_http_retry::{RetryLayer, RetryPolicy, RouteMatch};
+    ///
+    /// let layer = RetryLayer::new()
+    ///     .policy(
+    ///         RetryPolicy::new()
+    ///             .deadline(Duration::from_secs(2))
+    ///             .deadline_header(HeaderName::from_static("x-timeout-ms")),
+    ///     )
+    ///     // A partner's API, which has no use for it.
+    ///     .route(RouteMatch::any().path_prefix("/partner"), RetryPolicy::new().deadline_header(None));
+    /// # let _ = layer;
+    /// ```
+    pub fn deadline_header(mut self, name: impl Into<Option<HeaderName>>) -> Self {
+        self.deadline_header = Some(name.into());
+        self
+    }
+
+    /// [`deadline_header`](Self::deadline_header) under Envoy's name,
+    /// `x-envoy-upstream-rq-timeout-ms`: an Envoy in front of the server then bounds the
+    /// request, its own retries included, by the time this attempt has (Envoy removes the
+    /// header before it forwards the request, and tells its upstream in
+    /// `x-envoy-expected-rq-timeout-ms`, which [`DeadlineLayer::envoy`](crate::DeadlineLayer::envoy)
+    /// reads).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::new().deadline(Duration::from_secs(2)).envoy_deadline_header();
+    /// assert_eq!(
+    ///     format!("{policy:?}"),
+    ///     r#"RetryPolicy { deadline: Some(2s), deadline_header: Some("x-envoy-upstream-rq-timeout-ms") }"#
+    /// );
+    /// ```
+    pub fn envoy_deadline_header(self) -> Self {
+        self.deadline_header(crate::deadline::ENVOY_UPSTREAM_TIMEOUT)
+    }
+
+    /// No attempt is started with less than `floor` left before the deadline: not the
+    /// first, a retry, a hedge or a body continuation. An attempt that could not finish in
+    /// time is load on the server for nothing. A retry whose wait would leave less is not
+    /// taken (the last outcome is returned); a first attempt, or one whose service became
+    /// ready too late, is not sent, and the caller gets
+    /// [`DeadlineExceeded`](crate::DeadlineExceeded), whose message names the floor. The
+    /// record's stop is [`StopReason::Deadline`](crate::StopReason::Deadline) either way.
+    /// Without a deadline it does nothing; `Duration::ZERO` (the default) turns it off.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bytes::Bytes;
+    /// use http::{Request, Response};
+    /// use http_body_util::Full;
+    /// use tower::{Layer, ServiceExt};
+    /// use tower_http_retry::{DeadlineExceeded, RetryError, RetryLayer, RetryPolicy, StopReason};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// # let inner = tower::service_fn(|_: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| async {
+    /// #     Ok::<_, std::convert::Infallible>(Response::new(()))
+    /// # });
+    /// // A deadline of 30 ms leaves less than the 50 ms an attempt needs: nothing is sent.
+    /// let client = RetryLayer::new()
+    ///     .policy(RetryPolicy::new().min_time_left(Duration::from_millis(50)))
+    ///     .layer(inner);
+    /// let mut request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
+    /// request.extensions_mut().insert(RetryPolicy::new().deadline(Duration::from_millis(30)));
+    /// let error = client.oneshot(request).await.unwrap_err();
+    /// let error = error.downcast_ref::<RetryError>().unwrap();
+    /// assert_eq!((error.info().attempts(), error.info().stop()), (0, StopReason::Deadline));
+    /// assert!(error.get_ref().is::<DeadlineExceeded>());
+    /// assert_eq!(
+    ///     error.get_ref().to_string(),
+    ///     "request deadline of 30ms exceeded: less than the 50ms floor was left to start an attempt"
+    /// );
+    /// # }
+    /// ```
+    pub fn min_time_left(mut self, floor: Duration) -> Self {
+        self.min_time_left = Some(floor);
         self
     }
 
@@ -756,6 +857,8 @@ impl RetryPolicy {
             backoff: pick(&over.backoff, &self.backoff),
             deadline: pick(&over.deadline, &self.deadline),
             attempt_timeout: pick(&over.attempt_timeout, &self.attempt_timeout),
+            deadline_header: pick(&over.deadline_header, &self.deadline_header),
+            min_time_left: pick(&over.min_time_left, &self.min_time_left),
             max_retry_after: pick(&over.max_retry_after, &self.max_retry_after),
             classifier: pick(&over.classifier, &self.classifier),
             gates: self.gates.then(&over.gates),
@@ -784,6 +887,7 @@ impl RetryPolicy {
             backoff: self.backoff.unwrap_or_default(),
             deadline: self.deadline.flatten(),
             attempt_timeout: self.attempt_timeout.flatten(),
+            min_time_left: self.min_time_left.unwrap_or_default(),
             max_retry_after: self.max_retry_after.unwrap_or(Duration::from_secs(30)),
             classifier: self.classifier.clone(),
             seed: self.seed.clone(),
@@ -820,6 +924,11 @@ impl RetryPolicy {
     pub(crate) fn hooks(&self) -> &Hooks {
         &self.hooks
     }
+
+    /// The header that tells the server how long each attempt has, if any.
+    pub(crate) fn deadline_header_name(&self) -> Option<&HeaderName> {
+        self.deadline_header.as_ref().and_then(Option::as_ref)
+    }
 }
 
 impl fmt::Debug for RetryPolicy {
@@ -842,6 +951,12 @@ impl fmt::Debug for RetryPolicy {
         }
         if let Some(v) = &self.attempt_timeout {
             field("attempt_timeout", v);
+        }
+        if let Some(v) = &self.deadline_header {
+            field("deadline_header", v);
+        }
+        if let Some(v) = &self.min_time_left {
+            field("min_time_left", v);
         }
         if let Some(v) = &self.max_retry_after {
             field("max_retry_after", v);
@@ -908,6 +1023,8 @@ pub(crate) struct Settings {
     pub(crate) backoff: Backoff,
     pub(crate) deadline: Option<Duration>,
     pub(crate) attempt_timeout: Option<Duration>,
+    /// No attempt starts with less than this left before the deadline.
+    pub(crate) min_time_left: Duration,
     pub(crate) max_retry_after: Duration,
     pub(crate) classifier: Option<Arc<dyn Classify>>,
     pub(crate) seed: Option<Arc<SeedSequence>>,
@@ -975,6 +1092,7 @@ impl fmt::Debug for Settings {
             .field("backoff", &self.backoff)
             .field("deadline", &self.deadline)
             .field("attempt_timeout", &self.attempt_timeout)
+            .field("min_time_left", &self.min_time_left)
             .field("max_retry_after", &self.max_retry_after)
             .field("custom_classifier", &self.classifier.is_some())
             .field("seeded", &self.seed.is_some())

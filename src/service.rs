@@ -243,13 +243,10 @@ struct Start {
 impl Start {
     #[inline]
     fn new<B>(plan: &Plan, request: &mut Request<B>) -> Start {
-        // A time limit the caller's request sets itself (gRPC's `grpc-timeout`) bounds the
-        // deadline too, across all attempts; the shorter applies.
-        let bound = match plan.hooks.is_empty() {
-            true => None,
-            false => plan.hooks.time_limit(request.headers()),
-        };
-        let limits = Limits::start(&plan.policy, bound);
+        // A time limit the caller's request sets itself (gRPC's `grpc-timeout`, a handler's
+        // `RequestDeadline`) bounds the deadline too, across all attempts; the shorter
+        // applies.
+        let limits = Limits::start(&plan.policy, plan.time_limit(request));
         let trace = Trace::new(request, &plan.log);
         // Every logical request is the client's traffic, retried or not; a gate kept per
         // authority is found for this request's once.
@@ -282,10 +279,36 @@ impl<S: Clone, M> Retry<S, M> {
     {
         let plan = self.plans.select(&request);
         let start = Start::new(&plan, &mut request);
+        if start.limits.no_time_at_start() {
+            return Self::no_time(start);
+        }
         match decision::repeat(&plan, request.method(), start.key.is_some()) {
             Repeat::Once => self.call_once(request, plan, start),
             repeat => self.call_retrying(request, plan, start, repeat),
         }
+    }
+
+    /// A request whose deadline leaves less than the floor for its first attempt: nothing
+    /// is sent ([`RetryPolicy::min_time_left`](crate::RetryPolicy::min_time_left)).
+    #[cold]
+    #[inline(never)]
+    fn no_time<B, RB>(start: Start) -> ResponseFuture<S::Future, S, B, Response<RB>>
+    where
+        S: InnerService<B, ResponseBody = RB>,
+        B: Body + Unpin,
+    {
+        let Start {
+            limits,
+            trace,
+            own,
+            key,
+        } = start;
+        if let Some(own) = own {
+            Own::end(own);
+        }
+        let mut info = RetryInfo::default();
+        info.set_idempotency_key(key);
+        ResponseFuture::refused(StopReason::Deadline, limits, info, trace)
     }
 
     /// A request sent once: as it is, its body passed through. Under a gate that hears

@@ -101,8 +101,8 @@ pub(crate) fn outcome(
     // Without a hint the next hedge goes at once; a hint (an exact pushback, or a floor
     // such as `Retry-After`) sets its time.
     let wait = hint.map_or(Duration::ZERO, |hint| hint.wait);
-    if let Some(deadline) = limits.deadline() {
-        if leaves_no_time(facts.now(), wait, deadline) {
+    if let Some(start_by) = limits.start_by() {
+        if leaves_no_time(facts.now(), wait, start_by) {
             let stop = match hint {
                 Some(_) => StopReason::HintTooLong,
                 None => StopReason::Deadline,
@@ -140,7 +140,7 @@ pub(crate) fn send(
     previous: Instant,
     info: &mut RetryInfo,
 ) -> Result<Attempt, StopReason> {
-    if limits.past_deadline(now) {
+    if limits.too_late_to_start(now) {
         return Err(StopReason::Deadline);
     }
     let (reason, hint) = trigger.unwrap_or((RetryReason::Hedge, None));
@@ -175,6 +175,7 @@ pub(crate) fn send(
         number: info.attempts(),
         counted_before: counted_attempts(info.attempts(), info.retries()).saturating_sub(1),
         time_left: limits.time_left(Some(now)),
+        timeout: limits.attempt_timeout,
         kind: AttemptKind::Hedge,
     })
 }

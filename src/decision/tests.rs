@@ -847,6 +847,7 @@ async fn readiness_sends_the_next_attempt_or_ends_the_request() {
             number: 2,
             counted_before: 1,
             time_left: Some(Duration::from_secs(7)),
+            timeout: Some(Duration::from_secs(2)),
             kind: AttemptKind::Retry,
         }
     );
@@ -890,10 +891,63 @@ async fn readiness_sends_the_next_attempt_or_ends_the_request() {
             number: 1,
             counted_before: 0,
             time_left: Some(Duration::from_secs(10)),
+            timeout: Some(Duration::from_secs(2)),
             kind: AttemptKind::First,
         }
     );
     assert_eq!(first_attempt(&no_limits()).time_left, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_floor_keeps_attempts_from_starting_with_too_little_time() {
+    let policy = RetryPolicy::default()
+        .deadline(Duration::from_secs(1))
+        .min_time_left(Duration::from_millis(300));
+    let limits = Limits::start(&policy.settings(), None);
+    let now = Instant::now();
+    assert!(!limits.no_time_at_start());
+    assert_eq!(limits.start_by(), Some(now + Duration::from_millis(700)));
+    assert!(!limits.too_late_to_start(now + Duration::from_millis(700)));
+    assert!(limits.too_late_to_start(now + Duration::from_millis(701)));
+    // A retry ready with less than the floor left is not sent; the error names the floor.
+    let mut info = first();
+    info.push_retry(record(S503));
+    let error = ready(&limits, now + Duration::from_millis(800), &mut info).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "request deadline of 1s exceeded: less than the 300ms floor was left to start an attempt"
+    );
+    assert_eq!(info.stop(), StopReason::Deadline);
+    // Once the deadline itself has passed, the error is the plain one.
+    let error = ready(&limits, now + Duration::from_secs(1), &mut first()).unwrap_err();
+    assert_eq!(error.to_string(), "request deadline of 1s exceeded");
+    // A wait that ends after the last start is not taken.
+    let schedule = |wait: u64| Schedule {
+        reason: RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE),
+        backoff: Duration::from_millis(wait),
+        hint: None,
+        max_hint: Duration::from_secs(30),
+        now,
+        deadline: limits.start_by(),
+        transparent: false,
+    };
+    let gates = Plan::resolve(RetryPolicy::new(), &Config::default()).gates;
+    let mut ticket = Ticket::default();
+    assert!(schedule_retry(&schedule(600), &gates, &mut ticket).is_ok());
+    assert_eq!(
+        schedule_retry(&schedule(700), &gates, &mut ticket).unwrap_err(),
+        StopReason::Deadline
+    );
+    // A deadline shorter than the floor: no first attempt.
+    let short = RetryPolicy::default()
+        .deadline(Duration::from_millis(200))
+        .min_time_left(Duration::from_millis(300));
+    assert!(Limits::start(&short.settings(), None).no_time_at_start());
+    // No deadline, no floor.
+    let unbounded = RetryPolicy::default().min_time_left(Duration::from_secs(1));
+    let limits = Limits::start(&unbounded.settings(), None);
+    assert!(!limits.no_time_at_start() && !limits.too_late_to_start(now));
+    assert_eq!(limits.start_by(), None);
 }
 
 fn judgement(verdict: Classification) -> Judgement<'static> {

@@ -558,7 +558,7 @@ where
             hint,
             max_hint: policy.max_retry_after,
             now,
-            deadline: self.limits.deadline(),
+            deadline: self.limits.start_by(),
             transparent: false,
         };
         let mut record = match decision::schedule_retry(&schedule, &self.gates, &mut self.ticket) {
@@ -594,6 +594,7 @@ where
             number,
             number - 1,
             self.limits.time_left(Some(at)),
+            self.limits.attempt_timeout(),
             AttemptKind::Continuation,
         );
         if !self.plan.hooks.is_empty() {

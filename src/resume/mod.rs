@@ -166,11 +166,7 @@ impl<S: Clone> Retry<S, Resume> {
             }
         };
         let head = copy_head(request);
-        let bound = match plan.hooks.is_empty() {
-            true => None,
-            false => plan.hooks.time_limit(request.headers()),
-        };
-        let limits = Limits::start(&plan.policy, bound);
+        let limits = Limits::start(&plan.policy, plan.time_limit(request));
         // What counts requests in flight has no part in continuations: they come after
         // their request ended.
         let gates = match plan.own_gates {

@@ -1018,3 +1018,21 @@ async fn a_hedge_waits_for_its_service_as_a_retry_does() {
     assert_eq!(server.start.elapsed(), Duration::from_millis(2_100));
     assert_eq!(info(&response).stop(), StopReason::ServiceNotReady);
 }
+
+#[tokio::test(start_paused = true)]
+async fn no_hedge_starts_with_less_than_the_floor() {
+    // Hedges every 500 ms within 2 s; with an 800 ms floor the one due at 1.5 s (500 ms
+    // left) is not sent.
+    let server = Timeline::new(&[answer(1_800, 200)]);
+    let policy = RetryPolicy::default()
+        .deadline(Duration::from_secs(2))
+        .min_time_left(Duration::from_millis(800));
+    let response = a6(policy)
+        .layer(server.clone())
+        .oneshot(get())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(server.starts(), [0, 500, 1000]);
+    assert_eq!(info(&response).attempts(), 3);
+}

@@ -346,3 +346,139 @@ async fn a_final_error_at_the_deadline_is_recorded_as_the_deadline() {
 fn slow_200() -> Reply {
     Reply::Slow(Duration::from_secs(10), Box::new(Reply::Status(200)))
 }
+
+/// The deadline header on every attempt, as the mock saw it.
+fn timeouts(mock: &Mock) -> Vec<String> {
+    mock.seen()
+        .iter()
+        .map(
+            |seen| match seen.headers.get_all("x-timeout-ms").iter().count() {
+                1 => seen.headers["x-timeout-ms"].to_str().unwrap().to_string(),
+                n => format!("{n} values"),
+            },
+        )
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_attempt_carries_the_time_it_has() {
+    // Waits 400 ms then 800 ms; each attempt has the lesser of what is left of 2 s and
+    // its own 1.8 s.
+    let mock = Mock::statuses(&[503, 503]);
+    let limited = policy(200)
+        .deadline(Duration::from_secs(2))
+        .attempt_timeout(Duration::from_millis(1800))
+        .deadline_header(http::HeaderName::from_static("x-timeout-ms"))
+        // A header of its own: `no_hooks` leaves it on.
+        .no_hooks();
+    let mut request = get("http://h/");
+    request
+        .headers_mut()
+        .insert("x-timeout-ms", http::HeaderValue::from_static("99999"));
+    let response = layer(limited)
+        .layer(mock.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(timeouts(&mock), ["1800", "1600", "800"]);
+
+    // A route that turns it off; a policy without limits writes nothing.
+    let mock = Mock::statuses(&[503]);
+    let layer = RetryLayer::new()
+        .policy(
+            policy(1)
+                .deadline(Duration::from_secs(2))
+                .envoy_deadline_header(),
+        )
+        .route(
+            tower_http_retry::RouteMatch::any().path_prefix("/off"),
+            RetryPolicy::new().deadline_header(None),
+        )
+        .route(
+            tower_http_retry::RouteMatch::any().path_prefix("/unbounded"),
+            RetryPolicy::new().deadline(None),
+        );
+    let service = layer.layer(mock.clone());
+    service.clone().oneshot(get("http://h/")).await.unwrap();
+    service.clone().oneshot(get("http://h/off")).await.unwrap();
+    service.oneshot(get("http://h/unbounded")).await.unwrap();
+    let seen = mock.seen();
+    let envoy = |i: usize| {
+        seen[i]
+            .headers
+            .get("x-envoy-upstream-rq-timeout-ms")
+            .cloned()
+    };
+    assert_eq!(seen.len(), 4);
+    assert_eq!(envoy(0).unwrap(), "2000");
+    assert_eq!(envoy(1).unwrap(), "1998", "a retry after 2 ms");
+    assert_eq!((envoy(2), envoy(3)), (None, None));
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_attempt_starts_with_less_than_the_floor() {
+    // Waits 400 ms then 800 ms; with a 2 s deadline and a 900 ms floor, the second retry
+    // would start with 800 ms left: the last outcome is returned, after one retry.
+    let mock = Mock::statuses(&[503, 503, 503]);
+    let start = Instant::now();
+    let response = layer(
+        policy(200)
+            .max_attempts(5)
+            .deadline(Duration::from_secs(2))
+            .min_time_left(Duration::from_millis(900)),
+    )
+    .layer(mock.clone())
+    .oneshot(get("http://h/"))
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!((mock.calls(), start.elapsed()), (2, 400 * MS));
+    assert_eq!(info(&response).stop(), StopReason::Deadline);
+
+    // A deadline shorter than the floor: nothing is sent, and the error says why.
+    let mock = Mock::statuses(&[]);
+    let err = layer(policy(1).min_time_left(Duration::from_millis(50)))
+        .layer(mock.clone())
+        .oneshot({
+            let mut request = get("http://h/");
+            request
+                .extensions_mut()
+                .insert(tower_http_retry::RequestDeadline(Instant::now() + 30 * MS));
+            request
+        })
+        .await
+        .unwrap_err();
+    let retry = err.downcast_ref::<RetryError>().expect("the layer's error");
+    assert_eq!(
+        (retry.info().attempts(), retry.info().stop()),
+        (0, StopReason::Deadline)
+    );
+    assert!(retry.get_ref().is::<DeadlineExceeded>());
+    assert!(
+        retry.to_string().contains("less than the 50ms floor"),
+        "{retry}"
+    );
+    assert_eq!(mock.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_deadline_in_the_extensions_bounds_the_policy_s() {
+    // The shorter applies: the request's 300 ms under the policy's 2 s, the policy's 1 s
+    // under the request's 5 s.
+    for (policy_s, request_ms, expected_ms) in [(2, 300, 300), (1, 5_000, 1_000)] {
+        let mock = Mock::new([slow_200()]);
+        let start = Instant::now();
+        let mut request = get("http://h/");
+        request
+            .extensions_mut()
+            .insert(tower_http_retry::RequestDeadline(start + request_ms * MS));
+        let err = layer(policy(1).deadline(Duration::from_secs(policy_s)))
+            .layer(mock.clone())
+            .oneshot(request)
+            .await
+            .unwrap_err();
+        assert!(common::last(&err).is::<DeadlineExceeded>());
+        assert_eq!(start.elapsed(), expected_ms * MS);
+    }
+}

@@ -35,6 +35,7 @@ macro_rules! on_both_runtimes {
 
 mod chaos;
 mod cut_proxy;
+mod deadline_chain;
 mod early_answer;
 mod end_to_end;
 mod h2_io;
