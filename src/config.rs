@@ -158,7 +158,9 @@ impl Plan {
         if let Some(name) = &config.attempt_header {
             hooks.add(AttemptHeader(name.clone()));
         }
-        let mut hooks = hooks.then(merged.hooks());
+        // The attempt header is the layer's setting, not one of the policy's hooks: a
+        // policy's `no_hooks` leaves it on.
+        let mut hooks = hooks.then(&merged.hooks().kept());
         // The deadline header is a setting of its own: `no_hooks` leaves it on.
         if let Some(name) = merged.deadline_header_name() {
             hooks.add(DeadlineHeader(name.clone()));

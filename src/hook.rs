@@ -188,6 +188,12 @@ impl Hooks {
         self.1
     }
 
+    /// These hooks, without turning off any beneath: what a policy's overlay left, to lay
+    /// over hooks of the layer's own.
+    pub(crate) fn kept(&self) -> Hooks {
+        Hooks(self.0.clone(), false)
+    }
+
     /// Runs every hook on one attempt's headers.
     pub(crate) fn before_attempt(&self, attempt: &Attempt, headers: &mut HeaderMap) {
         for (_, hook) in &self.0 {

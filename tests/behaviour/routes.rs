@@ -584,6 +584,43 @@ impl tower_http_retry::AttemptHook for LayerHook {
     }
 }
 
+/// A route's `no_hooks()` turns off the hooks of the policies beneath it, not the layer's
+/// attempt header, a setting of the layer's own.
+#[tokio::test(start_paused = true)]
+async fn no_hooks_leaves_the_layers_attempt_header() {
+    let layer = RetryLayer::new()
+        .attempt_header(http::HeaderName::from_static("x-attempt"))
+        .policy(
+            RetryPolicy::new()
+                .on_attempt(LayerHook)
+                .backoff(fixed_backoff()),
+        )
+        .route(
+            RouteMatch::any().path_prefix("/plain"),
+            RetryPolicy::new().no_hooks(),
+        );
+    for (uri, hooked) in [("http://h/rpc", true), ("http://h/plain", false)] {
+        let mock = common::Mock::statuses(&[503, 200]);
+        let response = layer
+            .layer(mock.clone())
+            .oneshot(common::get(uri))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let seen = mock.seen();
+        let attempts: Vec<_> = seen
+            .iter()
+            .map(|s| s.headers["x-attempt"].clone())
+            .collect();
+        assert_eq!(attempts, ["1", "2"], "{uri}");
+        assert!(
+            seen.iter()
+                .all(|s| s.headers.contains_key("x-layer-hook") == hooked),
+            "{uri}: {seen:?}"
+        );
+    }
+}
+
 /// What the layer's policy turns on (as a gRPC layer does for its calls: requests declared
 /// repeatable, a hook, transparent retries), a route takes back with
 /// `assume_idempotent(false)`, `no_hooks()` and `transparent_retry(false)`.
