@@ -23,7 +23,7 @@
 //! and withdraws there.
 //!
 //! Run: `cargo bench --bench budget`.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};

@@ -42,7 +42,7 @@
 //!
 //! Run: `cargo bench --bench end_to_end` (only the interleaved part:
 //! `cargo bench --bench end_to_end -- interleaved-only`, a filter no criterion case matches).
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

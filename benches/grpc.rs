@@ -35,7 +35,7 @@
 //!
 //! Run: `cargo bench -p tower-http-retry-benches --features grpc --bench grpc` (only the interleaved part:
 //! `cargo bench -p tower-http-retry-benches --features grpc --bench grpc -- interleaved-only`).
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -60,7 +60,7 @@
 //! requests per client and round (20 000 by default; half of it in the 5% setting, a
 //! quarter in the outage) and `HEDGING_ROUNDS` the rounds (2).
 //! Under `cargo test --benches` it makes one small round.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

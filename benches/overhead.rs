@@ -31,7 +31,7 @@
 //! the other, and on a shared machine the load changes in between.
 //!
 //! Run: `cargo bench --bench overhead`.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::fmt;
 use std::hint::black_box;

@@ -30,7 +30,7 @@
 //!
 //! Run: `cargo bench -p tower-http-retry-benches --features reqwest --bench reqwest`
 //! (`ROUNDS=n` for another number of rounds than 30).
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -79,7 +79,7 @@
 //! 1000, and (b) runs a quarter as many). A download that takes over 30 s fails the bench.
 //! `RESUME_PROFILE=<h1|h2>/<case of (a)>` runs only that case's download,
 //! `RESUME_PROFILE_N` times (1 by default), for callgrind.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::convert::Infallible;

@@ -52,7 +52,7 @@
 //! ratios, is the steadier figure on a busy machine.
 //!
 //! Run: `cargo bench --bench retry_heavy`. Linux only (it reads `/proc`).
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -15,7 +15,7 @@
 //! rejects calls at once), then back (the breaker lets a probe through and closes).
 //!
 //! Run with `cargo run --example client_stack`. It ends by itself in a few seconds.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::net::SocketAddr;
 use std::sync::Arc;

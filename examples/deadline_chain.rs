@@ -17,6 +17,7 @@
 //! Over HTTP/1 and HTTP/2. Run with `cargo run --release --example deadline_chain`; it ends
 //! by itself in a few seconds. `tests/transports/deadline_chain.rs` runs the same chain
 //! and bounds its figures.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -162,7 +163,9 @@ async fn worker(
             let deadline = request
                 .extensions()
                 .get::<RequestDeadline>()
-                .map_or(started + OWN_LIMIT, |deadline| deadline.0);
+                .map_or(started + OWN_LIMIT, |deadline| {
+                    Instant::from_std(deadline.0)
+                });
             let work = tokio::spawn(async move {
                 let done = started + C_WORK;
                 let mut now = Instant::now();

@@ -7,7 +7,7 @@
 //! each: attempts, every wait and its reason, the idempotency key, the outcome.
 //!
 //! Run with `cargo run --example demo`. It ends by itself in a few seconds.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;

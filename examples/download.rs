@@ -8,7 +8,7 @@
 //! what the server answered. At the end it checks the bytes against the file.
 //!
 //! Run with `cargo run --example download`. It ends by itself in a few seconds.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::io::Write as _;
 use std::net::SocketAddr;

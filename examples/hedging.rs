@@ -8,6 +8,7 @@
 //! hedges put on the server.
 //!
 //! Run with `cargo run --release --example hedging`. It ends by itself in a few seconds.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

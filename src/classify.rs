@@ -295,8 +295,19 @@ fn retry(reason: RetryReason) -> Option<Classification> {
     Some(Classification::Retry(reason))
 }
 
+/// tower's `Timeout` ran out (it exists under the `tokio` feature, which brings it).
+fn is_tower_timeout(error: &(dyn StdError + 'static)) -> bool {
+    #[cfg(feature = "tokio")]
+    return error.is::<tower::timeout::error::Elapsed>();
+    #[cfg(not(feature = "tokio"))]
+    return {
+        let _ = error;
+        false
+    };
+}
+
 fn classify_link(error: &(dyn StdError + 'static)) -> Option<Classification> {
-    if error.is::<AttemptTimedOut>() || error.is::<tower::timeout::error::Elapsed>() {
+    if error.is::<AttemptTimedOut>() || is_tower_timeout(error) {
         return retry(RetryReason::Timeout);
     }
     if error.is::<DeadlineExceeded>() {

@@ -15,6 +15,7 @@ use crate::hook::{AttemptHeader, Hooks};
 use crate::idempotency::IdempotencyKey;
 use crate::policy::{RetryPolicy, Settings};
 use crate::route::RouteMatch;
+use crate::time::Clock;
 use crate::trace::Log;
 
 /// Default cap on the bytes of a request body kept for replays: 64 KiB.
@@ -32,6 +33,8 @@ pub(crate) struct Config {
     pub(crate) attempt_header: Option<HeaderName>,
     /// How the layer logs (nothing without the `tracing` feature).
     pub(crate) log: Log,
+    /// Where the layer reads the time and sleeps (`RetryLayer::timer`).
+    pub(crate) clock: Clock,
 }
 
 impl Default for Config {
@@ -43,6 +46,7 @@ impl Default for Config {
             max_replay_bytes: DEFAULT_MAX_REPLAY_BYTES,
             attempt_header: None,
             log: Log::default(),
+            clock: Clock::default(),
         }
     }
 }
@@ -54,7 +58,8 @@ impl fmt::Debug for Config {
             .field("policy", &self.policy)
             .field("routes", &self.routes)
             .field("max_replay_bytes", &self.max_replay_bytes)
-            .field("attempt_header", &self.attempt_header);
+            .field("attempt_header", &self.attempt_header)
+            .field("timer", &self.clock);
         #[cfg(feature = "tracing")]
         f.field("retry_log_level", &self.log.retries)
             .field("log_full_uri", &self.log.full_uri);
@@ -103,6 +108,8 @@ pub(crate) struct Plan {
     /// The latencies of the route's attempts, for hedging by percentile: made with the plan
     /// when its policy hedges so, else when a request's own policy first needs it.
     latency: OnceLock<Arc<LatencyRecord>>,
+    /// The layer's clock.
+    pub(crate) clock: Clock,
 }
 
 impl Plan {
@@ -140,7 +147,7 @@ impl Plan {
         match request.extensions().get::<RequestDeadline>() {
             None => said,
             Some(RequestDeadline(at)) => {
-                let left = at.saturating_duration_since(tokio::time::Instant::now());
+                let left = at.saturating_duration_since(self.clock.now());
                 Some(said.map_or(left, |said| said.min(left)))
             }
         }
@@ -167,7 +174,7 @@ impl Plan {
         }
         let latency = OnceLock::new();
         if hedging.as_ref().is_some_and(Hedging::reads_latencies) {
-            let _ = latency.set(Arc::new(LatencyRecord::new()));
+            let _ = latency.set(Arc::new(LatencyRecord::new(config.clock.now())));
         }
         Self {
             latency,
@@ -185,6 +192,7 @@ impl Plan {
             hooks,
             hedging,
             log: config.log,
+            clock: config.clock.clone(),
         }
     }
 }

@@ -4,21 +4,35 @@
 // `Timeout` and hands the deadline to the handler, whose own calls through a `RetryLayer`
 // carry it on. One convention, relative whole milliseconds, read and written here.
 
+#[cfg(feature = "tokio")]
 use std::fmt;
+#[cfg(feature = "tokio")]
 use std::future::Ready;
+#[cfg(feature = "tokio")]
 use std::sync::Arc;
+#[cfg(feature = "tokio")]
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, request};
-use tokio::time::Instant;
+use http::{HeaderMap, HeaderName, HeaderValue};
+#[cfg(feature = "tokio")]
+use http::{Request, Response, StatusCode, request};
+#[cfg(feature = "tokio")]
 use tower::BoxError;
+#[cfg(feature = "tokio")]
 use tower::timeout::Timeout;
+#[cfg(feature = "tokio")]
 use tower::timeout::future::ResponseFuture;
+#[cfg(feature = "tokio")]
 use tower::util::Either;
+#[cfg(feature = "tokio")]
 use tower::util::future::EitherResponseFuture;
+#[cfg(feature = "tokio")]
 use tower_layer::Layer;
+#[cfg(feature = "tokio")]
 use tower_service::Service;
+
+use crate::time::Instant;
 
 use crate::hook::{Attempt, AttemptHook};
 
@@ -26,10 +40,12 @@ use crate::hook::{Attempt, AttemptHook};
 pub(crate) const ENVOY_UPSTREAM_TIMEOUT: HeaderName =
     HeaderName::from_static("x-envoy-upstream-rq-timeout-ms");
 
+#[cfg(feature = "tokio")]
 /// What Envoy tells its upstream: the time the request is expected to take.
 pub(crate) const ENVOY_EXPECTED_TIMEOUT: HeaderName =
     HeaderName::from_static("x-envoy-expected-rq-timeout-ms");
 
+#[cfg(feature = "tokio")]
 /// The most digits a value has (Connect's bound: about 115 days). A longer one is garbage
 /// to the reader, and the writer writes no more.
 const MAX_DIGITS: usize = 10;
@@ -44,6 +60,7 @@ pub(crate) fn millis(time: Duration) -> HeaderValue {
     HeaderValue::from(ms)
 }
 
+#[cfg(feature = "tokio")]
 /// A value in whole milliseconds: 1 to 10 ASCII digits, nothing else (no sign, no space,
 /// no unit); anything else is `None`, as if absent.
 pub(crate) fn parse_millis(value: &HeaderValue) -> Option<Duration> {
@@ -57,6 +74,7 @@ pub(crate) fn parse_millis(value: &HeaderValue) -> Option<Duration> {
     Some(Duration::from_millis(ms))
 }
 
+#[cfg(feature = "tokio")]
 /// The one value of `name` in `headers`, read; `None` when it is absent, garbage or given
 /// more than once.
 fn read(headers: &HeaderMap, name: &HeaderName) -> Option<Duration> {
@@ -92,12 +110,14 @@ impl AttemptHook for DeadlineHeader {
 /// [deadline header](crate::RetryPolicy::deadline_header) tells the next server what is
 /// left. A chain of services then works within the first caller's budget.
 ///
+/// The instant is on the retry layer's [`Timer`](crate::Timer): tokio's by default, whose
+/// `tokio::time::Instant::into_std` gives one (paused time included).
+///
 /// ```
 /// use std::time::Duration;
 /// use bytes::Bytes;
 /// use http::{Request, Response};
 /// use http_body_util::Full;
-/// use tokio::time::Instant;
 /// use tower::{Layer, ServiceExt};
 /// use tower_http_retry::{DeadlineExceeded, RequestDeadline, RetryError, RetryLayer};
 ///
@@ -109,7 +129,7 @@ impl AttemptHook for DeadlineHeader {
 /// # });
 /// // In a handler: `incoming` is the request the server was given.
 /// # let mut incoming = Request::new(());
-/// # incoming.extensions_mut().insert(RequestDeadline(Instant::now() + Duration::from_millis(300)));
+/// # incoming.extensions_mut().insert(RequestDeadline((tokio::time::Instant::now() + Duration::from_millis(300)).into_std()));
 /// let client = RetryLayer::new().layer(slow);
 /// let mut outgoing = Request::get("http://127.0.0.1:3000/next").body(Full::new(Bytes::new())).unwrap();
 /// if let Some(deadline) = incoming.extensions().get::<RequestDeadline>() {
@@ -123,8 +143,10 @@ impl AttemptHook for DeadlineHeader {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RequestDeadline(pub Instant);
 
+#[cfg(feature = "tokio")]
 type Trust = Arc<dyn Fn(&request::Parts) -> bool + Send + Sync>;
 
+#[cfg(feature = "tokio")]
 /// Bounds a server's handler by its own limit, or by the deadline its caller sent, if
 /// shorter and the caller is trusted, and tells the handler when that is.
 ///
@@ -174,7 +196,7 @@ type Trust = Arc<dyn Fn(&request::Parts) -> bool + Send + Sync>;
 /// // A handler that answers with the time it has, in milliseconds.
 /// let handler = tower::service_fn(|request: Request<()>| async move {
 ///     let RequestDeadline(deadline) = *request.extensions().get::<RequestDeadline>().unwrap();
-///     let left = deadline - tokio::time::Instant::now();
+///     let left = deadline - tokio::time::Instant::now().into_std();
 ///     Ok::<_, std::convert::Infallible>(Response::new(left.as_millis().to_string()))
 /// });
 /// let server = layer.layer(handler);
@@ -202,6 +224,7 @@ pub struct DeadlineLayer {
     trust: Option<Trust>,
 }
 
+#[cfg(feature = "tokio")]
 impl DeadlineLayer {
     /// A layer that bounds every request's handler by `limit`, and reads no header until
     /// given one ([`header`](Self::header), [`envoy`](Self::envoy)).
@@ -285,6 +308,7 @@ impl DeadlineLayer {
     }
 }
 
+#[cfg(feature = "tokio")]
 impl fmt::Debug for DeadlineLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeadlineLayer")
@@ -295,6 +319,7 @@ impl fmt::Debug for DeadlineLayer {
     }
 }
 
+#[cfg(feature = "tokio")]
 impl<S> Layer<S> for DeadlineLayer {
     type Service = Deadline<S>;
 
@@ -306,6 +331,7 @@ impl<S> Layer<S> for DeadlineLayer {
     }
 }
 
+#[cfg(feature = "tokio")]
 /// The service [`DeadlineLayer`] makes: the handler, bounded.
 ///
 /// ```
@@ -326,6 +352,7 @@ pub struct Deadline<S> {
     layer: DeadlineLayer,
 }
 
+#[cfg(feature = "tokio")]
 impl<S> Deadline<S> {
     /// The inner service.
     ///
@@ -389,9 +416,11 @@ impl<S> Deadline<S> {
     }
 }
 
+#[cfg(feature = "tokio")]
 /// The answer to a request whose caller had no time left: `504`, the handler not called.
 struct Expired<ResB>(std::marker::PhantomData<fn() -> ResB>);
 
+#[cfg(feature = "tokio")]
 impl<ReqB, ResB: Default> Service<Request<ReqB>> for Expired<ResB> {
     type Response = Response<ResB>;
     type Error = BoxError;
@@ -408,6 +437,7 @@ impl<ReqB, ResB: Default> Service<Request<ReqB>> for Expired<ResB> {
     }
 }
 
+#[cfg(feature = "tokio")]
 impl<S, ReqB, ResB> Service<Request<ReqB>> for Deadline<S>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
@@ -426,7 +456,8 @@ where
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let (mut head, body) = request.into_parts();
         let time = self.time(&mut head);
-        let now = Instant::now();
+        // tower's `Timeout` beneath sleeps on tokio's timer: the deadline is read from it too.
+        let now = crate::time::default_now();
         head.extensions
             .insert(RequestDeadline(crate::decision::after(now, time)));
         let request = Request::from_parts(head, body);
@@ -438,5 +469,5 @@ where
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tokio"))]
 mod tests;

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tower::BoxError;
 
 use crate::backoff::JitterRng;
@@ -18,6 +17,7 @@ use crate::hook::{Attempt, AttemptKind};
 use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
 use crate::policy::Settings;
 use crate::replay::NotReplayable;
+use crate::time::{Clock, Instant};
 
 /// How late a tokio timer may fire: it rounds deadlines up to the next millisecond.
 const TIMER_SLACK: Duration = Duration::from_millis(1);
@@ -70,14 +70,14 @@ impl Limits {
     /// The limits of a request starting now, its deadline also at most `bound` away when
     /// given (a time limit the caller's request sets itself): the shorter applies. The
     /// clock is read only for a deadline.
-    pub(crate) fn start(policy: &Settings, bound: Option<Duration>) -> Self {
+    pub(crate) fn start(policy: &Settings, bound: Option<Duration>, clock: &Clock) -> Self {
         let deadline = match (policy.deadline, bound) {
             (Some(d), Some(b)) => Some(d.min(b)),
             (d, b) => d.or(b),
         };
         Self {
             deadline: deadline.and_then(|d| {
-                let at = Instant::now().checked_add(d)?;
+                let at = clock.now().checked_add(d)?;
                 Some((at, Span::new(d, policy.min_time_left)))
             }),
             attempt_timeout: policy.attempt_timeout,
@@ -99,12 +99,11 @@ impl Limits {
             .is_some_and(|(at, span)| now >= at || at.saturating_duration_since(now) < span.floor())
     }
 
-    /// The last instant an attempt may start: the deadline less the floor.
-    pub(crate) fn start_by(&self) -> Option<Instant> {
-        self.deadline.map(|(at, span)| {
-            at.checked_sub(span.floor())
-                .unwrap_or_else(|| at.min(Instant::now()))
-        })
+    /// The last instant an attempt may start: the deadline less the floor (`now`, if
+    /// earlier, when that is before the clock's first instant).
+    pub(crate) fn start_by(&self, now: Instant) -> Option<Instant> {
+        self.deadline
+            .map(|(at, span)| at.checked_sub(span.floor()).unwrap_or_else(|| at.min(now)))
     }
 
     /// The error of an attempt not started at `now` (`None`: at the start) because the
@@ -414,7 +413,7 @@ pub(crate) fn decide(
         hint,
         max_hint: policy.max_retry_after,
         now: facts.now(),
-        deadline: limits.start_by(),
+        deadline: limits.start_by(facts.now()),
         transparent: transparent.is_some(),
     };
     let record = match schedule_retry(&schedule, gates, &mut course.ticket) {
@@ -590,7 +589,7 @@ pub(crate) fn admit_first(
         return Ok(None);
     }
     if limits
-        .start_by()
+        .start_by(now)
         .is_some_and(|start_by| leaves_no_time(now, admitted.wait, start_by))
     {
         gates.release(&admitted);

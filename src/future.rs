@@ -33,11 +33,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
-use std::time::SystemTime;
 
+use crate::time::{Clock, Instant, Sleep};
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use tokio::time::{Instant, Sleep, sleep_until};
 use tower::BoxError;
 use tower_service::Service;
 
@@ -242,7 +241,7 @@ pub(crate) enum Then<S, B> {
 }
 
 impl<S, B> Then<S, B> {
-    fn plan(&self) -> &Plan {
+    pub(crate) fn plan(&self) -> &Plan {
         match self {
             Then::Once(report) => &report.plan,
             Then::Retrying(retry, _) => &retry.plan,
@@ -318,7 +317,9 @@ where
     if let Some(presence) = then.presence() {
         presence.started(1, Ask::First);
     }
-    let timer = limits.attempt_end(now).map(|at| Box::pin(sleep_until(at)));
+    let timer = limits
+        .attempt_end(now)
+        .map(|at| then.plan().clock.sleep_until(at));
     match then {
         Then::Once(report) => (
             State::Once {
@@ -365,9 +366,15 @@ struct Later<S> {
 
 impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     /// A request sent once.
-    pub(crate) fn once(future: F, limits: Limits, info: RetryInfo, trace: Trace) -> Self {
+    pub(crate) fn once(
+        future: F,
+        limits: Limits,
+        info: RetryInfo,
+        trace: Trace,
+        clock: &Clock,
+    ) -> Self {
         Self {
-            timer: first_timer(&limits),
+            timer: first_timer(&limits, clock),
             state: State::Once {
                 future,
                 report: None,
@@ -388,7 +395,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         report: Report,
     ) -> Self {
         Self {
-            timer: first_timer(&limits),
+            timer: first_timer(&limits, &report.plan.clock),
             state: State::Once {
                 future,
                 report: Some(report),
@@ -410,7 +417,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         trace: Trace,
     ) -> Self {
         Self {
-            timer: first_timer(&limits),
+            timer: first_timer(&limits, &retry.plan.clock),
             state: State::Attempt {
                 future,
                 retry,
@@ -436,7 +443,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         info: RetryInfo,
         trace: Trace,
     ) -> Self {
-        let now = Instant::now();
+        let now = retry.plan.clock.now();
         let delay = hedge_delay(&retry, now);
         let flight = hedge::Flight::new(future, retry, delay, &limits, now);
         Self {
@@ -484,7 +491,12 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         trace: Trace,
     ) -> Self {
         Self {
-            timer: Some(Box::pin(sleep_until(decision::after(now, held.wait)))),
+            timer: Some(
+                held.then
+                    .plan()
+                    .clock
+                    .sleep_until(decision::after(now, held.wait)),
+            ),
             state: State::Admitting { held },
             limits,
             info,
@@ -509,26 +521,33 @@ pub(crate) type Timer = Option<Pin<Box<Sleep>>>;
 
 /// The first attempt's timer: the clock is read only for a request with a time limit.
 #[inline]
-fn first_timer(limits: &Limits) -> Timer {
+fn first_timer(limits: &Limits, clock: &Clock) -> Timer {
     match limits.bounds_attempts() {
         true => limits
-            .attempt_end(Instant::now())
-            .map(|at| Box::pin(sleep_until(at))),
+            .attempt_end(clock.now())
+            .map(|at| clock.sleep_until(at)),
         false => None,
     }
 }
 
 /// Sets `timer` to fire at `end`, or not at all.
-fn arm(timer: &mut Timer, end: Option<Instant>) {
+fn arm(timer: &mut Timer, end: Option<Instant>, clock: &Clock) {
     match (timer.as_mut(), end) {
         (Some(sleep), Some(at)) => sleep.as_mut().reset(at),
-        (None, Some(at)) => *timer = Some(Box::pin(sleep_until(at))),
+        (None, Some(at)) => *timer = Some(clock.sleep_until(at)),
         (Some(_), None) => *timer = None,
         (None, None) => {}
     }
 }
 
 /// Whether `timer` is set and has fired.
+/// The time on the clock of `timer`, which has fired (the default clock's, without one).
+fn timer_now(timer: &Timer) -> Instant {
+    timer
+        .as_ref()
+        .map_or_else(crate::time::default_now, |sleep| sleep.clock().now())
+}
+
 fn fired(timer: &mut Timer, cx: &mut Context<'_>) -> bool {
     timer
         .as_mut()
@@ -736,7 +755,7 @@ where
     match future.poll(cx) {
         Poll::Ready(result) => Poll::Ready(Attempted::Outcome(result.map_err(Into::into))),
         Poll::Pending if fired(timer, cx) => {
-            match decision::attempt_expired(limits, Instant::now()) {
+            match decision::attempt_expired(limits, timer_now(timer)) {
                 Expired::Deadline(error) => Poll::Ready(Attempted::Deadline(Err(error))),
                 Expired::Attempt(error) => Poll::Ready(Attempted::TimedOut(Err(error))),
             }
@@ -792,7 +811,7 @@ where
                     // Sent: what the gates took for it is spent. The service that
                     // `poll_ready` readied goes with it; retries clone from the prototype.
                     reserved.spend();
-                    let now = Instant::now();
+                    let now = then.plan().clock.now();
                     let (state, timer) = launch(&mut service, request, then, self.limits, now);
                     *self.timer = timer;
                     self.state.set(state);
@@ -812,7 +831,7 @@ where
                     self.decide(held, retry, later, true)
                 }
                 StateOwn::Releasing { held, .. } => {
-                    decision::release_timed_out(self.limits, Instant::now(), self.info);
+                    decision::release_timed_out(self.limits, timer_now(self.timer), self.info);
                     Some(held)
                 }
                 _ => unreachable_state(),
@@ -858,6 +877,7 @@ where
             result: &result,
             replay: &retry.replay,
             now: None,
+            clock: &plan.clock,
         };
         let course = later.as_deref_mut().map(|later| &mut later.course);
         let gates = Own::gates(&retry.own, &plan.gates);
@@ -879,8 +899,8 @@ where
                 Some(result)
             }
             Answer::AwaitRelease => {
-                let end = self.limits.wait_end(Instant::now(), Some(RELEASE_GRACE));
-                arm(self.timer, end);
+                let end = self.limits.wait_end(plan.clock.now(), Some(RELEASE_GRACE));
+                arm(self.timer, end, &plan.clock);
                 self.state.set(State::Releasing {
                     held: result,
                     retry,
@@ -912,7 +932,8 @@ where
                     // No wait: straight to readiness, without a timer tick in between.
                     self.ready_in(retry, later);
                 } else {
-                    arm(self.timer, Some(decision::after(Instant::now(), wait)));
+                    let clock = &retry.plan.clock;
+                    arm(self.timer, Some(decision::after(clock.now(), wait)), clock);
                     self.state.set(State::Waiting { retry, later });
                 }
                 None
@@ -923,8 +944,9 @@ where
     /// Goes on to get the retry's service ready, bounded by the deadline, else the attempt
     /// timeout.
     fn ready_in(&mut self, retry: Retrying<S, B>, later: Box<Later<S>>) {
-        let end = self.limits.wait_end(Instant::now(), None);
-        arm(self.timer, end);
+        let clock = &retry.plan.clock;
+        let end = self.limits.wait_end(clock.now(), None);
+        arm(self.timer, end, clock);
         self.state.set(State::Readying { retry, later });
     }
 
@@ -935,7 +957,7 @@ where
         mut retry: Retrying<S, B>,
         mut later: Box<Later<S>>,
     ) -> Option<Result<Response<RB>, BoxError>> {
-        let now = Instant::now();
+        let now = retry.plan.clock.now();
         let attempt = match ready {
             Some(Ok(())) => match decision::ready(self.limits, now, self.info) {
                 Ok(attempt) => attempt,
@@ -956,7 +978,7 @@ where
                 Ask::of_retry(attempt.kind, record.reason.kind()),
             );
         }
-        arm(self.timer, self.limits.attempt_end(now));
+        arm(self.timer, self.limits.attempt_end(now), &retry.plan.clock);
         self.state.set(State::Attempt {
             future,
             retry,
@@ -977,11 +999,12 @@ struct Lookup<'a, R, B> {
     result: &'a Result<R, BoxError>,
     replay: &'a Replay<B>,
     now: Option<Instant>,
+    clock: &'a Clock,
 }
 
 impl<RB, B> Facts for Lookup<'_, Response<RB>, B> {
     fn now(&mut self) -> Instant {
-        *self.now.get_or_insert_with(Instant::now)
+        *self.now.get_or_insert_with(|| self.clock.now())
     }
 
     fn replay(&mut self) -> Result<(), NotReplayable> {
@@ -990,7 +1013,7 @@ impl<RB, B> Facts for Lookup<'_, Response<RB>, B> {
 
     fn server_hint(&mut self) -> Option<Hint> {
         let response = self.result.as_ref().ok()?;
-        Hint::from_headers(response.headers(), SystemTime::now())
+        Hint::from_headers(response.headers(), self.clock.wall_now())
     }
 }
 

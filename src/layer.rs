@@ -183,6 +183,27 @@ impl<M> RetryLayer<M> {
         self.edit(|c| c.attempt_header = Some(name))
     }
 
+    /// Reads the time and sleeps with `timer` instead of the default (tokio's timer, under
+    /// the `tokio` feature): every clock read and every wait of the layer's requests
+    /// (backoff, `Retry-After` and its HTTP-date, attempt timeouts, the deadline, hedging
+    /// delays, a resumed body's idle timeout). The gates keep the default clock (see
+    /// [`Timer`](crate::Timer)). Without the `tokio` feature, a layer that ever waits needs one.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-util")] {
+    /// use tower_http_retry::{ManualClock, RetryLayer};
+    ///
+    /// // A clock a test moves by hand (`test-util` feature).
+    /// let clock = ManualClock::new();
+    /// let layer = RetryLayer::new().timer(clock.clone());
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    pub fn timer(self, timer: impl crate::Timer) -> Self {
+        let clock = crate::time::Clock::custom(timer);
+        self.edit(|c| c.clock = clock)
+    }
+
     /// The level at which each retry is logged (INFO by default): one event per retry,
     /// transparent retry and hedge, on the target `tower_http_retry`, with the attempt it
     /// sends, why, and the wait before it:

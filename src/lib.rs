@@ -201,6 +201,8 @@
     unreachable_pub
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// Tests read tokio's clock and sleep on it directly: they drive its paused time.
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 mod backoff;
 pub mod classify;
@@ -225,6 +227,7 @@ mod resume;
 pub mod retry_after;
 mod route;
 mod service;
+mod time;
 mod trace;
 
 // The README's examples compile as doc tests.
@@ -233,7 +236,9 @@ mod trace;
 struct ReadmeDoctests;
 
 pub use crate::backoff::{Backoff, Jitter};
-pub use crate::deadline::{Deadline, DeadlineLayer, RequestDeadline};
+pub use crate::deadline::RequestDeadline;
+#[cfg(feature = "tokio")]
+pub use crate::deadline::{Deadline, DeadlineLayer};
 pub use crate::error::{
     AttemptTimedOut, DeadlineExceeded, InvalidConfig, LocallyRefused, RetryError, ServiceNotReady,
 };
@@ -251,3 +256,6 @@ pub use crate::replay::ReplayBody;
 pub use crate::resume::{Resume, ResumeBody, ResumeInfo};
 pub use crate::route::RouteMatch;
 pub use crate::service::{InnerService, Retry};
+#[cfg(feature = "test-util")]
+pub use crate::time::ManualClock;
+pub use crate::time::Timer;

@@ -246,7 +246,7 @@ impl Start {
         // A time limit the caller's request sets itself (gRPC's `grpc-timeout`, a handler's
         // `RequestDeadline`) bounds the deadline too, across all attempts; the shorter
         // applies.
-        let limits = Limits::start(&plan.policy, plan.time_limit(request));
+        let limits = Limits::start(&plan.policy, plan.time_limit(request), &plan.clock);
         let trace = Trace::new(request, &plan.log);
         // Every logical request is the client's traffic, retried or not; a gate kept per
         // authority is found for this request's once.
@@ -343,7 +343,7 @@ impl<S: Clone, M> Retry<S, M> {
         }
         first_attempt(&plan.hooks, &limits, request.headers_mut());
         let future = self.inner.call(request.map(ReplayBody::passthrough));
-        ResponseFuture::once(future, limits, info, trace)
+        ResponseFuture::once(future, limits, info, trace, &plan.clock)
     }
 
     /// A request that may be sent again: its head copied, its body wrapped for replays,
@@ -496,7 +496,7 @@ impl<S: Clone, M> Retry<S, M> {
         S: InnerService<B, ResponseBody = RB>,
         B: Body + Unpin,
     {
-        let now = tokio::time::Instant::now();
+        let now = then.plan().clock.now();
         let admitted = match asks {
             true => decision::admit_first(then.gates(), &limits, now),
             false => Ok(None),

@@ -1,6 +1,7 @@
 //! The `metrics` feature: retries by reason, budget refusals, the histogram of waits,
 //! hedges and their wins, first attempts refused locally, a body's continuations.
 #![cfg(feature = "metrics")]
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 mod common;
 

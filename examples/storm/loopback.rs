@@ -16,6 +16,7 @@
 //! `rate::ATTEMPTS` attempts, a limiter's wait at most its 20 s) and starts none after
 //! [`RUN_LIMIT`]; the run waits for its clients [`GRACE`] more at most, then abandons them
 //! (the row says so); the server accepts at most [`MAX_CONNECTIONS`] connections.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -7,6 +7,7 @@
 //! loop). The server admits [`RATE`] requests per second through a token bucket (burst
 //! [`BURST`]): an admitted request is answered 200 after [`SERVICE_TIME`], one above the
 //! rate 429 after [`REJECT_TIME`], with `Retry-After: 1` or without.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -1,5 +1,6 @@
 //! The storm simulations, driving the real layer under paused time. Shared by the `storm`
 //! example (which prints them) and `tests/behaviour/storm.rs` (which checks their shape).
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;

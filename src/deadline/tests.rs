@@ -91,7 +91,7 @@ fn echo() -> impl Service<
 > + Clone {
     tower::service_fn(|request: Request<()>| async move {
         let RequestDeadline(at) = *request.extensions().get::<RequestDeadline>().unwrap();
-        let left = at.saturating_duration_since(Instant::now());
+        let left = at.saturating_duration_since(crate::time::default_now());
         let seen = request.headers().contains_key("x-timeout-ms");
         Ok(Response::new(format!("{} {seen}", left.as_millis())))
     })
@@ -177,7 +177,7 @@ async fn no_time_left_is_answered_at_once_and_a_slow_handler_is_cut_off() {
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(called.load(std::sync::atomic::Ordering::SeqCst), 0);
 
-    let start = Instant::now();
+    let start = tokio::time::Instant::now();
     let short = Request::builder()
         .header("x-envoy-expected-rq-timeout-ms", "30")
         .body(())

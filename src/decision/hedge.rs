@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::{
     Facts, Limits, asks_too_long, counted_attempts, hint_after, leaves_no_time, record_retry,
     record_stop,
@@ -16,6 +14,7 @@ use crate::hook::{Attempt, AttemptKind};
 use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
 use crate::policy::Settings;
 use crate::replay::NotReplayable;
+use crate::time::Instant;
 
 /// What one attempt's outcome means for a hedged request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +61,7 @@ pub(crate) fn outcome(
 ) -> Judged {
     let verdict = seen.verdict;
     let gated = gates.on_outcome(Heard::of(verdict), Some(ticket));
-    let last = || match !seen.responded && limits.past_deadline(Instant::now()) {
+    let mut last = || match !seen.responded && limits.past_deadline(facts.now()) {
         true => StopReason::Deadline,
         false => StopReason::Final,
     };
@@ -101,7 +100,7 @@ pub(crate) fn outcome(
     // Without a hint the next hedge goes at once; a hint (an exact pushback, or a floor
     // such as `Retry-After`) sets its time.
     let wait = hint.map_or(Duration::ZERO, |hint| hint.wait);
-    if let Some(start_by) = limits.start_by() {
+    if let Some(start_by) = limits.start_by(facts.now()) {
         if leaves_no_time(facts.now(), wait, start_by) {
             let stop = match hint {
                 Some(_) => StopReason::HintTooLong,

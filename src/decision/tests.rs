@@ -27,7 +27,7 @@ struct World {
 impl World {
     fn new() -> Self {
         Self {
-            now: Instant::now(),
+            now: crate::time::default_now(),
             replay: Ok(()),
             hint: None,
             hints_read: 0,
@@ -101,7 +101,7 @@ fn sent(info: &mut RetryInfo) {
 }
 
 fn no_limits() -> Limits {
-    Limits::start(&RetryPolicy::new().settings(), None)
+    Limits::start(&RetryPolicy::new().settings(), None, &Clock::default())
 }
 
 /// `decide` on a first outcome; the answer and the record.
@@ -139,7 +139,7 @@ fn a_success_or_a_final_outcome_is_returned() {
 #[tokio::test(start_paused = true)]
 async fn a_final_error_at_the_deadline_is_the_deadlines_doing() {
     let plan = plan(policy().deadline(Duration::from_secs(2)));
-    let limits = Limits::start(&plan.policy, None);
+    let limits = Limits::start(&plan.policy, None, &Clock::default());
     let mut world = World::new();
     world.now += Duration::from_secs(2);
     let error = Outcome {
@@ -590,7 +590,7 @@ fn an_exact_hint_is_the_wait_bounded_only_by_the_deadline_and_restarts_the_backo
     );
     // Past the deadline it stops, as a hint too long.
     let limited = self::plan(policy().deadline(Duration::from_secs(5)));
-    let limits = Limits::start(&limited.policy, None);
+    let limits = Limits::start(&limited.policy, None, &Clock::default());
     let verdict =
         Classification::RetryWithHint(S503, Hint::exact(Duration::from_secs(6), pushback));
     let (answer, info) = once(&limited, &limits, outcome(verdict), &mut World::new());
@@ -613,7 +613,7 @@ fn a_hint_too_long_or_a_wait_past_the_deadline_stops() {
     // The deadline leaves 150 ms: a hint past it is too long; the backoff past it is the
     // deadline.
     let limited = self::plan(policy().deadline(150 * MS));
-    let limits = Limits::start(&limited.policy, None);
+    let limits = Limits::start(&limited.policy, None, &Clock::default());
     let mut world = World::new();
     world.hint = Some(Hint::new(Duration::from_secs(1), HintSource::RetryAfter));
     let (_, info) = once(
@@ -793,8 +793,8 @@ async fn an_expired_attempt_is_the_deadline_or_a_retryable_timeout() {
     let policy = RetryPolicy::default()
         .deadline(Duration::from_secs(10))
         .attempt_timeout(Duration::from_secs(3));
-    let limits = Limits::start(&policy.settings(), None);
-    let now = Instant::now();
+    let limits = Limits::start(&policy.settings(), None, &Clock::default());
+    let now = crate::time::default_now();
     match attempt_expired(&limits, now + Duration::from_secs(3)) {
         Expired::Attempt(error) => {
             let timed_out = error.downcast_ref::<AttemptTimedOut>().unwrap();
@@ -821,8 +821,9 @@ async fn a_body_never_released_is_the_deadline_or_not_replayable() {
             .deadline(Duration::from_secs(1))
             .settings(),
         None,
+        &Clock::default(),
     );
-    let now = Instant::now();
+    let now = crate::time::default_now();
     let mut info = first();
     release_timed_out(&limits, now, &mut info);
     assert_eq!(info.stop(), StopReason::BodyNotReplayable);
@@ -835,8 +836,8 @@ async fn readiness_sends_the_next_attempt_or_ends_the_request() {
     let policy = RetryPolicy::default()
         .deadline(Duration::from_secs(10))
         .attempt_timeout(Duration::from_secs(2));
-    let limits = Limits::start(&policy.settings(), None);
-    let now = Instant::now();
+    let limits = Limits::start(&policy.settings(), None, &Clock::default());
+    let now = crate::time::default_now();
     // Ready in time: attempt 2, one earlier attempt counted, 7 s left.
     let mut info = first();
     info.push_retry(record(S503));
@@ -903,10 +904,10 @@ async fn the_floor_keeps_attempts_from_starting_with_too_little_time() {
     let policy = RetryPolicy::default()
         .deadline(Duration::from_secs(1))
         .min_time_left(Duration::from_millis(300));
-    let limits = Limits::start(&policy.settings(), None);
-    let now = Instant::now();
+    let limits = Limits::start(&policy.settings(), None, &Clock::default());
+    let now = crate::time::default_now();
     assert!(!limits.no_time_at_start());
-    assert_eq!(limits.start_by(), Some(now + Duration::from_millis(700)));
+    assert_eq!(limits.start_by(now), Some(now + Duration::from_millis(700)));
     assert!(!limits.too_late_to_start(now + Duration::from_millis(700)));
     assert!(limits.too_late_to_start(now + Duration::from_millis(701)));
     // A retry ready with less than the floor left is not sent; the error names the floor.
@@ -928,7 +929,7 @@ async fn the_floor_keeps_attempts_from_starting_with_too_little_time() {
         hint: None,
         max_hint: Duration::from_secs(30),
         now,
-        deadline: limits.start_by(),
+        deadline: limits.start_by(now),
         transparent: false,
     };
     let gates = Plan::resolve(RetryPolicy::new(), &Config::default()).gates;
@@ -942,12 +943,12 @@ async fn the_floor_keeps_attempts_from_starting_with_too_little_time() {
     let short = RetryPolicy::default()
         .deadline(Duration::from_millis(200))
         .min_time_left(Duration::from_millis(300));
-    assert!(Limits::start(&short.settings(), None).no_time_at_start());
+    assert!(Limits::start(&short.settings(), None, &Clock::default()).no_time_at_start());
     // No deadline, no floor.
     let unbounded = RetryPolicy::default().min_time_left(Duration::from_secs(1));
-    let limits = Limits::start(&unbounded.settings(), None);
+    let limits = Limits::start(&unbounded.settings(), None, &Clock::default());
     assert!(!limits.no_time_at_start() && !limits.too_late_to_start(now));
-    assert_eq!(limits.start_by(), None);
+    assert_eq!(limits.start_by(now), None);
 }
 
 fn judgement(verdict: Classification) -> Judgement<'static> {
@@ -1125,7 +1126,7 @@ fn transparent_retries_do_not_advance_the_backoff() {
 }
 
 fn schedule(backoff: u64, hint: Option<u64>, deadline_in: Option<u64>) -> Schedule {
-    let now = Instant::now();
+    let now = crate::time::default_now();
     Schedule {
         reason: S503,
         backoff: Duration::from_millis(backoff),
@@ -1276,8 +1277,8 @@ async fn limits_pick_the_first_end() {
     let policy = RetryPolicy::default()
         .deadline(Duration::from_secs(10))
         .attempt_timeout(Duration::from_secs(3));
-    let now = Instant::now();
-    let limits = Limits::start(&policy.settings(), None);
+    let now = crate::time::default_now();
+    let limits = Limits::start(&policy.settings(), None, &Clock::default());
     assert!(limits.bounds_attempts());
     assert_eq!(limits.attempt_end(now), Some(now + Duration::from_secs(3)));
     let late = now + Duration::from_secs(8);
@@ -1301,6 +1302,7 @@ async fn limits_pick_the_first_end() {
             .attempt_timeout(Duration::from_secs(2))
             .settings(),
         None,
+        &Clock::default(),
     );
     assert_eq!(
         timeout_only.wait_end(now, Some(RELEASE_GRACE)),
@@ -1308,14 +1310,23 @@ async fn limits_pick_the_first_end() {
     );
     // A bound shortens the deadline, never lengthens it, and is one on its own.
     let ten = RetryPolicy::default().deadline(Duration::from_secs(10));
-    let bounded = Limits::start(&ten.settings(), Some(Duration::from_secs(4)));
+    let bounded = Limits::start(
+        &ten.settings(),
+        Some(Duration::from_secs(4)),
+        &Clock::default(),
+    );
     assert_eq!(bounded.deadline(), Some(now + Duration::from_secs(4)));
     assert_eq!(bounded.time_left(None), Some(Duration::from_secs(4)));
-    let loose = Limits::start(&ten.settings(), Some(Duration::from_secs(40)));
+    let loose = Limits::start(
+        &ten.settings(),
+        Some(Duration::from_secs(40)),
+        &Clock::default(),
+    );
     assert_eq!(loose.deadline(), Some(now + Duration::from_secs(10)));
     let only = Limits::start(
         &RetryPolicy::default().settings(),
         Some(Duration::from_secs(3)),
+        &Clock::default(),
     );
     assert_eq!(only.deadline(), Some(now + Duration::from_secs(3)));
     assert!(only.bounds_attempts());
@@ -1341,7 +1352,7 @@ fn judged(
     verdict: Classification,
     world: &mut World,
 ) -> hedge::Judged {
-    let limits = Limits::start(policy, None);
+    let limits = Limits::start(policy, None, &Clock::default());
     let mut once = Vec::new();
     hedge::outcome(
         policy,
@@ -1439,7 +1450,7 @@ async fn a_hedged_outcome_wins_or_sends_the_next_hedge_as_its_verdict_and_facts_
 #[tokio::test(start_paused = true)]
 async fn the_500_once_is_non_fatal_once_per_hedged_request() {
     let policy = policy();
-    let limits = Limits::start(&policy.settings(), None);
+    let limits = Limits::start(&policy.settings(), None, &Clock::default());
     let mut once = Vec::new();
     let seen = hedge::HedgeOutcome {
         verdict: Classification::RetryOnce(S500),

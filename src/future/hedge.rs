@@ -11,7 +11,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
-use tokio::time::Instant;
 use tower::BoxError;
 use tower_service::Service;
 
@@ -24,6 +23,7 @@ use crate::hedge::LatencyRecord;
 use crate::hints::HintSource;
 use crate::info::{AttemptOutcome, RetryInfo, StopReason};
 use crate::replay::ReplayBody;
+use crate::time::Instant;
 use crate::trace::Trace;
 
 /// A hedged request between two polls.
@@ -195,7 +195,7 @@ impl<F, S, B, R> Drop for Flight<F, S, B, R> {
     fn drop(&mut self) {
         // The caller dropped the request with attempts in flight.
         if self.latencies.is_some() && !self.flying.is_empty() {
-            self.dropping(Instant::now());
+            self.dropping(self.retry.plan.clock.now());
         }
     }
 }
@@ -217,7 +217,7 @@ where
     S: Service<Request<ReplayBody<B>>, Future = F, Response = Response<RB>, Error = E> + Clone,
 {
     loop {
-        let now = Instant::now();
+        let now = flight.retry.plan.clock.now();
         if limits.past_deadline(now) {
             flight.dropping(now);
             hedge::abandoned(flight.flying.drain(..).map(|a| a.number), info);
@@ -315,7 +315,7 @@ where
             .and_then(|(_, end)| end)
             .filter(|_| waiting.is_some() && flight.flying.is_empty());
         let end = ends.chain(next).chain(stall).chain(limits.deadline()).min();
-        arm(timer, end);
+        arm(timer, end, &flight.retry.plan.clock);
         if fired(timer, cx) {
             continue;
         }
@@ -351,6 +351,7 @@ fn judge<F, S, B, RB>(
         result,
         replay: &retry.replay,
         now: None,
+        clock: &plan.clock,
     };
     let gates = Own::gates(&retry.own, &plan.gates);
     let judged = hedge::outcome(
@@ -371,7 +372,7 @@ fn judge<F, S, B, RB>(
                     if flight.frozen.is_none() {
                         // The failure shortcuts the delay: the next hedge goes after the
                         // hint, else at once.
-                        let now = facts.now.unwrap_or_else(Instant::now);
+                        let now = facts.now.unwrap_or_else(|| plan.clock.now());
                         flight.next_at = Some(decision::after(now, wait));
                     }
                 }

@@ -151,20 +151,21 @@ async fn polling_after_the_end_panics() {
 #[tokio::test(start_paused = true)]
 async fn the_timer_is_set_reset_and_cleared() {
     let mut timer: Timer = None;
-    let now = Instant::now();
+    let clock = Clock::default();
+    let now = clock.now();
     let mut cx = Context::from_waker(Waker::noop());
     assert!(!fired(&mut timer, &mut cx), "no timer, nothing fires");
-    arm(&mut timer, Some(now + Duration::from_secs(1)));
+    arm(&mut timer, Some(now + Duration::from_secs(1)), &clock);
     assert!(!fired(&mut timer, &mut cx));
     // Moved earlier, in place: the same allocation.
     let at = timer.as_ref().map(|sleep| &**sleep as *const Sleep);
-    arm(&mut timer, Some(now));
+    arm(&mut timer, Some(now), &clock);
     assert_eq!(timer.as_ref().map(|sleep| &**sleep as *const Sleep), at);
     assert!(fired(&mut timer, &mut cx));
-    arm(&mut timer, None);
+    arm(&mut timer, None, &clock);
     assert!(timer.is_none());
     assert!(!fired(&mut timer, &mut cx));
-    arm(&mut timer, None);
+    arm(&mut timer, None, &clock);
     assert!(timer.is_none());
 }
 

@@ -54,12 +54,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::partition::Scoped;
 use super::{Admission, Ask, GateBuilder, Heard, Kind};
 use crate::classify::FailureKind;
 use crate::info::StopReason;
+use crate::time::Instant;
 
 /// The least fill rate, tokens per second.
 const MIN_FILL_RATE: f64 = 0.5;
@@ -371,7 +370,7 @@ impl Adaptive {
 
     /// Seconds on the state's clock, read under its lock.
     fn now(&self) -> f64 {
-        Instant::now()
+        crate::time::default_now()
             .saturating_duration_since(self.base)
             .as_secs_f64()
     }
@@ -395,7 +394,7 @@ impl Kind for Adaptive {
     }
 
     fn full(settings: &AdaptiveSettings) -> Adaptive {
-        Adaptive::made(*settings, Cubic::new(), Instant::now())
+        Adaptive::made(*settings, Cubic::new(), crate::time::default_now())
     }
 
     fn fresh(&self) -> Adaptive {

@@ -32,12 +32,11 @@ use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::partition::Scoped;
 use super::{Admission, Ask, GateBuilder, Heard, Kind};
 use crate::classify::FailureKind;
 use crate::info::StopReason;
+use crate::time::Instant;
 
 /// Client-side throttling, from the Google SRE book: once a server rejects a large share of
 /// a client's attempts as throttled, the client rejects a share of them itself, before they
@@ -297,7 +296,7 @@ impl Shedding {
 
     /// Nanoseconds on the state's clock.
     fn now(&self) -> i64 {
-        let elapsed = Instant::now().saturating_duration_since(self.base);
+        let elapsed = crate::time::default_now().saturating_duration_since(self.base);
         i64::try_from(elapsed.as_nanos()).unwrap_or(i64::MAX)
     }
 }
@@ -344,7 +343,7 @@ impl Kind for Shedding {
     }
 
     fn full(settings: &SheddingSettings) -> Shedding {
-        Shedding::made(*settings, Counts::new(settings), Instant::now())
+        Shedding::made(*settings, Counts::new(settings), crate::time::default_now())
     }
 
     fn fresh(&self) -> Shedding {

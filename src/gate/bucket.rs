@@ -42,7 +42,7 @@ use ::loom::sync::atomic::{AtomicU64, Ordering};
 #[cfg(not(all(test, tower_http_retry_loom)))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::time::Instant;
+use crate::time::Instant;
 
 /// Balance units per token: balances are kept in thousandths of a token.
 pub(crate) const UNITS_PER_TOKEN: u64 = 1_000;
@@ -96,7 +96,7 @@ impl Bucket {
         debug_assert!(cap_units <= MAX_BALANCE_UNITS);
         Self {
             state: AtomicU64::new(pack(cap_units, start_tick)),
-            epoch: Instant::now(),
+            epoch: crate::time::default_now(),
             refill_per_ms,
             cap_units,
         }
@@ -117,7 +117,7 @@ impl Bucket {
         if self.refill_per_ms == 0 {
             return 0;
         }
-        let elapsed = Instant::now().saturating_duration_since(self.epoch);
+        let elapsed = crate::time::default_now().saturating_duration_since(self.epoch);
         elapsed
             .as_secs()
             .wrapping_mul(1_000)

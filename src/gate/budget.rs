@@ -306,6 +306,8 @@ impl fmt::Debug for RetryBudget {
     }
 }
 
+// tower's retry module (the `tokio` feature brings it) and its own policies.
+#[cfg(feature = "tokio")]
 impl tower::retry::budget::Budget for RetryBudget {
     fn deposit(&self) {
         self.inner.deposit();

@@ -26,10 +26,11 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-use tokio::time::Instant;
 
 use http::HeaderMap;
 use http::uri::{Authority, Uri};
+
+use crate::time::Instant;
 
 /// The most authorities a per-authority gate tracks unless told otherwise.
 pub(crate) const DEFAULT_MAX_AUTHORITIES: usize = 1_024;
@@ -266,7 +267,7 @@ impl<T: Part> Partitions<T> {
             overflow: template.fresh(),
             max: max.max(1),
             next_scan_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
+            epoch: crate::time::default_now(),
         }
     }
 
@@ -313,7 +314,8 @@ impl<T: Part> Partitions<T> {
     /// Whether this lookup may scan the full map for a partition at rest: at most one per
     /// [`RESCAN_MS`], so that authorities in the overflow do not all take the write lock.
     fn may_scan(&self) -> bool {
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let elapsed = crate::time::default_now().saturating_duration_since(self.epoch);
+        let now = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         let next = self.next_scan_ms.load(Ordering::Relaxed);
         now >= next
             && self

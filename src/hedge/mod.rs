@@ -5,10 +5,9 @@ mod record;
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 pub(crate) use self::record::LatencyRecord;
 use crate::error::InvalidConfig;
+use crate::time::Instant;
 
 /// How a policy hedges: when it sends another copy of a request that has not answered yet.
 ///

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::time::Instant;
 
 /// How long a period lasts: samples count for one to two periods.
 const PERIOD: Duration = Duration::from_secs(10);
@@ -83,9 +83,10 @@ impl std::fmt::Debug for LatencyRecord {
 }
 
 impl LatencyRecord {
-    pub(crate) fn new() -> Self {
+    /// An empty record, its periods counted from `origin` (the layer's clock's time).
+    pub(crate) fn new(origin: Instant) -> Self {
         Self {
-            origin: Instant::now(),
+            origin,
             windows: [Window::new(), Window::new()],
             cached: AtomicU64::new(u64::MAX),
             cached_until: AtomicU64::new(0),
@@ -209,8 +210,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_percentile_comes_from_the_first_samples_and_ages_out() {
-        let record = LatencyRecord::new();
-        let now = Instant::now();
+        let record = LatencyRecord::new(crate::time::default_now());
+        let now = crate::time::default_now();
         for ms in 1..=9 {
             record.record(Duration::from_millis(ms), now);
         }
@@ -233,7 +234,7 @@ mod tests {
         assert_eq!(record.quantile(0.9, 10, now + PERIOD * 2), None);
         // A window reused for a new period starts empty.
         record.record(Duration::from_millis(50), now + PERIOD * 2);
-        let fresh = LatencyRecord::new();
+        let fresh = LatencyRecord::new(crate::time::default_now());
         fresh.record(Duration::from_millis(50), now);
         assert_eq!(
             record.quantile(0.9, 10, now + PERIOD * 2),
@@ -245,8 +246,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_delay_is_cached_for_a_moment() {
-        let record = LatencyRecord::new();
-        let now = Instant::now();
+        let record = LatencyRecord::new(crate::time::default_now());
+        let now = crate::time::default_now();
         record.record(Duration::from_millis(10), now);
         let first = record.delay(0.5, 1, now).unwrap();
         record.record(Duration::from_millis(500), now);
@@ -268,8 +269,8 @@ mod tests {
             mut samples in proptest::collection::vec(1u64..5_000_000, 1..300),
             p in 0.01f64..0.99,
         ) {
-            let now = Instant::now();
-            let record = LatencyRecord::new();
+            let now = crate::time::default_now();
+            let record = LatencyRecord::new(crate::time::default_now());
             for &micros in &samples {
                 record.record(Duration::from_micros(micros), now);
             }

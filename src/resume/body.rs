@@ -12,12 +12,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use http::{Response, StatusCode, header, request};
 use http_body::{Body, Frame, SizeHint};
-use tokio::time::{Instant, Sleep};
 use tower::BoxError;
 
 use super::rules::{self, Next, Origin, Verdict};
@@ -29,6 +28,7 @@ use crate::gate::{Gates, Heard, Ticket};
 use crate::hints::Hint;
 use crate::hook::{Attempt, AttemptKind};
 use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
+use crate::time::{Instant, Sleep};
 
 /// The answer to a continuation, from the inner service made ready.
 pub(crate) type Answer<B> = Pin<Box<dyn Future<Output = Result<Response<B>, BoxError>> + Send>>;
@@ -315,13 +315,13 @@ impl<B> Machine<B> {
     fn arm(&mut self, at: Instant) {
         match &mut self.timer {
             Some(timer) => timer.as_mut().reset(at),
-            None => self.timer = Some(Box::pin(tokio::time::sleep_until(at))),
+            None => self.timer = Some(self.plan.clock.sleep_until(at)),
         }
     }
 
     fn arm_idle(&mut self) {
         match self.plan.policy.body_idle_timeout {
-            Some(idle) => self.arm(decision::after(Instant::now(), idle)),
+            Some(idle) => self.arm(decision::after(self.plan.clock.now(), idle)),
             None => self.timer = None,
         }
     }
@@ -413,7 +413,7 @@ where
                             if !self.timer_fired(cx) {
                                 return Poll::Pending;
                             }
-                            if self.limits.past_deadline(Instant::now()) {
+                            if self.limits.past_deadline(self.plan.clock.now()) {
                                 self.outcome(AttemptOutcome::Abandoned);
                                 self.last = Some(self.limits.deadline_exceeded());
                             } else {
@@ -452,8 +452,10 @@ where
                                 Verdict::Again => {
                                     // The server's `Retry-After` (or RateLimit) is a floor,
                                     // as for a retry.
-                                    let hint =
-                                        Hint::from_headers(response.headers(), SystemTime::now());
+                                    let hint = Hint::from_headers(
+                                        response.headers(),
+                                        self.plan.clock.wall_now(),
+                                    );
                                     let reason = RetryReason::Status(status);
                                     if let Some(end) = self.broke(reason, hint) {
                                         return Poll::Ready(end);
@@ -489,7 +491,7 @@ where
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .send(head);
-        match self.limits.attempt_end(Instant::now()) {
+        match self.limits.attempt_end(self.plan.clock.now()) {
             Some(end) => self.arm(end),
             None => self.timer = None,
         }
@@ -548,7 +550,7 @@ where
         if taken >= self.plan.policy.max_continuations {
             return Some(Some(Err(self.fail(StopReason::MaxContinuations))));
         }
-        let now = Instant::now();
+        let now = self.plan.clock.now();
         let policy = &self.plan.policy;
         // Numbered as retries are: 1 for the first.
         let backoff = self.rng.draw(&policy.backoff, taken + 1, self.previous);
@@ -558,7 +560,7 @@ where
             hint,
             max_hint: policy.max_retry_after,
             now,
-            deadline: self.limits.start_by(),
+            deadline: self.limits.start_by(now),
             transparent: false,
         };
         let mut record = match decision::schedule_retry(&schedule, &self.gates, &mut self.ticket) {

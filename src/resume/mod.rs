@@ -166,7 +166,7 @@ impl<S: Clone> Retry<S, Resume> {
             }
         };
         let head = copy_head(request);
-        let limits = Limits::start(&plan.policy, plan.time_limit(request));
+        let limits = Limits::start(&plan.policy, plan.time_limit(request), &plan.clock);
         // What counts requests in flight has no part in continuations: they come after
         // their request ended.
         let gates = match plan.own_gates {

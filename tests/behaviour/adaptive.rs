@@ -4,6 +4,7 @@
 //! attempt another gate refuses given back, one state shared by every clone, one per
 //! server when kept per authority. (Its arithmetic, against smithy-rs's vectors, is the
 //! core's unit tests: `src/gate/adaptive/tests.rs`.)
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 use tower::ServiceExt;

@@ -4,6 +4,7 @@
 //!
 //! Each case has a control: the same future, kept instead of dropped, does send the next
 //! attempt. So a count that stays put after the drop shows the drop, not a quiet future.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

@@ -8,6 +8,7 @@
 //! attempts and accepted none, an attempt goes with probability 0.001 / (n + 0.001): the
 //! assertions below allow one such attempt (or, for the retry, check the outcome only when
 //! it was rejected), and fail with a probability under 10^-5.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 use tower::ServiceExt;

@@ -6,6 +6,7 @@
 //! dropped in each of its states, its service never ready, a panic). The server counts the
 //! retries and hedges it has in hand at once, so the bound is seen where it matters; one
 //! case does the same against a hyper server on 127.0.0.1, in real time.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common::{self, get};
 

@@ -1,5 +1,6 @@
 //! Edge cases found in review: exact-length bodies over hyper, saturated hints, a retry
 //! that would start at the deadline, bodies at the cap, trailers-only bodies.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 

@@ -1,5 +1,6 @@
 //! Hedging under paused time: A6's timeline (when each attempt starts), which outcome wins,
 //! what the gates allow, the body a hedge waits for, and what is left behind.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

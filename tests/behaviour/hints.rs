@@ -2,7 +2,7 @@
 //! `X-RateLimit-Reset`, a classifier's own hint. Exact waits under paused time against a
 //! mock, then each header from a real hyper server on 127.0.0.1.
 
-#![allow(clippy::disallowed_types)] // the real-server case measures real time
+#![allow(clippy::disallowed_methods)] // the real-server case measures real time
 
 use crate::common;
 use tower::ServiceExt;

@@ -41,3 +41,4 @@ mod retry_loop;
 mod routes;
 mod storm;
 mod time_limits;
+mod timer;

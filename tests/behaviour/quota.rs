@@ -1,6 +1,7 @@
 //! The cost-weighted retry quota (the AWS SDKs' standard mode) through the layer: a retry
 //! costs tokens by the failure it follows, a success refunds its request's last retry, a
 //! first-try success adds the reward; the balances are exact.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 use tower::ServiceExt;

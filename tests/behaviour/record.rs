@@ -1,6 +1,7 @@
 //! Every outcome carries its record, and the rules the retry loop keeps for it (the jitter's
 //! previous wait, readiness bounds, keys, deposits, the `Attempt` extension), under paused
 //! time.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 use tower::ServiceExt;

@@ -1,6 +1,7 @@
 //! Resumable response bodies (`RetryLayer::resume`) against an in-process file server
 //! (`tower::service_fn`) that cuts or stalls bodies on a script, under paused time: the
 //! continuation's request, what is accepted, what ends the body and why, the limits.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::convert::Infallible;
 use std::time::Duration;

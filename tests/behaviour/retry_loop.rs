@@ -1,4 +1,5 @@
 //! The retry loop against scripted services, under paused time.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 

@@ -1,5 +1,6 @@
 //! Per-route policies through the layer, under paused time: which route a request
 //! matches, and what its policy is laid over (the layer's) and under (the request's own).
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 use tower::ServiceExt;

@@ -1,4 +1,5 @@
 //! Retry-After, the overall deadline and per-attempt timeouts, under paused time.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 use tower::ServiceExt;
@@ -444,7 +445,9 @@ async fn no_attempt_starts_with_less_than_the_floor() {
             let mut request = get("http://h/");
             request
                 .extensions_mut()
-                .insert(tower_http_retry::RequestDeadline(Instant::now() + 30 * MS));
+                .insert(tower_http_retry::RequestDeadline(
+                    (Instant::now() + 30 * MS).into_std(),
+                ));
             request
         })
         .await
@@ -472,7 +475,9 @@ async fn a_request_deadline_in_the_extensions_bounds_the_policy_s() {
         let mut request = get("http://h/");
         request
             .extensions_mut()
-            .insert(tower_http_retry::RequestDeadline(start + request_ms * MS));
+            .insert(tower_http_retry::RequestDeadline(
+                (start + request_ms * MS).into_std(),
+            ));
         let err = layer(policy(1).deadline(Duration::from_secs(policy_s)))
             .layer(mock.clone())
             .oneshot(request)

@@ -2,6 +2,7 @@
 //! `Range` (with `If-Range` honoured), whose bodies are cut or stalled on a script. The
 //! same answers in process (`FileServer` is a tower service) and over a real hyper HTTP/1
 //! or HTTP/2 server on 127.0.0.1 (`serve_files`).
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::collections::VecDeque;
 use std::io;

@@ -1,5 +1,6 @@
 //! Test doubles: a scripted mock service, and a hyper server on 127.0.0.1.
 #![allow(dead_code)]
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 pub mod cut_proxy;
 pub mod files;

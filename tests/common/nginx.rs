@@ -3,6 +3,7 @@
 //!
 //! nginx comes from Debian's `nginx-light` (`.ci/run` installs it). Without it a test fails
 //! under `CI=true`, and elsewhere says on the terminal that it skipped.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

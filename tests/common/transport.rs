@@ -3,6 +3,7 @@
 //! RST_STREAM and GOAWAY frames, a raw-frame HTTP/2 server for a GOAWAY that names an
 //! earlier stream, real hyper-util clients, and a runner that repeats a case on both tokio
 //! runtimes, awaited directly and from spawned tasks.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

@@ -20,6 +20,7 @@
 //! Real time by nature, so every wait is short: an attempt timeout of 50 ms, backoff from
 //! 2 ms to 20 ms, `max_retry_after` 500 ms. Every loop is bounded, and each request is
 //! abandoned (and counted as a hang, which fails the test) after 10 s.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 

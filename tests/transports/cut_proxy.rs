@@ -3,6 +3,7 @@
 //! its seed says and reports what it held; nginx serves a static file with a strong ETag,
 //! answers `Range` with `If-Range` as RFC 9110 says, and its access log's `$bytes_sent`
 //! accounts for what a cut connection cost it.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -15,6 +15,7 @@
 //! Both runtimes, awaited directly and from spawned tasks, `RUNS` times each way, each run
 //! bounded. nginx comes from Debian's `nginx-light` (`.ci/run` installs it); without it the
 //! test fails under `CI=true`, and elsewhere says on the terminal that it skipped.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 use tower::ServiceExt;

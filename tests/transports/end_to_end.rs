@@ -1,5 +1,5 @@
 //! hyper-util client -> RetryLayer -> a real hyper server on 127.0.0.1, in real time.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use crate::common;
 use tower::ServiceExt;

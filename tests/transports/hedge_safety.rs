@@ -8,6 +8,7 @@
 //! - a hedge goes at its delay while the first attempt is still connecting, before its
 //!   transport read a byte of the body, when the body's size is known to fit the replay
 //!   cap (an exact length, or an upper bound), and the server gets that body once, whole.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 use tower::ServiceExt;

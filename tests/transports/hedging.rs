@@ -2,6 +2,7 @@
 //! runtimes, awaited and spawned: the slow original's handler is dropped at the server once
 //! the hedge wins (HTTP/2 resets its stream, HTTP/1 closes its connection) and never
 //! finishes, the winner's body arrives intact, and nothing outlives the request.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 use tower::ServiceExt;

@@ -12,6 +12,7 @@
 //!
 //! nginx comes from Debian's `nginx-light` (`.ci/run` installs it). Without it the test
 //! fails under `CI=true`, and elsewhere says loudly that it skipped.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -12,6 +12,7 @@
 //! the transport holds a body that knows neither its length nor its end. Each case sends a
 //! keyless POST (a refused stream proves the server never processed it) and a PUT, on both
 //! runtimes, awaited directly and from spawned tasks, `RUNS` times each way.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 use tower::ServiceExt;

@@ -12,6 +12,7 @@
 //! what never left the proxy or the kernels. (A reset loses what sat unread in the client's
 //! receive buffer too; `tests/transports/resume.rs` bounds that case by what the server
 //! wrote.)
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -15,6 +15,7 @@
 //! the body when another reads past the cap waits, never sending a truncated body; under
 //! `max_attempts(1)` the throttle does not hear the caller's own body failure; a TLS alert
 //! under hyper is final.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 use tower::ServiceExt;

@@ -13,7 +13,7 @@
 //! the example needs no protobuf compiler. Any generated tonic client takes the same stack.
 //!
 //! Run with `cargo run -p tower-http-retry-grpc --example grpc`. It ends by itself in about a second.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -1,6 +1,6 @@
 //! `RetryLayer::grpc()`: gRPC's A6 retry rules over a tonic `Channel` against a real
 //! tonic server on 127.0.0.1 (tests/grpc/common/grpc.rs).
-#![allow(clippy::disallowed_types)] // measures real waits with std's clock
+#![allow(clippy::disallowed_methods)] // measures real waits with std's clock
 
 use crate::common;
 

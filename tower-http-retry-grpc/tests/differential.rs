@@ -39,7 +39,7 @@
 //!
 //! grpcio comes from PyPI (`python3 -m pip install grpcio==1.85.3`); without it the tests
 //! fail under `CI=true` and skip loudly elsewhere. The proxy test needs nginx likewise.
-#![allow(clippy::disallowed_types)] // measures real waits with std's clock
+#![allow(clippy::disallowed_methods)] // measures real waits with std's clock
 
 use crate::common;
 

@@ -2,6 +2,7 @@
 //! client over a `Channel`, through `grpc::tonic_body_layer()` under the current retry
 //! layer, sees every scripted answer; Trailers-Only answers arrive as response headers;
 //! the layer's and the channel's timeouts reach the caller as the right codes.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 

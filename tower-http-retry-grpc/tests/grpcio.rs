@@ -13,7 +13,7 @@
 //! grpcio comes from PyPI (`.ci/run` installs it: `python3 -m pip install grpcio==1.85.3`).
 //! The interpreter is `python3`, or the one `PYTHON3` names. Without grpcio the tests fail
 //! under `CI=true`, and elsewhere say loudly that they skipped.
-#![allow(clippy::disallowed_types)] // measures real waits with std's clock
+#![allow(clippy::disallowed_methods)] // measures real waits with std's clock
 
 use crate::common;
 

@@ -11,6 +11,7 @@
 //!
 //! nginx comes from Debian's `nginx-light`, grpcio from PyPI (`.ci/run` installs both).
 //! Without them the tests fail under `CI=true`, and elsewhere say loudly that they skipped.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use crate::common;
 

@@ -9,7 +9,7 @@
 //!
 //! Run with `cargo run -p tower-http-retry-reqwest --example reqwest`. It ends by itself in about
 //! two seconds.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -7,6 +7,7 @@
 //! configuration. Messages are plain bytes ([`RawCodec`]).
 //! Each call takes the next [`Step`] of the plan (`Step::Ok` once the plan is used up)
 //! and is recorded ([`Seen`]): its path, its headers, its request bytes.
+#![allow(clippy::disallowed_methods)] // tokio's paused clock and sleeps, or real time
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

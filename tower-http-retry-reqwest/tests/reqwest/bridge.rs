@@ -1,7 +1,7 @@
 //! reqwest's request builders through the layer (`RequestBuilderExt::send_with`) to a real
 //! hyper server on 127.0.0.1, in real time; and the bridge's error, which hands reqwest's
 //! own back.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use crate::common;
 

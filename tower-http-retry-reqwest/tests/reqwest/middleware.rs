@@ -1,6 +1,6 @@
 //! reqwest-middleware's client -> RetryMiddleware -> middlewares below -> reqwest::Client ->
 //! a real hyper server on 127.0.0.1, in real time, on both runtimes.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 #![cfg(feature = "middleware")]
 
 use crate::common;

@@ -2,7 +2,7 @@
 //! real time; and reqwest's errors as the default classifier sees them.
 //!
 //! Every end-to-end test runs on a current-thread and on a multi-thread runtime.
-#![allow(clippy::disallowed_types)] // measures real time with std's clock
+#![allow(clippy::disallowed_methods)] // measures real time with std's clock
 
 use crate::common;
 
