@@ -366,6 +366,7 @@ struct Later<S> {
 
 impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     /// A request sent once.
+    #[inline]
     pub(crate) fn once(
         future: F,
         limits: Limits,
