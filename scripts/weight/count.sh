@@ -40,7 +40,7 @@ row "tower's retry" "$n"
 n="$(count)"
 row "the layer, default features" "$n"
 n="$(count --no-default-features --features lean)"
-row "the layer, lean (hyper alone)" "$n"
+row "the layer, lean (tokio, hyper)" "$n"
 n="$(count --no-default-features --features bare)"
 row "the layer, no features" "$n"
 
@@ -55,7 +55,7 @@ done
 core="--manifest-path ../../Cargo.toml -p tower-http-retry --no-default-features"
 n="$(count $core)"
 echo "  to the layer alone, no features ($n crates, itself included):"
-for feature in tracing hyper h2 metrics test-util; do
+for feature in tokio tracing hyper h2 metrics test-util; do
     names="$(added "$core" "$core --features $feature")"
     row "  $feature" "$names"
 done
