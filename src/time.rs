@@ -37,7 +37,9 @@ pub(crate) use std::time::{Instant, SystemTime};
 /// [`RetryLayer::timer`](crate::RetryLayer::timer). Every time the layer reads, and every
 /// wait it sleeps (backoff, `Retry-After`, attempt timeouts, the deadline, hedging delays,
 /// the resumption's idle timeout), comes from the one timer; the instants it returns must
-/// not go backwards.
+/// not go backwards. The gates (budgets, quotas, throttles, the adaptive limiter and
+/// throttle) are the exception: built apart from any layer and shared between layers, they
+/// measure refills and windows on the default clock (tokio's, else the platform's).
 ///
 /// A timer on `futures-timer` (any executor):
 ///
