@@ -18,8 +18,9 @@
 //   vector is computed; smithy-rs's `ClientRateLimiter::new` starts the measured rate at 0.5
 //   through a builder setter whose name suggests the fill rate, which only shifts the
 //   recovery curve after the first throttle.
-// - Time is seconds since the state was made (tokio's clock, so paused-time tests drive
-//   it), not since the UNIX epoch: the half-second buckets are aligned on the state's birth.
+// - Time is seconds since the state was made (the default clock, tokio's: paused-time
+//   tests drive it), not since the UNIX epoch: the half-second buckets are aligned on the
+//   state's birth.
 //   The clock is read under the lock, so one state never sees time go back.
 // - Every attempt costs 1 (the first, a retry, a hedge, a transparent retry): the rule of
 //   aws-sdk-go-v2 and of smithy-rs's newer retry behaviour (its `acquire_adaptive_send_token`

@@ -14,8 +14,8 @@
 // than the head reads the sum at the head and an add more than `bins` behind it is dropped.
 // Its unit tests are ported as tables (`tests` below). Where this differs:
 // - grpc-go has no `max(0, ..)`: a negative p never exceeds r, so the answers are the same.
-// - Time is nanoseconds since the state was made (tokio's clock), not since the UNIX epoch:
-//   only where the bins' edges fall changes.
+// - Time is nanoseconds since the state was made (the default clock, tokio's), not since
+//   the UNIX epoch: only where the bins' edges fall changes.
 // - The book's padding is 1 and its window two minutes; grpc-go's are 8 and 30 s in 100
 //   bins, its defaults, which are this gate's (`sre_book()` sets the book's).
 // - What counts: a throttled outcome (a reason of `FailureKind::Throttling`: 429, gRPC's

@@ -45,8 +45,8 @@
 // of a token.) Concurrent withdrawals never overdraw the bucket, and
 // concurrent deposits are never lost (only clipped at `C`).
 //
-// Time comes from [`tokio::time::Instant`], so a test that pauses tokio's
-// clock controls the refill.
+// Time comes from the default clock (`time::default_now`: tokio's under the `tokio`
+// feature), so a test that pauses tokio's clock controls the refill.
 //
 // The bucket itself (its state word, the refill, the loom models) is `gate::bucket`; this is
 // the ratio kind over it: a deposit of `ratio` per request, a withdrawal of one token per
