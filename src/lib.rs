@@ -218,6 +218,7 @@ mod hook;
 mod idempotency;
 mod info;
 mod layer;
+mod otel_metrics;
 mod policy;
 mod reason;
 mod replay;
