@@ -117,6 +117,7 @@
 mod adapter;
 mod config;
 mod headers;
+mod metrics;
 
 #[doc = include_str!("parity.md")]
 pub mod parity {}
