@@ -429,9 +429,12 @@ impl<S> IntoStatus<S> {
     }
 }
 
-impl<S, RB, B> Service<http::Request<RB>> for IntoStatus<S>
+impl<S, R, B> Service<R> for IntoStatus<S>
 where
-    S: Service<http::Request<RB>, Response = http::Response<B>>,
+    // 'static: with the `opentelemetry` feature, the metrics read the path of tonic's
+    // requests.
+    R: 'static,
+    S: Service<R, Response = http::Response<B>>,
     S::Error: Into<BoxError>,
 {
     type Response = http::Response<B>;
@@ -444,7 +447,7 @@ where
             .map_err(|error| into_status(error.into()))
     }
 
-    fn call(&mut self, request: http::Request<RB>) -> Self::Future {
+    fn call(&mut self, request: R) -> Self::Future {
         #[cfg(feature = "opentelemetry")]
         let call = crate::metrics::Call::start(self.a96.as_ref(), &request);
         #[cfg(not(feature = "opentelemetry"))]

@@ -178,11 +178,17 @@ mod imp {
 
     /// One call's part: the instruments and its path, when the layer records.
     #[derive(Debug)]
-    pub(crate) struct Call(Option<(Arc<A96>, http::Uri)>);
+    pub(crate) struct Call(Option<(Arc<A96>, Option<http::Uri>)>);
 
     impl Call {
-        pub(crate) fn start<B>(a96: Option<&Arc<A96>>, request: &http::Request<B>) -> Self {
-            Call(a96.map(|a96| (Arc::clone(a96), request.uri().clone())))
+        /// A call of `request`, whose path is read if it is tonic's request (the method is
+        /// `other` if not).
+        pub(crate) fn start<R: 'static>(a96: Option<&Arc<A96>>, request: &R) -> Self {
+            Call(a96.map(|a96| {
+                let request = (request as &dyn std::any::Any)
+                    .downcast_ref::<http::Request<tonic::body::Body>>();
+                (Arc::clone(a96), request.map(|r| r.uri().clone()))
+            }))
         }
 
         /// The call's end: the record in the response, or in the error.
@@ -198,7 +204,7 @@ mod imp {
                 Err(error) => record_in(error.as_ref()),
             };
             if let Some(info) = info {
-                a96.record(uri.path(), info);
+                a96.record(uri.as_ref().map_or("", |uri| uri.path()), info);
             }
         }
     }
