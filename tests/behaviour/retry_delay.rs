@@ -56,7 +56,8 @@ async fn a_request_answered_at_once_has_none() {
 #[tokio::test(start_paused = true)]
 async fn the_waits_between_attempts_count_and_the_attempts_do_not() {
     let slow_503 = Reply::Slow(Duration::from_millis(40), Box::new(Reply::Status(503)));
-    let mock = Mock::new([slow_503, Reply::Status(503)]);
+    // The second attempt is the slow one: its time lies between two waits.
+    let mock = Mock::new([Reply::Status(503), slow_503]);
     let client = RetryLayer::new().policy(fixed(3, 100)).layer(mock);
     let response = client.oneshot(get(URI)).await.unwrap();
     let info = info(&response);
@@ -146,7 +147,11 @@ async fn a_hedges_gap_counts() {
         Box::new(Reply::Headers(503, vec![("retry-after", "1".to_owned())])),
     );
     let policy = fixed(2, 100).hedge(Hedging::after(Duration::from_secs(10)));
-    let client = RetryLayer::new().policy(policy).layer(Mock::new([paused]));
+    // The hedge takes 50 ms: in flight, so not counted.
+    let hedge = Reply::Slow(Duration::from_millis(50), Box::new(Reply::Status(200)));
+    let client = RetryLayer::new()
+        .policy(policy)
+        .layer(Mock::new([paused, hedge]));
     let response = client.oneshot(get(URI)).await.unwrap();
     let info = info(&response);
     assert_eq!(response.status(), 200);
