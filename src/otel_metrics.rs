@@ -99,10 +99,13 @@ mod imp {
     /// A logical request's part in the metrics: nothing until its first retry or hedge is
     /// sent, when its attributes are taken from its head (a request that is not retried
     /// records nothing, and pays only for this empty cell).
-    #[derive(Default)]
     pub(crate) struct Call(OnceLock<(Arc<Instruments>, Vec<KeyValue>)>);
 
     impl Call {
+        pub(crate) fn new() -> Self {
+            Call(OnceLock::new())
+        }
+
         /// A retry, transparent retry or hedge of the request `head` is sent.
         pub(crate) fn retried(&self, log: &Log, head: &Head) {
             if let Some(instruments) = &log.meter {
@@ -192,10 +195,14 @@ mod imp {
 #[cfg(all(feature = "tracing", not(feature = "opentelemetry")))]
 mod off {
     /// Nothing: the `opentelemetry` feature is off.
-    #[derive(Default)]
     pub(crate) struct Call;
 
     impl Call {
+        #[inline(always)]
+        pub(crate) fn new() -> Self {
+            Call
+        }
+
         #[inline(always)]
         pub(crate) fn retried(&self, _: &crate::trace::Log, _: &crate::head::Head) {}
         #[inline(always)]

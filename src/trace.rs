@@ -80,7 +80,7 @@ mod imp {
                     method = %request.method(),
                     uri = %Uri::new(request.uri(), log),
                 ),
-                crate::otel_metrics::Call::default(),
+                crate::otel_metrics::Call::new(),
             )
         }
 
