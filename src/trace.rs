@@ -37,7 +37,7 @@ impl Default for Log {
 
 /// Nothing: the `tracing` feature is off.
 #[cfg(not(feature = "tracing"))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Log {}
 
 #[cfg(feature = "tracing")]
