@@ -191,7 +191,7 @@ impl Plan {
             key_header,
             hooks,
             hedging,
-            log: config.log,
+            log: config.log.clone(),
             clock: config.clock.clone(),
         }
     }

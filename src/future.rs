@@ -900,7 +900,10 @@ where
                 Some(result)
             }
             Answer::AwaitRelease => {
-                let end = self.limits.wait_end(plan.clock.now(), Some(RELEASE_GRACE));
+                let now = plan.clock.now();
+                // No attempt in flight from here to the next one's start (or the end).
+                self.info.idle_from(now, &plan.clock);
+                let end = self.limits.wait_end(now, Some(RELEASE_GRACE));
                 arm(self.timer, end, &plan.clock);
                 self.state.set(State::Releasing {
                     held: result,
@@ -910,6 +913,8 @@ where
                 None
             }
             Answer::Retry { wait, start } => {
+                let now = retry.plan.clock.now();
+                self.info.idle_from(now, &retry.plan.clock);
                 if let Some(record) = self.info.retries().last() {
                     let attempt = self.info.attempts() + 1;
                     self.trace
@@ -933,8 +938,11 @@ where
                     // No wait: straight to readiness, without a timer tick in between.
                     self.ready_in(retry, later);
                 } else {
-                    let clock = &retry.plan.clock;
-                    arm(self.timer, Some(decision::after(clock.now(), wait)), clock);
+                    arm(
+                        self.timer,
+                        Some(decision::after(now, wait)),
+                        &retry.plan.clock,
+                    );
                     self.state.set(State::Waiting { retry, later });
                 }
                 None
@@ -959,6 +967,9 @@ where
         mut later: Box<Later<S>>,
     ) -> Option<Result<Response<RB>, BoxError>> {
         let now = retry.plan.clock.now();
+        // The next attempt starts, or the request ends: either way, the time with no
+        // attempt in flight ends here.
+        self.info.idle_until(now);
         let attempt = match ready {
             Some(Ok(())) => match decision::ready(self.limits, now, self.info) {
                 Ok(attempt) => attempt,
@@ -1033,6 +1044,11 @@ fn finish<RB>(
         }
     };
     decision::returning(info, layers_own);
+    // A request that ends with no attempt in flight (a retry not sent, a hedged request's
+    // last failure): that time lasts until now.
+    if info.idling() {
+        info.idle_until_now();
+    }
     match result {
         Ok(response) => Ok(succeed(info, trace, response)),
         Err(error) => {

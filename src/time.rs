@@ -100,6 +100,19 @@ impl fmt::Debug for Clock {
     }
 }
 
+/// Two clocks are one when both are the default, or both the same timer.
+impl PartialEq for Clock {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(one), Some(other)) => Arc::ptr_eq(one, other),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Clock {}
+
 impl Clock {
     pub(crate) fn custom(timer: impl Timer) -> Self {
         Clock(Some(Arc::new(timer)))
