@@ -131,6 +131,8 @@ fn the_retry_loop_waits_on_a_hand_moved_clock_without_a_runtime() {
     let info = response.extensions().get::<RetryInfo>().unwrap();
     let waits: Vec<Duration> = info.retries().iter().map(|r| r.wait).collect();
     assert_eq!(waits, [200 * MS, 400 * MS]);
+    // The time with no attempt in flight, on the same clock: the two waits.
+    assert_eq!(info.retry_delay(), 600 * MS);
 }
 
 #[test]
