@@ -48,10 +48,10 @@ use crate::error::{DeadlineExceeded, LocallyRefused, RetryError, ServiceNotReady
 use crate::gate::{Admitted, Ask, Gates, Own, Presence, Reserved};
 use crate::head::Head;
 use crate::hints::Hint;
-use crate::hook::Attempt;
+use crate::hook::{Attempt, AttemptKind};
 use crate::info::{AttemptOutcome, RetryInfo, StopReason};
 use crate::replay::{BodyWatch, NotReplayable, Replay, ReplayBody};
-use crate::trace::Trace;
+use crate::trace::{Slot, Trace};
 
 pub use crate::resume::ResumeFuture;
 
@@ -81,9 +81,16 @@ pin_project! {
     enum State<F, S, B, R> {
         // The one attempt of a request that is never retried; `report` tells its gates of
         // the outcome, when a gate hears outcomes and the policy is not `never()`.
-        Once { #[pin] future: F, report: Option<Report> },
+        // `span`: the attempt's OpenTelemetry span (nothing without the feature).
+        Once { #[pin] future: F, report: Option<Report>, span: Slot },
         // An attempt of a request that may be retried.
-        Attempt { #[pin] future: F, retry: Retrying<S, B>, later: Option<Box<Later<S>>> },
+        Attempt {
+            #[pin]
+            future: F,
+            retry: Retrying<S, B>,
+            later: Option<Box<Later<S>>>,
+            span: Slot,
+        },
         // The outcome is kept while waiting for the transport to let go of the body.
         Releasing {
             held: Result<R, BoxError>,
@@ -304,6 +311,7 @@ fn launch<F, S, B, R>(
     mut request: Request<ReplayBody<B>>,
     mut then: Then<S, B>,
     limits: &Limits,
+    trace: &Trace,
     now: Instant,
 ) -> (State<F, S, B, R>, Timer)
 where
@@ -314,6 +322,7 @@ where
         let attempt = decision::first_attempt_at(limits, Some(now));
         hooks.before_attempt(&attempt, request.headers_mut());
     }
+    let span = Slot::start(trace, &then.plan().log, 1, AttemptKind::First, &mut request);
     let future = service.call(request);
     if let Some(presence) = then.presence() {
         presence.started(1, Ask::First);
@@ -324,6 +333,7 @@ where
             State::Once {
                 future,
                 report: Some(report),
+                span,
             },
             timer,
         ),
@@ -332,12 +342,13 @@ where
                 future,
                 retry,
                 later: None,
+                span,
             },
             timer,
         ),
         Then::Retrying(retry, true) => {
             let delay = hedge_delay(&retry, now);
-            let flight = hedge::Flight::new(future, retry, delay, limits, now);
+            let flight = hedge::Flight::new(future, span, retry, delay, limits, now);
             // Armed on the first poll.
             (State::Hedged { flight }, None)
         }
@@ -365,12 +376,19 @@ struct Later<S> {
 
 impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     /// A request sent once.
-    pub(crate) fn once(future: F, limits: Limits, info: RetryInfo, trace: Trace) -> Self {
+    pub(crate) fn once(
+        future: F,
+        span: Slot,
+        limits: Limits,
+        info: RetryInfo,
+        trace: Trace,
+    ) -> Self {
         Self {
             timer: first_timer(&limits),
             state: State::Once {
                 future,
                 report: None,
+                span,
             },
             limits,
             info,
@@ -382,6 +400,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     #[inline(never)]
     pub(crate) fn reported(
         future: F,
+        span: Slot,
         limits: Limits,
         info: RetryInfo,
         trace: Trace,
@@ -392,6 +411,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
             state: State::Once {
                 future,
                 report: Some(report),
+                span,
             },
             limits,
             info,
@@ -404,6 +424,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     #[inline]
     pub(crate) fn first(
         future: F,
+        span: Slot,
         retry: Retrying<S, B>,
         limits: Limits,
         info: RetryInfo,
@@ -415,6 +436,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
                 future,
                 retry,
                 later: None,
+                span,
             },
             limits,
             info,
@@ -431,6 +453,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     #[inline(never)]
     pub(crate) fn hedged(
         future: F,
+        span: Slot,
         retry: Retrying<S, B>,
         limits: Limits,
         info: RetryInfo,
@@ -438,7 +461,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     ) -> Self {
         let now = Instant::now();
         let delay = hedge_delay(&retry, now);
-        let flight = hedge::Flight::new(future, retry, delay, &limits, now);
+        let flight = hedge::Flight::new(future, span, retry, delay, &limits, now);
         Self {
             // Armed on the first poll.
             timer: None,
@@ -470,7 +493,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     ) where
         S: Service<Request<ReplayBody<B>>, Future = F>,
     {
-        let (state, timer) = launch(service, request, then, &self.limits, now);
+        let (state, timer) = launch(service, request, then, &self.limits, &self.trace, now);
         self.state = state;
         self.timer = timer;
     }
@@ -638,8 +661,17 @@ where
         StateProj::Refused { stop } => {
             Step::Once(Err(decision::first_refused(limits, *stop, info)))
         }
-        StateProj::Once { future, report } => {
-            match ready!(poll_booked(future, timer, limits, info, cx)) {
+        StateProj::Once {
+            future,
+            report,
+            span,
+        } => {
+            let attempted = {
+                let _entered = span.enter();
+                ready!(poll_booked(future, timer, limits, info, cx))
+            };
+            span.end(attempted.outcome(), attempted.result());
+            match attempted {
                 Attempted::Outcome(result)
                 | Attempted::TimedOut(result)
                 | Attempted::Deadline(result) => {
@@ -650,8 +682,18 @@ where
                 }
             }
         }
-        StateProj::Attempt { future, retry, .. } => {
-            match ready!(poll_booked(future, timer, limits, info, cx)) {
+        StateProj::Attempt {
+            future,
+            retry,
+            span,
+            ..
+        } => {
+            let attempted = {
+                let _entered = span.enter();
+                ready!(poll_booked(future, timer, limits, info, cx))
+            };
+            span.end(attempted.outcome(), attempted.result());
+            match attempted {
                 Attempted::Outcome(Ok(response)) if retry.plan.plain_success_status(&response) => {
                     Step::Success(response)
                 }
@@ -701,6 +743,14 @@ impl<RB> Attempted<Response<RB>> {
             Attempted::Outcome(Err(_)) => AttemptOutcome::Error,
             Attempted::TimedOut(_) => AttemptOutcome::TimedOut,
             Attempted::Deadline(_) => AttemptOutcome::Abandoned,
+        }
+    }
+
+    fn result(&self) -> &Result<Response<RB>, BoxError> {
+        match self {
+            Attempted::Outcome(result)
+            | Attempted::TimedOut(result)
+            | Attempted::Deadline(result) => result,
         }
     }
 }
@@ -793,7 +843,8 @@ where
                     // `poll_ready` readied goes with it; retries clone from the prototype.
                     reserved.spend();
                     let now = Instant::now();
-                    let (state, timer) = launch(&mut service, request, then, self.limits, now);
+                    let (state, timer) =
+                        launch(&mut service, request, then, self.limits, self.trace, now);
                     *self.timer = timer;
                     self.state.set(state);
                     None
@@ -947,7 +998,10 @@ where
             }
             None => return Some(Err(decision::not_ready(self.limits, now, self.info))),
         };
-        let future = later.service.call(retry.attempt_request(&attempt));
+        let mut request = retry.attempt_request(&attempt);
+        let log = &retry.plan.log;
+        let span = Slot::start(self.trace, log, attempt.number, attempt.kind, &mut request);
+        let future = later.service.call(request);
         if let (Some(presence), Some(record)) =
             (Own::presence(&mut retry.own), self.info.retries().last())
         {
@@ -961,6 +1015,7 @@ where
             future,
             retry,
             later: Some(later),
+            span,
         });
         None
     }
