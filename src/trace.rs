@@ -384,6 +384,9 @@ impl Slot {
     }
 
     #[inline(always)]
+    pub(crate) fn abandoned(&mut self) {}
+
+    #[inline(always)]
     pub(crate) fn end<RB>(
         &mut self,
         _: crate::info::AttemptOutcome,

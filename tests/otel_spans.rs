@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::server::{Action, client, client_h2, respond, serve, serve_h2};
+use common::server::{client, client_h2, respond, serve, serve_h2};
 use http::{Method, Request};
 use http_body_util::Full;
 use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId, TracerProvider as _};
@@ -120,6 +120,20 @@ fn traceparent(value: &http::HeaderValue) -> (TraceId, SpanId) {
     )
 }
 
+/// What one attempt's span records beside the attributes every attempt shares.
+struct Row {
+    /// `http.response.status_code`.
+    code: i64,
+    /// `error.type`, if any.
+    error: Option<&'static str>,
+    /// `http.request.resend_count`, absent on the first attempt.
+    resends: Option<i64>,
+    /// `tower_http_retry.attempt.kind`, absent on the first attempt.
+    kind: Option<&'static str>,
+    /// Status `Error` (else unset).
+    failed: bool,
+}
+
 /// 503, 503, then 200, over HTTP/1 or HTTP/2: three CLIENT spans, children of the
 /// request's span, each as the conventions' table says, each the parent the server saw.
 async fn three_attempts(h2: bool) {
@@ -165,23 +179,39 @@ async fn three_attempts(h2: bool) {
         ("url.full", s(&url)),
         ("network.protocol.version", s(version)),
     ];
-    // (status code, error.type, resend count, the crate's attempt kind, span status)
-    let table: [(i64, Option<&str>, Option<i64>, Option<&str>, bool); 3] = [
-        (503, Some("503"), None, None, true),
-        (503, Some("503"), Some(1), Some("retry"), true),
-        (200, None, Some(2), Some("retry"), false),
+    let table = [
+        Row {
+            code: 503,
+            error: Some("503"),
+            resends: None,
+            kind: None,
+            failed: true,
+        },
+        Row {
+            code: 503,
+            error: Some("503"),
+            resends: Some(1),
+            kind: Some("retry"),
+            failed: true,
+        },
+        Row {
+            code: 200,
+            error: None,
+            resends: Some(2),
+            kind: Some("retry"),
+            failed: false,
+        },
     ];
     let attempts = otel.attempts();
     assert_eq!(attempts.len(), 3, "{attempts:#?}");
     let hits = server.hits();
     assert_eq!(hits.len(), 3);
-    for (i, ((code, error, resends, kind, failed), span)) in table.iter().zip(&attempts).enumerate()
-    {
+    for (i, (row, span)) in table.iter().zip(&attempts).enumerate() {
         assert_eq!(span.name, "GET", "attempt {}", i + 1);
         assert_eq!(span.span_kind, SpanKind::Client);
         assert_eq!(span.parent_span_id, logical.span_context.span_id());
         assert_eq!(span.span_context.trace_id(), trace);
-        match failed {
+        match row.failed {
             true => assert!(
                 matches!(span.status, Status::Error { .. }),
                 "{:?}",
@@ -193,14 +223,14 @@ async fn three_attempts(h2: bool) {
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
             .collect();
-        expected.insert("http.response.status_code".into(), Value::I64(*code));
-        if let Some(error) = error {
+        expected.insert("http.response.status_code".into(), Value::I64(row.code));
+        if let Some(error) = row.error {
             expected.insert("error.type".into(), s(error));
         }
-        if let Some(resends) = resends {
-            expected.insert("http.request.resend_count".into(), Value::I64(*resends));
+        if let Some(resends) = row.resends {
+            expected.insert("http.request.resend_count".into(), Value::I64(resends));
         }
-        if let Some(kind) = kind {
+        if let Some(kind) = row.kind {
             expected.insert("tower_http_retry.attempt.kind".into(), s(kind));
         }
         assert_eq!(attributes(span), expected, "attempt {}", i + 1);
@@ -340,5 +370,38 @@ async fn an_unknown_method_is_other_and_its_span_is_named_http() {
     assert!(server.hits()[0].headers.contains_key("traceparent"));
 }
 
-#[allow(dead_code)]
-fn _unused(_: Action) {}
+#[tokio::test(flavor = "current_thread")]
+async fn an_attempt_past_its_timeout_is_an_error_of_type_timeout() {
+    let otel = Otel::new();
+    // The first attempt is not answered within its timeout; the retry is, at once.
+    let server = serve(|hit| async move {
+        if hit.index == 0 {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        respond(200)
+    })
+    .await;
+    let policy = RetryPolicy::default()
+        .max_attempts(2)
+        .attempt_timeout(Duration::from_millis(50))
+        .backoff(
+            Backoff::exponential(Duration::from_millis(1), Duration::from_millis(1))
+                .jitter(Jitter::None),
+        );
+    let svc = RetryLayer::new().policy(policy).layer(client());
+    let response = svc.oneshot(get(&server.url("/slow"))).await.unwrap();
+    assert_eq!(response.status(), 200);
+    drop(response);
+
+    let attempts = otel.attempts();
+    assert_eq!(attempts.len(), 2, "{attempts:#?}");
+    let first = attributes(&attempts[0]);
+    assert!(matches!(attempts[0].status, Status::Error { .. }));
+    assert_eq!(first["error.type"], s("timeout"));
+    assert!(!first.contains_key("http.response.status_code"));
+    assert_eq!(
+        attributes(&attempts[1])["http.response.status_code"],
+        Value::I64(200)
+    );
+    assert_eq!(attempts[1].status, Status::Unset);
+}

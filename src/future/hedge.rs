@@ -224,6 +224,7 @@ where
         let now = Instant::now();
         if limits.past_deadline(now) {
             flight.dropping(now);
+            flight.flying.iter_mut().for_each(|a| a.span.abandoned());
             hedge::abandoned(flight.flying.drain(..).map(|a| a.number), info);
             return Poll::Ready(Err(limits.deadline_exceeded()));
         }

@@ -117,6 +117,13 @@ impl Slot {
         self.0.as_ref().map(tracing::Span::enter)
     }
 
+    /// The request's deadline passed with the attempt in flight: the layer dropped it.
+    pub(crate) fn abandoned(&mut self) {
+        if let Some(span) = self.0.take() {
+            timed_out(&span);
+        }
+    }
+
     /// The attempt ended with `outcome`: its span records it and ends.
     pub(crate) fn end<RB>(
         &mut self,
@@ -138,10 +145,7 @@ impl Slot {
                     span.record("otel.status_code", "error");
                 }
             }
-            (AttemptOutcome::TimedOut | AttemptOutcome::Abandoned, _) => {
-                span.record("error.type", "timeout");
-                span.record("otel.status_code", "error");
-            }
+            (AttemptOutcome::TimedOut | AttemptOutcome::Abandoned, _) => timed_out(&span),
             (AttemptOutcome::Error, Err(error)) => {
                 span.record("error.type", error_type(error));
                 span.record("otel.status_code", "error");
@@ -150,6 +154,11 @@ impl Slot {
             _ => {}
         }
     }
+}
+
+fn timed_out(span: &tracing::Span) {
+    span.record("error.type", "timeout");
+    span.record("otel.status_code", "error");
 }
 
 /// The `error.type` of an attempt that got no response: a transport failure as the
@@ -183,7 +192,6 @@ fn kind_name(kind: AttemptKind) -> Option<&'static str> {
         AttemptKind::Retry => Some("retry"),
         AttemptKind::Transparent => Some("transparent"),
         AttemptKind::Hedge => Some("hedge"),
-        AttemptKind::Continuation => Some("continuation"),
         _ => None,
     }
 }
