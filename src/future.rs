@@ -164,11 +164,23 @@ impl<S, B> Retrying<S, B> {
     }
 
     /// The request of a later attempt (a retry or a hedge): the head's copy numbered and
-    /// run through the hooks, with the body replayed for it.
-    fn attempt_request(&self, attempt: &Attempt) -> Request<ReplayBody<B>> {
+    /// run through the hooks, with the body replayed for it; its span started in `span`.
+    fn attempt_request(
+        &self,
+        attempt: &Attempt,
+        trace: &Trace,
+        span: &mut Slot,
+    ) -> Request<ReplayBody<B>> {
         let mut head = self.head.to_parts();
         head.extensions.insert(*attempt);
         self.plan.hooks.before_attempt(attempt, &mut head.headers);
+        *span = Slot::start_parts(
+            trace,
+            &self.plan.log,
+            attempt.number,
+            attempt.kind,
+            &mut head,
+        );
         Request::from_parts(head, self.replay.body(attempt.number - 1))
     }
 }
@@ -665,42 +677,28 @@ where
             future,
             report,
             span,
-        } => {
-            let attempted = {
-                let _entered = span.enter();
-                ready!(poll_booked(future, timer, limits, info, cx))
-            };
-            span.end(attempted.outcome(), attempted.result());
-            match attempted {
-                Attempted::Outcome(result)
-                | Attempted::TimedOut(result)
-                | Attempted::Deadline(result) => {
-                    if let Some(report) = report {
-                        report.hear(&result, info);
-                    }
-                    Step::Once(result)
+        } => match ready!(poll_booked(future, timer, limits, info, span, cx)) {
+            Attempted::Outcome(result)
+            | Attempted::TimedOut(result)
+            | Attempted::Deadline(result) => {
+                if let Some(report) = report {
+                    report.hear(&result, info);
                 }
+                Step::Once(result)
             }
-        }
+        },
         StateProj::Attempt {
             future,
             retry,
             span,
             ..
-        } => {
-            let attempted = {
-                let _entered = span.enter();
-                ready!(poll_booked(future, timer, limits, info, cx))
-            };
-            span.end(attempted.outcome(), attempted.result());
-            match attempted {
-                Attempted::Outcome(Ok(response)) if retry.plan.plain_success_status(&response) => {
-                    Step::Success(response)
-                }
-                Attempted::Outcome(result) | Attempted::TimedOut(result) => Step::Outcome(result),
-                Attempted::Deadline(result) => Step::Deadline(result),
+        } => match ready!(poll_booked(future, timer, limits, info, span, cx)) {
+            Attempted::Outcome(Ok(response)) if retry.plan.plain_success_status(&response) => {
+                Step::Success(response)
             }
-        }
+            Attempted::Outcome(result) | Attempted::TimedOut(result) => Step::Outcome(result),
+            Attempted::Deadline(result) => Step::Deadline(result),
+        },
         StateProj::Releasing { retry, .. } => match retry.replay.poll_released(cx) {
             Poll::Ready(_) => Step::Released(true),
             Poll::Pending if fired(timer, cx) => Step::Released(false),
@@ -755,20 +753,25 @@ impl<RB> Attempted<Response<RB>> {
     }
 }
 
-/// Polls an attempt, and books what it got.
+/// Polls an attempt (its span entered), and books what it got (its span ended).
 fn poll_booked<F, RB, E>(
     future: Pin<&mut F>,
     timer: &mut Timer,
     limits: &Limits,
     info: &mut RetryInfo,
+    span: &mut Slot,
     cx: &mut Context<'_>,
 ) -> Poll<Attempted<Response<RB>>>
 where
     F: Future<Output = Result<Response<RB>, E>>,
     E: Into<BoxError>,
 {
-    let attempted = ready!(poll_attempt(future, timer, limits, cx));
+    let attempted = {
+        let _entered = span.enter();
+        ready!(poll_attempt(future, timer, limits, cx))
+    };
     decision::attempt_ended(info, attempted.outcome());
+    span.end(attempted.outcome(), attempted.result());
     Poll::Ready(attempted)
 }
 
@@ -998,10 +1001,10 @@ where
             }
             None => return Some(Err(decision::not_ready(self.limits, now, self.info))),
         };
-        let mut request = retry.attempt_request(&attempt);
-        let log = &retry.plan.log;
-        let span = Slot::start(self.trace, log, attempt.number, attempt.kind, &mut request);
-        let future = later.service.call(request);
+        let mut span = Slot::none();
+        let future = later
+            .service
+            .call(retry.attempt_request(&attempt, self.trace, &mut span));
         if let (Some(presence), Some(record)) =
             (Own::presence(&mut retry.own), self.info.retries().last())
         {

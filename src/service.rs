@@ -396,9 +396,8 @@ impl<S: Clone, M> Retry<S, M> {
         first_attempt(&plan.hooks, &start.limits, &mut parts.headers);
         // The service that `poll_ready` readied takes the first attempt; retries clone
         // from the prototype, and only if they happen.
-        let mut request = Request::from_parts(parts, body);
-        let span = Slot::start(&start.trace, &plan.log, 1, AttemptKind::First, &mut request);
-        let future = self.inner.call(request);
+        let span = Slot::start_parts(&start.trace, &plan.log, 1, AttemptKind::First, &mut parts);
+        let future = self.inner.call(Request::from_parts(parts, body));
         let retry = Retrying {
             prototype: self.prototype.clone(),
             head,
@@ -469,17 +468,16 @@ impl<S: Clone, M> Retry<S, M> {
         let watched = asks || Own::counted(&own);
         let (mut parts, body) = request.into_parts();
         let (body, watch) = ReplayBody::watched(body);
+        let mut span = Slot::none();
         if !watched {
             first_attempt(&plan.hooks, &limits, &mut parts.headers);
+            span = Slot::start_parts(&trace, &plan.log, 1, AttemptKind::First, &mut parts);
         }
-        let log = plan.log;
         let report = Report::new(plan, own, head, watch, told);
         let request = Request::from_parts(parts, body);
         if watched {
             return self.call_watched(request, Then::Once(report), asks, limits, info, trace);
         }
-        let mut request = request;
-        let span = Slot::start(&trace, &log, 1, AttemptKind::First, &mut request);
         let future = self.inner.call(request);
         ResponseFuture::reported(future, span, limits, info, trace, report)
     }

@@ -358,7 +358,6 @@ pub(crate) use otel::Slot;
 
 /// Nothing: the `opentelemetry` feature is off, and no attempt has a span.
 #[cfg(not(feature = "opentelemetry"))]
-#[derive(Default)]
 pub(crate) struct Slot;
 
 /// Nothing entered.
@@ -368,12 +367,28 @@ pub(crate) struct NotEntered;
 #[cfg(not(feature = "opentelemetry"))]
 impl Slot {
     #[inline(always)]
+    pub(crate) fn none() -> Slot {
+        Slot
+    }
+
+    #[inline(always)]
     pub(crate) fn start<B>(
         _: &Trace,
         _: &Log,
         _: u32,
         _: crate::hook::AttemptKind,
         _: &mut http::Request<B>,
+    ) -> Slot {
+        Slot
+    }
+
+    #[inline(always)]
+    pub(crate) fn start_parts(
+        _: &Trace,
+        _: &Log,
+        _: u32,
+        _: crate::hook::AttemptKind,
+        _: &mut http::request::Parts,
     ) -> Slot {
         Slot
     }

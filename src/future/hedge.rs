@@ -465,9 +465,8 @@ where
     if let Some(record) = info.retries().last() {
         trace.retry(&retry.plan.log, &retry.head, attempt.number, record);
     }
-    let mut request = retry.attempt_request(&attempt);
-    let log = &retry.plan.log;
-    let span = Slot::start(trace, log, attempt.number, attempt.kind, &mut request);
+    let mut span = Slot::none();
+    let request = retry.attempt_request(&attempt, trace, &mut span);
     let more = hedge::attempts_left(&retry.plan.policy, info);
     if let Some(presence) = Own::presence(&mut flight.retry.own) {
         presence.admitted(&flight.ticket);

@@ -91,7 +91,6 @@ impl Known {
 }
 
 /// The span of one attempt in flight, if it has one.
-#[derive(Default)]
 pub(crate) struct Slot(Option<tracing::Span>);
 
 /// The attempt's span entered while its future is polled: spans the inner service makes
@@ -99,6 +98,11 @@ pub(crate) struct Slot(Option<tracing::Span>);
 pub(crate) type Entered<'a> = Option<tracing::span::Entered<'a>>;
 
 impl Slot {
+    /// No span (yet).
+    pub(crate) fn none() -> Slot {
+        Slot(None)
+    }
+
     /// The span of attempt `number`, sent for `kind`, as a child of the request's span
     /// (else of the current span); its `traceparent` is written into the request.
     pub(crate) fn start<B>(
@@ -108,8 +112,37 @@ impl Slot {
         kind: AttemptKind,
         request: &mut Request<B>,
     ) -> Slot {
-        let span = make(trace.span(), &log.otel, number, kind, request);
+        let span = make(
+            trace.span(),
+            &log.otel,
+            number,
+            kind,
+            request.method(),
+            request.uri(),
+            request.headers(),
+        );
         inject(&span, request.headers_mut());
+        Slot(Some(span))
+    }
+
+    /// As [`Self::start`], for a request's head.
+    pub(crate) fn start_parts(
+        trace: &Trace,
+        log: &Log,
+        number: u32,
+        kind: AttemptKind,
+        head: &mut http::request::Parts,
+    ) -> Slot {
+        let span = make(
+            trace.span(),
+            &log.otel,
+            number,
+            kind,
+            &head.method,
+            &head.uri,
+            &head.headers,
+        );
+        inject(&span, &mut head.headers);
         Slot(Some(span))
     }
 
@@ -222,26 +255,27 @@ macro_rules! attempt_span {
     };
 }
 
-fn make<B>(
+fn make(
     parent: &tracing::Span,
     settings: &Settings,
     number: u32,
     kind: AttemptKind,
-    request: &Request<B>,
+    given: &http::Method,
+    uri: &Uri,
+    headers: &HeaderMap,
 ) -> tracing::Span {
-    let given = request.method();
     let known = settings.known.knows(given.as_str());
     let (name, method, original) = match known {
         true => (given.as_str(), given.as_str(), None),
         false => ("HTTP", "_OTHER", Some(given.as_str())),
     };
-    let target = Target::of(request.uri(), request.headers());
+    let target = Target::of(uri, headers);
     let address = target.address();
     // An integer attribute must be an `i64` to be exported as one.
     let port = i64::from(target.port());
     let url = FullUrl {
         target: &target,
-        uri: request.uri(),
+        uri,
         full: settings.full_url,
     };
     let resends = (number > 1).then(|| i64::from(number - 1));
