@@ -394,6 +394,11 @@ impl Slot {
     }
 
     #[inline(always)]
+    pub(crate) fn continuation(_: &Log, _: &mut http::request::Parts) -> Slot {
+        Slot
+    }
+
+    #[inline(always)]
     pub(crate) fn enter(&self) -> NotEntered {
         NotEntered
     }

@@ -405,3 +405,58 @@ async fn an_attempt_past_its_timeout_is_an_error_of_type_timeout() {
     );
     assert_eq!(attempts[1].status, Status::Unset);
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_body_continuation_is_an_attempt_span_of_its_own() {
+    use http_body_util::{BodyExt, StreamBody};
+    type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+
+    let otel = Otel::new();
+    // The first body breaks after "hello "; the continuation answers `Range: bytes=6-`.
+    let inner = tower::service_fn(
+        |req: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| async move {
+            assert!(req.headers().contains_key("traceparent"));
+            let response = match req.headers().get("range") {
+                None => {
+                    let frames: Vec<Result<http_body::Frame<Bytes>, std::io::Error>> = vec![
+                        Ok(http_body::Frame::data(Bytes::from_static(b"hello "))),
+                        Err(std::io::ErrorKind::ConnectionReset.into()),
+                    ];
+                    http::Response::builder()
+                        .header("etag", "\"v1\"")
+                        .header("content-length", "11")
+                        .body(StreamBody::new(futures_util::stream::iter(frames)).boxed())
+                }
+                Some(_) => http::Response::builder()
+                    .status(206)
+                    .header("etag", "\"v1\"")
+                    .header("content-range", "bytes 6-10/11")
+                    .body(
+                        Full::new(Bytes::from_static(b"world"))
+                            .map_err(|e| match e {})
+                            .boxed(),
+                    ),
+            };
+            Ok::<http::Response<Body>, std::convert::Infallible>(response.unwrap())
+        },
+    );
+    let svc = RetryLayer::new().resume().layer(inner);
+    let response = svc.oneshot(get("http://127.0.0.1:9/file")).await.unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "hello world");
+
+    let attempts = otel.attempts();
+    assert_eq!(attempts.len(), 2, "{attempts:#?}");
+    let continuation = attributes(&attempts[1]);
+    assert_eq!(
+        continuation["tower_http_retry.attempt.kind"],
+        s("continuation")
+    );
+    assert_eq!(continuation["http.request.resend_count"], Value::I64(1));
+    assert_eq!(continuation["http.response.status_code"], Value::I64(206));
+    assert_eq!(attempts[1].status, Status::Unset);
+    assert_eq!(
+        attributes(&attempts[0])["http.response.status_code"],
+        Value::I64(200)
+    );
+}

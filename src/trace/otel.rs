@@ -146,6 +146,28 @@ impl Slot {
         Slot(Some(span))
     }
 
+    /// The span of a resumable body's continuation, `head` numbered by its `Attempt`
+    /// extension: sent while the caller reads the body, after the request's span ended, so
+    /// a child of the current span.
+    pub(crate) fn continuation(log: &Log, head: &mut http::request::Parts) -> Slot {
+        let Some(&attempt) = head.extensions.get::<crate::hook::Attempt>() else {
+            return Slot(None);
+        };
+        let none = tracing::Span::none();
+        let (method, uri) = (&head.method, &head.uri);
+        let span = make(
+            &none,
+            &log.otel,
+            attempt.number,
+            attempt.kind,
+            method,
+            uri,
+            &head.headers,
+        );
+        inject(&span, &mut head.headers);
+        Slot(Some(span))
+    }
+
     pub(crate) fn enter(&self) -> Entered<'_> {
         self.0.as_ref().map(tracing::Span::enter)
     }
@@ -225,6 +247,7 @@ fn kind_name(kind: AttemptKind) -> Option<&'static str> {
         AttemptKind::Retry => Some("retry"),
         AttemptKind::Transparent => Some("transparent"),
         AttemptKind::Hedge => Some("hedge"),
+        AttemptKind::Continuation => Some("continuation"),
         _ => None,
     }
 }
