@@ -186,7 +186,7 @@ impl Plan {
             key_header,
             hooks,
             hedging,
-            log: config.log,
+            log: config.log.clone(),
         }
     }
 }

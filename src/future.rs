@@ -933,7 +933,10 @@ where
                 Some(result)
             }
             Answer::AwaitRelease => {
-                let end = self.limits.wait_end(Instant::now(), Some(RELEASE_GRACE));
+                let now = Instant::now();
+                // No attempt in flight from here to the next one's start (or the end).
+                self.info.idle_from(now);
+                let end = self.limits.wait_end(now, Some(RELEASE_GRACE));
                 arm(self.timer, end);
                 self.state.set(State::Releasing {
                     held: result,
@@ -943,6 +946,8 @@ where
                 None
             }
             Answer::Retry { wait, start } => {
+                let now = Instant::now();
+                self.info.idle_from(now);
                 if let Some(record) = self.info.retries().last() {
                     let attempt = self.info.attempts() + 1;
                     self.trace
@@ -966,7 +971,7 @@ where
                     // No wait: straight to readiness, without a timer tick in between.
                     self.ready_in(retry, later);
                 } else {
-                    arm(self.timer, Some(decision::after(Instant::now(), wait)));
+                    arm(self.timer, Some(decision::after(now, wait)));
                     self.state.set(State::Waiting { retry, later });
                 }
                 None
@@ -990,6 +995,9 @@ where
         mut later: Box<Later<S>>,
     ) -> Option<Result<Response<RB>, BoxError>> {
         let now = Instant::now();
+        // The next attempt starts, or the request ends: either way, the time with no
+        // attempt in flight ends here.
+        self.info.idle_until(now);
         let attempt = match ready {
             Some(Ok(())) => match decision::ready(self.limits, now, self.info) {
                 Ok(attempt) => attempt,
@@ -1067,6 +1075,11 @@ fn finish<RB>(
         }
     };
     decision::returning(info, layers_own);
+    // A request that ends with no attempt in flight (a retry not sent, a hedged request's
+    // last failure): that time lasts until now.
+    if info.idling() {
+        info.idle_until(Instant::now());
+    }
     match result {
         Ok(response) => Ok(succeed(info, trace, response)),
         Err(error) => {

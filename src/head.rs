@@ -76,6 +76,20 @@ impl Head {
         }
     }
 
+    /// The request's `Host` header, if it has one that is text.
+    #[cfg(feature = "opentelemetry")]
+    pub(crate) fn host(&self) -> Option<&str> {
+        let value = match self {
+            Head::Parts(parts) => parts.headers.get(http::header::HOST),
+            Head::Compact(compact) => compact
+                .fields
+                .iter()
+                .find(|(name, _)| name == http::header::HOST)
+                .map(|(_, value)| value),
+        };
+        value.and_then(|value| value.to_str().ok())
+    }
+
     /// A new `Parts` equal to the original head, for the next attempt.
     pub(crate) fn to_parts(&self) -> request::Parts {
         match self {

@@ -174,6 +174,78 @@ impl RetryInfo {
             .filter(|retry| retry.kind != AttemptKind::Hedge)
     }
 
+    /// The time the request spent with no attempt in flight, from its first attempt's
+    /// start to its end as the layer sees it (the response head returned to the caller, or
+    /// the error): the waits before retries (backoff, `Retry-After`, a gate's pacing), the
+    /// time the transport took to let go of the request body, the time a retry's service
+    /// took to get ready, and the layer's own work in between. While a hedge overlaps
+    /// another attempt, an attempt is in flight: hedges add only the gaps when none was.
+    ///
+    /// This is gRPC's "retry delay" (the `grpc.client.call.retry_delay` metric of grpc/proposal
+    /// A96), measured by the layer as attempts start and end, where
+    /// [`total_wait`](Self::total_wait) adds up the waits it decided. Zero for a request that
+    /// was not retried: its one attempt was in flight all along, and no clock is read for
+    /// it.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::{Request, Response, StatusCode};
+    /// use http_body_util::Full;
+    /// use std::time::Duration;
+    /// use tower::{Layer, ServiceExt};
+    /// use tower_http_retry::{Backoff, Jitter, RetryInfo, RetryLayer, RetryPolicy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// # let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    /// // `inner` answers 503 twice, then 200.
+    /// # let inner = tower::service_fn(move |_: Request<tower_http_retry::ReplayBody<Full<Bytes>>>| {
+    /// #     let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    /// #     let status = if n < 2 { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    /// #     async move { Ok::<_, std::convert::Infallible>(Response::builder().status(status).body(()).unwrap()) }
+    /// # });
+    /// let wait = Duration::from_millis(100);
+    /// let policy = RetryPolicy::default().backoff(Backoff::exponential(wait, wait).jitter(Jitter::None));
+    /// let client = RetryLayer::new().policy(policy).layer(inner);
+    /// let request = Request::get("http://127.0.0.1:3000/").body(Full::new(Bytes::new())).unwrap();
+    /// let response = client.oneshot(request).await.unwrap();
+    /// let info = response.extensions().get::<RetryInfo>().unwrap();
+    /// // Two waits of 100 ms with nothing in flight (the clock is paused: no time passes
+    /// // between them).
+    /// assert_eq!(info.retry_delay(), Duration::from_millis(200));
+    /// # }
+    /// ```
+    pub fn retry_delay(&self) -> Duration {
+        self.later
+            .as_deref()
+            .map_or(Duration::ZERO, |later| later.idle)
+    }
+
+    /// Books that from `now` no attempt is in flight, unless that was already booked.
+    pub(crate) fn idle_from(&mut self, now: tokio::time::Instant) {
+        self.later_mut().idle_since.get_or_insert(now);
+    }
+
+    /// Books that at `now` an attempt starts, or the request ends, after a time with no
+    /// attempt in flight, if there was one.
+    pub(crate) fn idle_until(&mut self, now: tokio::time::Instant) {
+        if let Some(later) = self.later.as_deref_mut() {
+            if let Some(since) = later.idle_since.take() {
+                later.idle = later
+                    .idle
+                    .saturating_add(now.saturating_duration_since(since));
+            }
+        }
+    }
+
+    /// Whether no attempt is in flight now (a time booked by [`Self::idle_from`]).
+    #[inline]
+    pub(crate) fn idling(&self) -> bool {
+        self.later
+            .as_deref()
+            .is_some_and(|later| later.idle_since.is_some())
+    }
+
     /// Why the layer stopped and returned what it returned.
     pub fn stop(&self) -> StopReason {
         self.stop
@@ -412,6 +484,10 @@ struct Later {
     /// stopped on, when the classifier gave it a reason; of a hedged request's attempts,
     /// each so judged.
     causes: Vec<Cause>,
+    /// The time with no attempt in flight so far ([`RetryInfo::retry_delay`]).
+    idle: Duration,
+    /// Since when no attempt has been in flight, while none is.
+    idle_since: Option<tokio::time::Instant>,
 }
 
 /// The reason the classifier gave one attempt's outcome.

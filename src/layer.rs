@@ -225,6 +225,44 @@ impl<M> RetryLayer<M> {
         self.edit(|c| c.log.full_uri = full)
     }
 
+    /// Records retry metrics through OpenTelemetry's metrics API, with instruments made
+    /// now from `meter`: once per logical request, at its end as the layer sees it (the
+    /// response head returned to the caller, or the error), four histograms in the shape
+    /// of gRPC's retry metrics (grpc/proposal A96), with A96's bucket boundaries:
+    ///
+    /// | name | unit | value |
+    /// | --- | --- | --- |
+    /// | `tower_http_retry.call.retries` | `{retry}` | retries sent (not transparent ones, not hedges) |
+    /// | `tower_http_retry.call.transparent_retries` | `{transparent_retry}` | transparent retries sent |
+    /// | `tower_http_retry.call.hedges` | `{hedge}` | hedges sent |
+    /// | `tower_http_retry.call.retry_delay` | `s` | [`RetryInfo::retry_delay`](crate::RetryInfo::retry_delay): the time with no attempt in flight |
+    ///
+    /// A count of 0 is not recorded, so a request that was not retried records nothing;
+    /// the delay is recorded for a request that had a retry or a hedge. The attributes are
+    /// those of OpenTelemetry's HTTP client metrics that keep the cardinality low:
+    /// `http.request.method` (`_OTHER` for a method the conventions do not know),
+    /// `server.address` and `server.port`. The `metrics` feature's counters are separate,
+    /// and keep their names. The guide's telemetry chapter has the details.
+    ///
+    /// Pass a meter from the provider itself: one taken from OpenTelemetry's global
+    /// provider before the application sets it stays a no-op.
+    ///
+    /// ```
+    /// use opentelemetry::metrics::MeterProvider as _;
+    /// use opentelemetry_sdk::metrics::SdkMeterProvider;
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// let provider = SdkMeterProvider::builder().build();
+    /// let layer = RetryLayer::new().otel_meter(provider.meter("tower-http-retry"));
+    /// # let _ = layer;
+    /// ```
+    #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+    pub fn otel_meter(self, meter: opentelemetry::metrics::Meter) -> Self {
+        let instruments = Arc::new(crate::otel_metrics::Instruments::new(&meter));
+        self.edit(|c| c.log.meter = Some(instruments))
+    }
+
     /// Records each attempt's `url.full` whole (`true`) in its OpenTelemetry span, query
     /// string included, instead of without it (`false`, the default). Whole, the values of
     /// the query parameters the semantic conventions name as secret (`X-Amz-Signature`,

@@ -184,6 +184,10 @@
 //!   attempts did not send, [`LocallyRefused`]), the counter
 //!   `http_retry_continuations_total` (label `reason`: response bodies continued, with
 //!   [`RetryLayer::resume`]) and the histogram `http_retry_wait_seconds`.
+//! - `opentelemetry` (with `tracing`): retry metrics through OpenTelemetry's metrics API,
+//!   `RetryLayer::otel_meter`: four histograms per retried request
+//!   (`tower_http_retry.call.retries`, `.transparent_retries`, `.hedges`, `.retry_delay`),
+//!   in the shape of gRPC's retry metrics (grpc/proposal A96).
 //! - `test-util`: [`RetryPolicy::rng_seed`], seeded jitter for reproducible tests and
 //!   simulations, and [`Attempt::new`], to test a hook or a service outside the layer.
 //!
@@ -218,6 +222,7 @@ mod hook;
 mod idempotency;
 mod info;
 mod layer;
+mod otel_metrics;
 mod policy;
 mod reason;
 mod replay;

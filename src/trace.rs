@@ -14,13 +14,16 @@ use crate::info::{RetryInfo, RetryRecord, StopReason};
 /// How the layer logs, as set on [`RetryLayer`](crate::RetryLayer): the level of each
 /// retry's event, and whether a URI is logged whole.
 #[cfg(feature = "tracing")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) struct Log {
     pub(crate) retries: tracing::Level,
     pub(crate) full_uri: bool,
     /// The attempts' OpenTelemetry spans.
     #[cfg(feature = "opentelemetry")]
     pub(crate) otel: otel::Settings,
+    /// The OpenTelemetry instruments the layer records to ([`RetryLayer::otel_meter`](crate::RetryLayer::otel_meter)).
+    #[cfg(feature = "opentelemetry")]
+    pub(crate) meter: Option<std::sync::Arc<crate::otel_metrics::Instruments>>,
 }
 
 #[cfg(feature = "tracing")]
@@ -31,13 +34,15 @@ impl Default for Log {
             full_uri: false,
             #[cfg(feature = "opentelemetry")]
             otel: otel::Settings::default(),
+            #[cfg(feature = "opentelemetry")]
+            meter: None,
         }
     }
 }
 
 /// Nothing: the `tracing` feature is off.
 #[cfg(not(feature = "tracing"))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Log {}
 
 #[cfg(feature = "tracing")]
@@ -67,18 +72,21 @@ mod imp {
         };
     }
 
-    /// The span of one logical request.
-    pub(crate) struct Trace(tracing::Span);
+    /// The span of one logical request, and its part in the OpenTelemetry metrics.
+    pub(crate) struct Trace(tracing::Span, crate::otel_metrics::Call);
 
     impl Trace {
         pub(crate) fn new<B>(request: &http::Request<B>, log: &Log) -> Self {
-            Trace(tracing::span!(
-                target: "tower_http_retry",
-                Level::DEBUG,
-                "http_retry",
-                method = %request.method(),
-                uri = %Uri::new(request.uri(), log),
-            ))
+            Trace(
+                tracing::span!(
+                    target: "tower_http_retry",
+                    Level::DEBUG,
+                    "http_retry",
+                    method = %request.method(),
+                    uri = %Uri::new(request.uri(), log),
+                ),
+                crate::otel_metrics::Call::new(),
+            )
         }
 
         pub(crate) fn enter(&self) -> tracing::span::Entered<'_> {
@@ -94,6 +102,7 @@ mod imp {
         /// A retry, a transparent retry or a hedge decided: it is sent as attempt
         /// `attempt` (2 for the first retry).
         pub(crate) fn retry(&self, log: &Log, head: &Head, attempt: u32, record: &RetryRecord) {
+            self.1.retried(log, head);
             let hedge = record.kind == AttemptKind::Hedge;
             event_at!(
                 log.retries,
@@ -177,6 +186,7 @@ mod imp {
 
         /// The request's end, whatever it was.
         pub(crate) fn finish(&self, info: &RetryInfo) {
+            self.1.finish(info);
             tracing::event!(
                 target: "tower_http_retry",
                 Level::DEBUG,

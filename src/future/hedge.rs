@@ -275,6 +275,10 @@ where
             }
             // Kept in case nothing better comes (the one kept before is dropped).
             flight.held = Some((result, number));
+            if flight.flying.is_empty() {
+                // No attempt in flight until the next hedge starts, or the request ends.
+                info.idle_from(now);
+            }
         }
 
         let mut waiting = None;
@@ -490,6 +494,7 @@ where
     });
     flight.last_sent = now;
     flight.stall = None;
+    info.idle_until(now);
     // The delay restarts from the hedge just sent.
     flight.next_at = flight
         .delay

@@ -37,6 +37,7 @@ mod proptest_parsers;
 mod quota;
 mod record;
 mod resume;
+mod retry_delay;
 mod retry_loop;
 mod routes;
 mod storm;

@@ -282,8 +282,66 @@ pub(crate) fn h2_reason_code(reason: h2::Reason) -> Code {
 }
 
 /// Puts an [`IntoStatus`] on top of the stack: see [`status_layer`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StatusLayer;
+#[derive(Debug, Clone, Default)]
+pub struct StatusLayer {
+    #[cfg(feature = "opentelemetry")]
+    a96: Option<Arc<crate::metrics::A96>>,
+}
+
+impl StatusLayer {
+    /// Records gRPC's retry metrics (grpc/proposal A96) through OpenTelemetry's metrics
+    /// API, with instruments made now from `meter`: once per call, at its end as this layer
+    /// sees it (the response head, or the error), from the retry layer's record of it
+    /// ([`RetryInfo`]). Four histograms, with A96's names, units and bucket boundaries:
+    ///
+    /// | name | unit | value |
+    /// | --- | --- | --- |
+    /// | `grpc.client.call.retries` | `{retry}` | retries sent (not transparent ones, not hedges) |
+    /// | `grpc.client.call.transparent_retries` | `{transparent_retry}` | transparent retries sent |
+    /// | `grpc.client.call.hedges` | `{hedge}` | hedges sent |
+    /// | `grpc.client.call.retry_delay` | `s` | [`RetryInfo::retry_delay`]: the time with no attempt in flight |
+    ///
+    /// A count of 0 is not recorded, so a call that was not retried records nothing; the
+    /// delay is recorded for a call that had a retry or a hedge (as gRPC C++ does; grpc-java
+    /// records it for every call, 0 included). The attributes: `grpc.method`, the request's
+    /// path without its leading slash (`package.Service/Method`, as tonic's generated
+    /// clients send it; a path not of that shape is `other`), and `grpc.target`, `target`
+    /// as gRPC canonicalizes a channel's target: `localhost:50051` is
+    /// `dns:///localhost:50051`, a tonic endpoint's `http://localhost:50051` too (its host
+    /// is resolved by DNS), one with a resolver's scheme (`dns:`, `unix:`, `xds:`, ...) is
+    /// kept as it is. Give each channel's stack its own layer, with its target.
+    ///
+    /// These are the gRPC names only: the retry layer's own HTTP ones
+    /// ([`RetryLayer::otel_meter`](tower_http_retry::RetryLayer::otel_meter)) are recorded
+    /// as well only if it is given a meter too.
+    ///
+    /// ```
+    /// use opentelemetry::metrics::MeterProvider as _;
+    /// use opentelemetry_sdk::metrics::SdkMeterProvider;
+    /// use tower::ServiceBuilder;
+    /// use tower_http_retry::RetryLayer;
+    /// use tower_http_retry_grpc::{self as grpc, GrpcLayerExt};
+    ///
+    /// let provider = SdkMeterProvider::builder().build();
+    /// let meter = provider.meter("tower-http-retry-grpc");
+    /// # let channel = tower::service_fn(|_: http::Request<tonic::body::Body>| async {
+    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::empty()))
+    /// # });
+    /// let stack = ServiceBuilder::new()
+    ///     .layer(grpc::status_layer().otel_meter(meter, "localhost:50051"))
+    ///     .layer(RetryLayer::grpc())
+    ///     .layer(grpc::tonic_body_layer())
+    ///     .service(channel);
+    /// # let _ = stack;
+    /// ```
+    #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+    pub fn otel_meter(self, meter: opentelemetry::metrics::Meter, target: &str) -> Self {
+        Self {
+            a96: Some(Arc::new(crate::metrics::A96::new(&meter, target))),
+        }
+    }
+}
 
 /// A layer that gives a tonic client the `Status` of every call that failed, with the
 /// retry layer's record of that call as the status's source. Put it on top of the stack,
@@ -321,14 +379,18 @@ pub struct StatusLayer;
 /// status has no record. A successful call's record is in the `tonic::Response`'s
 /// extensions, where tonic moves the http response's.
 pub fn status_layer() -> StatusLayer {
-    StatusLayer
+    StatusLayer::default()
 }
 
 impl<S> Layer<S> for StatusLayer {
     type Service = IntoStatus<S>;
 
     fn layer(&self, inner: S) -> IntoStatus<S> {
-        IntoStatus { inner }
+        IntoStatus {
+            inner,
+            #[cfg(feature = "opentelemetry")]
+            a96: self.a96.clone(),
+        }
     }
 }
 
@@ -337,12 +399,18 @@ impl<S> Layer<S> for StatusLayer {
 #[derive(Debug, Clone)]
 pub struct IntoStatus<S> {
     inner: S,
+    #[cfg(feature = "opentelemetry")]
+    a96: Option<Arc<crate::metrics::A96>>,
 }
 
 impl<S> IntoStatus<S> {
     /// Wraps `inner`.
     pub fn new(inner: S) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            #[cfg(feature = "opentelemetry")]
+            a96: None,
+        }
     }
 
     /// The inner service.
@@ -363,6 +431,9 @@ impl<S> IntoStatus<S> {
 
 impl<S, R, B> Service<R> for IntoStatus<S>
 where
+    // 'static: with the `opentelemetry` feature, the metrics read the path of tonic's
+    // requests.
+    R: 'static,
     S: Service<R, Response = http::Response<B>>,
     S::Error: Into<BoxError>,
 {
@@ -377,8 +448,13 @@ where
     }
 
     fn call(&mut self, request: R) -> Self::Future {
+        #[cfg(feature = "opentelemetry")]
+        let call = crate::metrics::Call::start(self.a96.as_ref(), &request);
+        #[cfg(not(feature = "opentelemetry"))]
+        let call = crate::metrics::Call;
         IntoStatusFuture {
             inner: self.inner.call(request),
+            call,
         }
     }
 }
@@ -389,6 +465,8 @@ pin_project_lite::pin_project! {
     pub struct IntoStatusFuture<F> {
         #[pin]
         inner: F,
+        // The call's part in the metrics (nothing without the `opentelemetry` feature).
+        call: crate::metrics::Call,
     }
 }
 
@@ -400,7 +478,9 @@ where
     type Output = Result<http::Response<B>, Status>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let result = ready!(self.project().inner.poll(cx));
+        let this = self.project();
+        let result = ready!(this.inner.poll(cx)).map_err(Into::into);
+        this.call.finish(&result);
         Poll::Ready(match result {
             Ok(mut response) => match response_code(response.status(), response.headers()) {
                 None => Ok(response),
@@ -411,7 +491,7 @@ where
                 }
                 Some(code) => Err(failed_call(code, response)),
             },
-            Err(error) => Err(into_status(error.into())),
+            Err(error) => Err(into_status(error)),
         })
     }
 }

@@ -67,6 +67,13 @@
 //! [`status_layer`] maps them first ([`into_status`]), keeping the error as the status's
 //! source.
 //!
+//! # Metrics
+//!
+//! With the `opentelemetry` feature, `StatusLayer::otel_meter` records gRPC's retry
+//! metrics (grpc/proposal A96: `grpc.client.call.retries`, `.transparent_retries`,
+//! `.hedges`, `.retry_delay`, with `grpc.method` and `grpc.target`) from each call's
+//! record, as gRPC's own clients do.
+//!
 //! # Stacking with a tonic `Channel`
 //!
 //! ```no_run
@@ -117,6 +124,7 @@
 mod adapter;
 mod config;
 mod headers;
+mod metrics;
 
 #[doc = include_str!("parity.md")]
 pub mod parity {}

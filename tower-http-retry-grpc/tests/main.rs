@@ -22,5 +22,7 @@ mod a6;
 mod differential;
 mod glue;
 mod grpcio;
+#[cfg(feature = "opentelemetry")]
+mod otel;
 mod proxy;
 mod service_config;
