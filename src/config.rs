@@ -63,6 +63,8 @@ impl fmt::Debug for Config {
         #[cfg(feature = "tracing")]
         f.field("retry_log_level", &self.log.retries)
             .field("log_full_uri", &self.log.full_uri);
+        #[cfg(feature = "opentelemetry")]
+        f.field("otel_full_url", &self.log.otel.full_url);
         f.finish()
     }
 }

@@ -47,10 +47,10 @@ use crate::error::{DeadlineExceeded, LocallyRefused, RetryError, ServiceNotReady
 use crate::gate::{Admitted, Ask, Gates, Own, Presence, Reserved};
 use crate::head::Head;
 use crate::hints::Hint;
-use crate::hook::Attempt;
+use crate::hook::{Attempt, AttemptKind};
 use crate::info::{AttemptOutcome, RetryInfo, StopReason};
 use crate::replay::{BodyWatch, NotReplayable, Replay, ReplayBody};
-use crate::trace::Trace;
+use crate::trace::{Slot, Trace};
 
 pub use crate::resume::ResumeFuture;
 
@@ -80,9 +80,16 @@ pin_project! {
     enum State<F, S, B, R> {
         // The one attempt of a request that is never retried; `report` tells its gates of
         // the outcome, when a gate hears outcomes and the policy is not `never()`.
-        Once { #[pin] future: F, report: Option<Report> },
+        // `span`: the attempt's OpenTelemetry span (nothing without the feature).
+        Once { #[pin] future: F, report: Option<Report>, span: Slot },
         // An attempt of a request that may be retried.
-        Attempt { #[pin] future: F, retry: Retrying<S, B>, later: Option<Box<Later<S>>> },
+        Attempt {
+            #[pin]
+            future: F,
+            retry: Retrying<S, B>,
+            later: Option<Box<Later<S>>>,
+            span: Slot,
+        },
         // The outcome is kept while waiting for the transport to let go of the body.
         Releasing {
             held: Result<R, BoxError>,
@@ -156,11 +163,23 @@ impl<S, B> Retrying<S, B> {
     }
 
     /// The request of a later attempt (a retry or a hedge): the head's copy numbered and
-    /// run through the hooks, with the body replayed for it.
-    fn attempt_request(&self, attempt: &Attempt) -> Request<ReplayBody<B>> {
+    /// run through the hooks, with the body replayed for it; its span started in `span`.
+    fn attempt_request(
+        &self,
+        attempt: &Attempt,
+        trace: &Trace,
+        span: &mut Slot,
+    ) -> Request<ReplayBody<B>> {
         let mut head = self.head.to_parts();
         head.extensions.insert(*attempt);
         self.plan.hooks.before_attempt(attempt, &mut head.headers);
+        *span = Slot::start_parts(
+            trace,
+            &self.plan.log,
+            attempt.number,
+            attempt.kind,
+            &mut head,
+        );
         Request::from_parts(head, self.replay.body(attempt.number - 1))
     }
 }
@@ -303,6 +322,7 @@ fn launch<F, S, B, R>(
     mut request: Request<ReplayBody<B>>,
     mut then: Then<S, B>,
     limits: &Limits,
+    trace: &Trace,
     now: Instant,
 ) -> (State<F, S, B, R>, Timer)
 where
@@ -313,6 +333,7 @@ where
         let attempt = decision::first_attempt_at(limits, Some(now));
         hooks.before_attempt(&attempt, request.headers_mut());
     }
+    let span = Slot::start(trace, &then.plan().log, 1, AttemptKind::First, &mut request);
     let future = service.call(request);
     if let Some(presence) = then.presence() {
         presence.started(1, Ask::First);
@@ -325,6 +346,7 @@ where
             State::Once {
                 future,
                 report: Some(report),
+                span,
             },
             timer,
         ),
@@ -333,12 +355,13 @@ where
                 future,
                 retry,
                 later: None,
+                span,
             },
             timer,
         ),
         Then::Retrying(retry, true) => {
             let delay = hedge_delay(&retry, now);
-            let flight = hedge::Flight::new(future, retry, delay, limits, now);
+            let flight = hedge::Flight::new(future, span, retry, delay, limits, now);
             // Armed on the first poll.
             (State::Hedged { flight }, None)
         }
@@ -369,6 +392,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     #[inline]
     pub(crate) fn once(
         future: F,
+        span: Slot,
         limits: Limits,
         info: RetryInfo,
         trace: Trace,
@@ -379,6 +403,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
             state: State::Once {
                 future,
                 report: None,
+                span,
             },
             limits,
             info,
@@ -390,6 +415,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     #[inline(never)]
     pub(crate) fn reported(
         future: F,
+        span: Slot,
         limits: Limits,
         info: RetryInfo,
         trace: Trace,
@@ -400,6 +426,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
             state: State::Once {
                 future,
                 report: Some(report),
+                span,
             },
             limits,
             info,
@@ -412,6 +439,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     #[inline]
     pub(crate) fn first(
         future: F,
+        span: Slot,
         retry: Retrying<S, B>,
         limits: Limits,
         info: RetryInfo,
@@ -423,6 +451,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
                 future,
                 retry,
                 later: None,
+                span,
             },
             limits,
             info,
@@ -439,6 +468,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     #[inline(never)]
     pub(crate) fn hedged(
         future: F,
+        span: Slot,
         retry: Retrying<S, B>,
         limits: Limits,
         info: RetryInfo,
@@ -446,7 +476,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     ) -> Self {
         let now = retry.plan.clock.now();
         let delay = hedge_delay(&retry, now);
-        let flight = hedge::Flight::new(future, retry, delay, &limits, now);
+        let flight = hedge::Flight::new(future, span, retry, delay, &limits, now);
         Self {
             // Armed on the first poll.
             timer: None,
@@ -478,7 +508,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     ) where
         S: Service<Request<ReplayBody<B>>, Future = F>,
     {
-        let (state, timer) = launch(service, request, then, &self.limits, now);
+        let (state, timer) = launch(service, request, then, &self.limits, &self.trace, now);
         self.state = state;
         self.timer = timer;
     }
@@ -658,27 +688,32 @@ where
         StateProj::Refused { stop } => {
             Step::Once(Err(decision::first_refused(limits, *stop, info)))
         }
-        StateProj::Once { future, report } => {
-            match ready!(poll_booked(future, timer, limits, info, cx)) {
-                Attempted::Outcome(result)
-                | Attempted::TimedOut(result)
-                | Attempted::Deadline(result) => {
-                    if let Some(report) = report {
-                        report.hear(&result, info);
-                    }
-                    Step::Once(result)
+        StateProj::Once {
+            future,
+            report,
+            span,
+        } => match ready!(poll_booked(future, timer, limits, info, span, cx)) {
+            Attempted::Outcome(result)
+            | Attempted::TimedOut(result)
+            | Attempted::Deadline(result) => {
+                if let Some(report) = report {
+                    report.hear(&result, info);
                 }
+                Step::Once(result)
             }
-        }
-        StateProj::Attempt { future, retry, .. } => {
-            match ready!(poll_booked(future, timer, limits, info, cx)) {
-                Attempted::Outcome(Ok(response)) if retry.plan.plain_success_status(&response) => {
-                    Step::Success(response)
-                }
-                Attempted::Outcome(result) | Attempted::TimedOut(result) => Step::Outcome(result),
-                Attempted::Deadline(result) => Step::Deadline(result),
+        },
+        StateProj::Attempt {
+            future,
+            retry,
+            span,
+            ..
+        } => match ready!(poll_booked(future, timer, limits, info, span, cx)) {
+            Attempted::Outcome(Ok(response)) if retry.plan.plain_success_status(&response) => {
+                Step::Success(response)
             }
-        }
+            Attempted::Outcome(result) | Attempted::TimedOut(result) => Step::Outcome(result),
+            Attempted::Deadline(result) => Step::Deadline(result),
+        },
         StateProj::Releasing { retry, .. } => match retry.replay.poll_released(cx) {
             Poll::Ready(_) => Step::Released(true),
             Poll::Pending if fired(timer, cx) => Step::Released(false),
@@ -723,22 +758,35 @@ impl<RB> Attempted<Response<RB>> {
             Attempted::Deadline(_) => AttemptOutcome::Abandoned,
         }
     }
+
+    fn result(&self) -> &Result<Response<RB>, BoxError> {
+        match self {
+            Attempted::Outcome(result)
+            | Attempted::TimedOut(result)
+            | Attempted::Deadline(result) => result,
+        }
+    }
 }
 
-/// Polls an attempt, and books what it got.
+/// Polls an attempt (its span entered), and books what it got (its span ended).
 fn poll_booked<F, RB, E>(
     future: Pin<&mut F>,
     timer: &mut Timer,
     limits: &Limits,
     info: &mut RetryInfo,
+    span: &mut Slot,
     cx: &mut Context<'_>,
 ) -> Poll<Attempted<Response<RB>>>
 where
     F: Future<Output = Result<Response<RB>, E>>,
     E: Into<BoxError>,
 {
-    let attempted = ready!(poll_attempt(future, timer, limits, cx));
+    let attempted = {
+        let _entered = span.enter();
+        ready!(poll_attempt(future, timer, limits, cx))
+    };
     decision::attempt_ended(info, attempted.outcome());
+    span.end(attempted.outcome(), attempted.result());
     Poll::Ready(attempted)
 }
 
@@ -813,7 +861,8 @@ where
                     // `poll_ready` readied goes with it; retries clone from the prototype.
                     reserved.spend();
                     let now = then.plan().clock.now();
-                    let (state, timer) = launch(&mut service, request, then, self.limits, now);
+                    let (state, timer) =
+                        launch(&mut service, request, then, self.limits, self.trace, now);
                     *self.timer = timer;
                     self.state.set(state);
                     None
@@ -981,7 +1030,10 @@ where
             }
             None => return Some(Err(decision::not_ready(self.limits, now, self.info))),
         };
-        let future = later.service.call(retry.attempt_request(&attempt));
+        let mut span = Slot::none();
+        let future = later
+            .service
+            .call(retry.attempt_request(&attempt, self.trace, &mut span));
         if let (Some(presence), Some(record)) =
             (Own::presence(&mut retry.own), self.info.retries().last())
         {
@@ -995,6 +1047,7 @@ where
             future,
             retry,
             later: Some(later),
+            span,
         });
         None
     }

@@ -18,6 +18,7 @@
 //! - [`routes`]: per-route policies, and how a route's policy is laid over the layer's.
 //! - [`composing`]: with timeouts and circuit breakers.
 //! - [`hedging`]: hedging slow requests.
+//! - [`telemetry`]: OpenTelemetry: a CLIENT span per attempt, `traceparent` on each.
 //! - [`troubleshooting`]: body types, and the compiler errors a first use meets.
 //! - [`comparison`]: what tower's retry and hedge, reqwest, reqwest-retry,
 //!   tower-resilience and seatbelt do out of the box, beside this crate.
@@ -51,6 +52,9 @@ pub mod composing {}
 
 #[doc = include_str!("guide/hedging.md")]
 pub mod hedging {}
+
+#[doc = include_str!("guide/telemetry.md")]
+pub mod telemetry {}
 
 #[doc = include_str!("guide/troubleshooting.md")]
 pub mod troubleshooting {}

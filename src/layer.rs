@@ -283,6 +283,27 @@ impl<M> RetryLayer<M> {
         let instruments = Arc::new(crate::otel_metrics::Instruments::new(&meter));
         self.edit(|c| c.log.meter = Some(instruments))
     }
+
+    /// Records each attempt's `url.full` whole (`true`) in its OpenTelemetry span, query
+    /// string included, instead of without it (`false`, the default). Whole, the values of
+    /// the query parameters the semantic conventions name as secret (`X-Amz-Signature`,
+    /// `X-Amz-Credential`, `X-Amz-Security-Token`, `sig`, `X-Goog-Signature`) are
+    /// `REDACTED`, as is any user info; by default user info and query never reach the
+    /// span. See the [telemetry guide](crate::guide::telemetry).
+    ///
+    /// ```
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// // `url.full = https://bucket.example/f?X-Amz-Signature=REDACTED&part=2`
+    /// // instead of `url.full = https://bucket.example/f`.
+    /// let layer = RetryLayer::new().otel_full_url(true);
+    /// # let _ = layer;
+    /// ```
+    #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+    pub fn otel_full_url(self, full: bool) -> Self {
+        self.edit(|c| c.log.otel.full_url = full)
+    }
 }
 
 impl<M> RetryLayer<M> {

@@ -17,10 +17,11 @@ use crate::decision::{self, Limits, Repeat};
 use crate::future::{Held, Prototype, Report, ResponseFuture, Retrying, Then};
 use crate::gate::Own;
 use crate::head::Head;
+use crate::hook::AttemptKind;
 use crate::hook::Hooks;
 use crate::info::{RetryInfo, StopReason};
 use crate::replay::ReplayBody;
-use crate::trace::Trace;
+use crate::trace::{Slot, Trace};
 
 /// Retries requests to the inner service when it is safe and worth it.
 ///
@@ -342,8 +343,9 @@ impl<S: Clone, M> Retry<S, M> {
             Own::end(own);
         }
         first_attempt(&plan.hooks, &limits, request.headers_mut());
+        let span = Slot::start(&trace, &plan.log, 1, AttemptKind::First, &mut request);
         let future = self.inner.call(request.map(ReplayBody::passthrough));
-        ResponseFuture::once(future, limits, info, trace, &plan.clock)
+        ResponseFuture::once(future, span, limits, info, trace, &plan.clock)
     }
 
     /// A request that may be sent again: its head copied, its body wrapped for replays,
@@ -394,6 +396,7 @@ impl<S: Clone, M> Retry<S, M> {
         first_attempt(&plan.hooks, &start.limits, &mut parts.headers);
         // The service that `poll_ready` readied takes the first attempt; retries clone
         // from the prototype, and only if they happen.
+        let span = Slot::start_parts(&start.trace, &plan.log, 1, AttemptKind::First, &mut parts);
         let future = self.inner.call(Request::from_parts(parts, body));
         let retry = Retrying {
             prototype: self.prototype.clone(),
@@ -405,9 +408,9 @@ impl<S: Clone, M> Retry<S, M> {
         };
         // A body that can never be kept (over the cap by its size) is not hedged.
         if hedged && !retry.replay.is_never() {
-            return ResponseFuture::hedged(future, retry, start.limits, info, start.trace);
+            return ResponseFuture::hedged(future, span, retry, start.limits, info, start.trace);
         }
-        ResponseFuture::first(future, retry, start.limits, info, start.trace)
+        ResponseFuture::first(future, span, retry, start.limits, info, start.trace)
     }
 
     /// [`Self::call_retrying`] under a gate that paces first attempts or counts what is in
@@ -465,8 +468,10 @@ impl<S: Clone, M> Retry<S, M> {
         let watched = asks || Own::counted(&own);
         let (mut parts, body) = request.into_parts();
         let (body, watch) = ReplayBody::watched(body);
+        let mut span = Slot::none();
         if !watched {
             first_attempt(&plan.hooks, &limits, &mut parts.headers);
+            span = Slot::start_parts(&trace, &plan.log, 1, AttemptKind::First, &mut parts);
         }
         let report = Report::new(plan, own, head, watch, told);
         let request = Request::from_parts(parts, body);
@@ -474,7 +479,7 @@ impl<S: Clone, M> Retry<S, M> {
             return self.call_watched(request, Then::Once(report), asks, limits, info, trace);
         }
         let future = self.inner.call(request);
-        ResponseFuture::reported(future, limits, info, trace, report)
+        ResponseFuture::reported(future, span, limits, info, trace, report)
     }
 
     /// A first attempt under a gate that paces first attempts (`asks`) or counts what is

@@ -18,6 +18,9 @@ use crate::info::{RetryInfo, RetryRecord, StopReason};
 pub(crate) struct Log {
     pub(crate) retries: tracing::Level,
     pub(crate) full_uri: bool,
+    /// The attempts' OpenTelemetry spans.
+    #[cfg(feature = "opentelemetry")]
+    pub(crate) otel: otel::Settings,
     /// The OpenTelemetry instruments the layer records to ([`RetryLayer::otel_meter`](crate::RetryLayer::otel_meter)).
     #[cfg(feature = "opentelemetry")]
     pub(crate) meter: Option<std::sync::Arc<crate::otel_metrics::Instruments>>,
@@ -29,6 +32,8 @@ impl Default for Log {
         Self {
             retries: tracing::Level::INFO,
             full_uri: false,
+            #[cfg(feature = "opentelemetry")]
+            otel: otel::Settings::default(),
             #[cfg(feature = "opentelemetry")]
             meter: None,
         }
@@ -86,6 +91,12 @@ mod imp {
 
         pub(crate) fn enter(&self) -> tracing::span::Entered<'_> {
             self.0.enter()
+        }
+
+        /// The request's span, the parent of its attempts'.
+        #[cfg(feature = "opentelemetry")]
+        pub(crate) fn span(&self) -> &tracing::Span {
+            &self.0
         }
 
         /// A retry, a transparent retry or a hedge decided: it is sent as attempt
@@ -349,6 +360,70 @@ mod imp {
 }
 
 pub(crate) use imp::Trace;
+
+#[cfg(feature = "opentelemetry")]
+mod otel;
+#[cfg(feature = "opentelemetry")]
+pub(crate) use otel::Slot;
+
+/// Nothing: the `opentelemetry` feature is off, and no attempt has a span.
+#[cfg(not(feature = "opentelemetry"))]
+pub(crate) struct Slot;
+
+/// Nothing entered.
+#[cfg(not(feature = "opentelemetry"))]
+pub(crate) struct NotEntered;
+
+#[cfg(not(feature = "opentelemetry"))]
+impl Slot {
+    #[inline(always)]
+    pub(crate) fn none() -> Slot {
+        Slot
+    }
+
+    #[inline(always)]
+    pub(crate) fn start<B>(
+        _: &Trace,
+        _: &Log,
+        _: u32,
+        _: crate::hook::AttemptKind,
+        _: &mut http::Request<B>,
+    ) -> Slot {
+        Slot
+    }
+
+    #[inline(always)]
+    pub(crate) fn start_parts(
+        _: &Trace,
+        _: &Log,
+        _: u32,
+        _: crate::hook::AttemptKind,
+        _: &mut http::request::Parts,
+    ) -> Slot {
+        Slot
+    }
+
+    #[inline(always)]
+    pub(crate) fn continuation(_: &Log, _: &mut http::request::Parts) -> Slot {
+        Slot
+    }
+
+    #[inline(always)]
+    pub(crate) fn enter(&self) -> NotEntered {
+        NotEntered
+    }
+
+    #[inline(always)]
+    pub(crate) fn abandoned(&mut self) {}
+
+    #[inline(always)]
+    pub(crate) fn end<RB>(
+        &mut self,
+        _: crate::info::AttemptOutcome,
+        _: &Result<http::Response<RB>, tower::BoxError>,
+    ) {
+    }
+}
 
 /// Metric names, for dashboards.
 pub(crate) mod names {

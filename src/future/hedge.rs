@@ -24,7 +24,7 @@ use crate::hints::HintSource;
 use crate::info::{AttemptOutcome, RetryInfo, StopReason};
 use crate::replay::ReplayBody;
 use crate::time::Instant;
-use crate::trace::Trace;
+use crate::trace::{Slot, Trace};
 
 /// A hedged request between two polls.
 pub(super) struct Flight<F, S, B, R> {
@@ -67,6 +67,8 @@ struct Flying<F> {
     sent: Instant,
     /// The attempt's timeout, or the deadline.
     end: Option<Instant>,
+    /// Its OpenTelemetry span: ended with its outcome, or dropped (unset) with it.
+    span: Slot,
 }
 
 /// What a due hedge waits for.
@@ -95,6 +97,7 @@ impl<F, S, B, R> Flight<F, S, B, R> {
     #[inline(never)]
     pub(super) fn new(
         first: F,
+        span: Slot,
         retry: Retrying<S, B>,
         delay: Option<Duration>,
         limits: &Limits,
@@ -117,6 +120,7 @@ impl<F, S, B, R> Flight<F, S, B, R> {
                 number: 1,
                 sent: now,
                 end: limits.attempt_end(now),
+                span,
             }],
             next_at: delay
                 .filter(|_| more)
@@ -220,6 +224,7 @@ where
         let now = flight.retry.plan.clock.now();
         if limits.past_deadline(now) {
             flight.dropping(now);
+            flight.flying.iter_mut().for_each(|a| a.span.abandoned());
             hedge::abandoned(flight.flying.drain(..).map(|a| a.number), info);
             return Poll::Ready(Err(limits.deadline_exceeded()));
         }
@@ -233,7 +238,11 @@ where
         let mut i = 0;
         while i < flight.flying.len() {
             let attempt = &mut flight.flying[i];
-            let (result, outcome) = match attempt.future.as_mut().poll(cx) {
+            let polled = {
+                let _entered = attempt.span.enter();
+                attempt.future.as_mut().poll(cx)
+            };
+            let (result, outcome) = match polled {
                 Poll::Ready(Ok(response)) => {
                     let status = response.status();
                     (Ok(response), AttemptOutcome::Response(status))
@@ -250,7 +259,8 @@ where
                     continue;
                 }
             };
-            let ended = flight.flying.remove(i);
+            let mut ended = flight.flying.remove(i);
+            ended.span.end(outcome, &result);
             let number = ended.number;
             flight.ended(ended.sent, now);
             if let Some(presence) = Own::presence(&mut flight.retry.own) {
@@ -460,7 +470,8 @@ where
     if let Some(record) = info.retries().last() {
         trace.retry(&retry.plan.log, &retry.head, attempt.number, record);
     }
-    let request = retry.attempt_request(&attempt);
+    let mut span = Slot::none();
+    let request = retry.attempt_request(&attempt, trace, &mut span);
     let more = hedge::attempts_left(&retry.plan.policy, info);
     if let Some(presence) = Own::presence(&mut flight.retry.own) {
         presence.admitted(&flight.ticket);
@@ -480,6 +491,7 @@ where
         number: attempt.number,
         sent: now,
         end: limits.attempt_end(now),
+        span,
     });
     flight.last_sent = now;
     flight.stall = None;

@@ -29,6 +29,7 @@ use crate::hints::Hint;
 use crate::hook::{Attempt, AttemptKind};
 use crate::info::{AttemptOutcome, RetryInfo, RetryRecord, StopReason};
 use crate::time::{Instant, Sleep};
+use crate::trace::Slot;
 
 /// The answer to a continuation, from the inner service made ready.
 pub(crate) type Answer<B> = Pin<Box<dyn Future<Output = Result<Response<B>, BoxError>> + Send>>;
@@ -254,6 +255,8 @@ struct Machine<B> {
     timer: Option<Pin<Box<Sleep>>>,
     /// The last failure, the source of the error if the body cannot go on.
     last: Option<BoxError>,
+    /// The continuation in flight's OpenTelemetry span (nothing without the feature).
+    span: Slot,
 }
 
 enum State<B> {
@@ -301,6 +304,7 @@ impl<B> ResumeBody<B> {
             timer: None,
             last: None,
             plan,
+            span: Slot::none(),
         };
         machine.arm_idle();
         Self {
@@ -413,6 +417,7 @@ where
                             if !self.timer_fired(cx) {
                                 return Poll::Pending;
                             }
+                            self.span.abandoned();
                             if self.limits.past_deadline(self.plan.clock.now()) {
                                 self.outcome(AttemptOutcome::Abandoned);
                                 self.last = Some(self.limits.deadline_exceeded());
@@ -429,6 +434,11 @@ where
                         }
                     };
                     self.state = State::Done;
+                    let outcome = match &result {
+                        Ok(response) => AttemptOutcome::Response(response.status()),
+                        Err(_) => AttemptOutcome::Error,
+                    };
+                    self.span.end(outcome, &result);
                     match result {
                         Ok(response) => {
                             let status = response.status();
@@ -485,7 +495,8 @@ where
 
     /// Sends the continuation `head` through a clone of the inner service, bounded by the
     /// attempt timeout or the deadline.
-    fn send(&mut self, head: request::Parts) {
+    fn send(&mut self, mut head: request::Parts) {
+        self.span = Slot::continuation(&self.plan.log, &mut head);
         let answer = self
             .sender
             .get_mut()
