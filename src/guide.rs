@@ -18,7 +18,7 @@
 //! - [`routes`]: per-route policies, and how a route's policy is laid over the layer's.
 //! - [`composing`]: with timeouts and circuit breakers.
 //! - [`hedging`]: hedging slow requests.
-//! - [`telemetry`]: OpenTelemetry: a CLIENT span per attempt, `traceparent` on each.
+//! - [`telemetry`]: OpenTelemetry: a CLIENT span per attempt, `traceparent` on each, retry metrics (gRPC's A96 shape).
 //! - [`troubleshooting`]: body types, and the compiler errors a first use meets.
 //! - [`comparison`]: what tower's retry and hedge, reqwest, reqwest-retry,
 //!   tower-resilience and seatbelt do out of the box, beside this crate.

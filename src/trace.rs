@@ -76,6 +76,7 @@ mod imp {
     pub(crate) struct Trace(tracing::Span, crate::otel_metrics::Call);
 
     impl Trace {
+        #[inline]
         pub(crate) fn new<B>(request: &http::Request<B>, log: &Log) -> Self {
             Trace(
                 tracing::span!(
