@@ -43,7 +43,6 @@ mod imp {
     use std::fmt;
     use std::sync::{Arc, OnceLock};
 
-    use http::Method;
     use opentelemetry::KeyValue;
     use opentelemetry::metrics::{Histogram, Meter};
 
@@ -52,6 +51,7 @@ mod imp {
     use crate::hook::AttemptKind;
     use crate::info::{AttemptOutcome, RetryInfo};
     use crate::trace::Log;
+    use crate::trace::{Target, known_method};
 
     /// The four histograms, made once from the meter the layer was given.
     pub(crate) struct Instruments {
@@ -149,46 +149,20 @@ mod imp {
     }
 
     /// The request's low-cardinality attributes, as OpenTelemetry's HTTP client metrics
-    /// have them: `http.request.method` (a method the conventions do not know is `_OTHER`),
-    /// `server.address` and `server.port` (from the URI, else the `Host` header; the port
-    /// else the scheme's default), each when known.
+    /// have them, and as the attempts' spans name them: `http.request.method` (`_OTHER`
+    /// for a method the conventions do not know), `server.address` (from the URI, else the
+    /// `Host` header; an IPv6 address without brackets) and `server.port` (its port, else
+    /// the scheme's).
     pub(crate) fn attributes(head: &Head) -> Vec<KeyValue> {
-        let mut attributes = Vec::with_capacity(3);
-        attributes.push(KeyValue::new("http.request.method", method(head.method())));
-        let uri = head.uri();
-        let authority = match uri.authority() {
-            Some(authority) => Some(authority.clone()),
-            None => head.host().and_then(|host| host.parse().ok()),
-        };
-        if let Some(authority) = authority {
-            attributes.push(KeyValue::new("server.address", authority.host().to_owned()));
-            let port = authority.port_u16().or_else(|| match uri.scheme_str() {
-                Some("https") => Some(443),
-                Some("http") => Some(80),
-                _ => None,
-            });
-            if let Some(port) = port {
-                attributes.push(KeyValue::new("server.port", i64::from(port)));
-            }
-        }
-        attributes
-    }
-
-    /// The method as OpenTelemetry's HTTP conventions name it: one they know as it is,
-    /// any other `_OTHER`.
-    fn method(method: &Method) -> &'static str {
-        match *method {
-            Method::GET => "GET",
-            Method::HEAD => "HEAD",
-            Method::POST => "POST",
-            Method::PUT => "PUT",
-            Method::DELETE => "DELETE",
-            Method::CONNECT => "CONNECT",
-            Method::OPTIONS => "OPTIONS",
-            Method::TRACE => "TRACE",
-            Method::PATCH => "PATCH",
-            _ => "_OTHER",
-        }
+        let target = Target::of(head.uri(), head.host());
+        vec![
+            KeyValue::new(
+                "http.request.method",
+                known_method(head.method()).to_owned(),
+            ),
+            KeyValue::new("server.address", target.address().to_owned()),
+            KeyValue::new("server.port", i64::from(target.port())),
+        ]
     }
 }
 

@@ -365,7 +365,7 @@ pub(crate) use imp::Trace;
 #[cfg(feature = "opentelemetry")]
 mod otel;
 #[cfg(feature = "opentelemetry")]
-pub(crate) use otel::Slot;
+pub(crate) use otel::{Slot, Target, known_method};
 
 /// Nothing: the `opentelemetry` feature is off, and no attempt has a span.
 #[cfg(not(feature = "opentelemetry"))]

@@ -354,3 +354,53 @@ async fn requests_add_up_per_attribute_set() {
     assert_eq!(points[1].attributes["server.port"], "8080");
     assert_eq!((points[1].count, points[1].sum), (1, 1.0));
 }
+
+/// The attributes are named as the attempts' spans name them: an IPv6 address without its
+/// brackets, the scheme's port when neither the URI nor `Host` has one, `QUERY` (in the
+/// conventions' list) as it is.
+#[tokio::test(start_paused = true)]
+async fn attributes_agree_with_the_spans() {
+    let metrics = Metrics::new();
+    let layer = metrics.layer(fixed(2, 100));
+    let ipv6 = get("http://[::1]:8080/a");
+    let origin_form = Request::builder()
+        .uri("/b")
+        .header("host", "origin.test")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let query = Request::builder()
+        .method(Method::from_bytes(b"QUERY").unwrap())
+        .uri("https://search.test/c")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    for request in [ipv6, origin_form, query] {
+        let client = layer.clone().layer(Mock::statuses(&[503]));
+        client.oneshot(request).await.unwrap();
+    }
+    let all = metrics.collect();
+    let mut got: Vec<_> = all[RETRIES]
+        .points
+        .iter()
+        .map(|p| p.attributes.clone())
+        .collect();
+    got.sort();
+    let mut expected = vec![
+        attrs(&[
+            ("http.request.method", "GET"),
+            ("server.address", "::1"),
+            ("server.port", "8080"),
+        ]),
+        attrs(&[
+            ("http.request.method", "GET"),
+            ("server.address", "origin.test"),
+            ("server.port", "80"),
+        ]),
+        attrs(&[
+            ("http.request.method", "QUERY"),
+            ("server.address", "search.test"),
+            ("server.port", "443"),
+        ]),
+    ];
+    expected.sort();
+    assert_eq!(got, expected);
+}

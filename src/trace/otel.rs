@@ -90,6 +90,15 @@ impl Known {
     }
 }
 
+/// `http.request.method`: the method if the conventions' list (or the environment's) knows
+/// it, else `_OTHER`; the spans and the metrics name a method alike.
+pub(crate) fn known_method(method: &http::Method) -> &str {
+    match Known::get().knows(method.as_str()) {
+        true => method.as_str(),
+        false => "_OTHER",
+    }
+}
+
 /// The span of one attempt in flight, if it has one.
 pub(crate) struct Slot(Option<tracing::Span>);
 
@@ -292,7 +301,10 @@ fn make(
         true => (given.as_str(), given.as_str(), None),
         false => ("HTTP", "_OTHER", Some(given.as_str())),
     };
-    let target = Target::of(uri, headers);
+    let host = headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok());
+    let target = Target::of(uri, host);
     let address = target.address();
     // An integer attribute must be an `i64` to be exported as one.
     let port = i64::from(target.port());
@@ -313,7 +325,7 @@ fn make(
 }
 
 /// Where a request goes: the URI's scheme and authority, else the `Host` header's.
-struct Target<'a> {
+pub(crate) struct Target<'a> {
     scheme: &'a str,
     /// The authority, user info and all, as written.
     authority: &'a str,
@@ -322,7 +334,8 @@ struct Target<'a> {
 }
 
 impl<'a> Target<'a> {
-    fn of(uri: &'a Uri, headers: &'a HeaderMap) -> Self {
+    /// Where a request for `uri` goes, `host` its `Host` header's value, if any.
+    pub(crate) fn of(uri: &'a Uri, host: Option<&'a str>) -> Self {
         // A path-only URI (HTTP/1 origin form) names no scheme: plain HTTP.
         let scheme = uri.scheme_str().unwrap_or("http");
         let authority = uri
@@ -330,7 +343,7 @@ impl<'a> Target<'a> {
             .map(|a| (a.as_str(), a.host(), a.port_u16()));
         let (authority, host, port) = authority
             .or_else(|| {
-                let host = headers.get(http::header::HOST)?.to_str().ok()?;
+                let host = host?;
                 // `host` outlives the parse: take the parts back out of it.
                 let parsed: http::uri::Authority = host.parse().ok()?;
                 let start = host.find(parsed.host())?;
@@ -350,7 +363,7 @@ impl<'a> Target<'a> {
     }
 
     /// `server.address`: the host, an IPv6 address without its brackets.
-    fn address(&self) -> &'a str {
+    pub(crate) fn address(&self) -> &'a str {
         self.host
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
@@ -358,7 +371,7 @@ impl<'a> Target<'a> {
     }
 
     /// `server.port`: the port, else the scheme's.
-    fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port.unwrap_or(match self.scheme {
             "https" | "wss" => 443,
             _ => 80,
@@ -442,7 +455,10 @@ mod tests {
         if let Some(host) = host {
             headers.insert(http::header::HOST, host.parse().unwrap());
         }
-        let target = Target::of(&uri, &headers);
+        let host = headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok());
+        let target = Target::of(&uri, host);
         let url = FullUrl {
             target: &target,
             uri: &uri,
