@@ -162,6 +162,8 @@ impl Plan {
             .hedging()
             .filter(|_| !policy.never && policy.max_attempts > 1);
         let gates = merged.gate_set().gates();
+        // A gate no layer has used yet takes this layer's clock (the first binding wins).
+        gates.bind(&config.clock);
         let (key, key_header) = merged.key();
         let mut hooks = Hooks::default();
         if let Some(name) = &config.attempt_header {

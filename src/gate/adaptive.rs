@@ -18,9 +18,11 @@
 //   vector is computed; smithy-rs's `ClientRateLimiter::new` starts the measured rate at 0.5
 //   through a builder setter whose name suggests the fill rate, which only shifts the
 //   recovery curve after the first throttle.
-// - Time is seconds since the state was made (the default clock, tokio's: paused-time
-//   tests drive it), not since the UNIX epoch: the half-second buckets are aligned on the
-//   state's birth.
+// - Time is seconds since the state was made, on the limiter's clock (`clock.rs`: the
+//   clock of the first layer that uses it, else the default, tokio's: paused-time tests
+//   and a layer's `ManualClock` drive it), not since the UNIX epoch: the half-second
+//   buckets are aligned on the state's birth (a state made before the limiter has a clock
+//   is born when it gets one).
 //   The clock is read under the lock, so one state never sees time go back.
 // - Every attempt costs 1 (the first, a retry, a hedge, a transparent retry): the rule of
 //   aws-sdk-go-v2 and of smithy-rs's newer retry behaviour (its `acquire_adaptive_send_token`
@@ -55,11 +57,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use super::clock::GateClock;
 use super::partition::Scoped;
 use super::{Admission, Ask, GateBuilder, Heard, Kind};
 use crate::classify::FailureKind;
 use crate::info::StopReason;
-use crate::time::Instant;
 
 /// The least fill rate, tokens per second.
 const MIN_FILL_RATE: f64 = 0.5;
@@ -161,8 +163,10 @@ pub struct Adaptive {
     /// Whether the first throttle came: until then admission needs no lock.
     enabled: AtomicBool,
     cubic: Mutex<Cubic>,
-    /// Time zero of `cubic`'s clock.
-    base: Instant,
+    /// The limiter's clock.
+    clock: GateClock,
+    /// Time zero of `cubic`'s time, on `clock` (since its epoch).
+    born: Duration,
     settings: AdaptiveSettings,
 }
 
@@ -355,11 +359,17 @@ impl GateBuilder<AdaptiveLimiter> {
 }
 
 impl Adaptive {
-    fn made(settings: AdaptiveSettings, cubic: Cubic, base: Instant) -> Adaptive {
+    fn made(
+        settings: AdaptiveSettings,
+        cubic: Cubic,
+        clock: GateClock,
+        born: Duration,
+    ) -> Adaptive {
         Adaptive {
             enabled: AtomicBool::new(cubic.enabled),
             cubic: Mutex::new(cubic),
-            base,
+            clock,
+            born,
             settings,
         }
     }
@@ -371,9 +381,7 @@ impl Adaptive {
 
     /// Seconds on the state's clock, read under its lock.
     fn now(&self) -> f64 {
-        crate::time::default_now()
-            .saturating_duration_since(self.base)
-            .as_secs_f64()
+        self.clock.elapsed().saturating_sub(self.born).as_secs_f64()
     }
 }
 
@@ -394,16 +402,20 @@ impl Kind for Adaptive {
         Ok(())
     }
 
-    fn full(settings: &AdaptiveSettings) -> Adaptive {
-        Adaptive::made(*settings, Cubic::new(), crate::time::default_now())
+    fn full(settings: &AdaptiveSettings, clock: &GateClock) -> Adaptive {
+        Adaptive::made(*settings, Cubic::new(), clock.clone(), clock.birth())
+    }
+
+    fn clock(&self) -> Option<&GateClock> {
+        Some(&self.clock)
     }
 
     fn fresh(&self) -> Adaptive {
-        Adaptive::full(&self.settings)
+        Adaptive::full(&self.settings, &self.clock)
     }
 
     fn successor(&self) -> Adaptive {
-        Adaptive::made(self.settings, *self.lock(), self.base)
+        Adaptive::made(self.settings, *self.lock(), self.clock.clone(), self.born)
     }
 
     fn at_rest(&self) -> bool {

@@ -14,8 +14,9 @@
 // than the head reads the sum at the head and an add more than `bins` behind it is dropped.
 // Its unit tests are ported as tables (`tests` below). Where this differs:
 // - grpc-go has no `max(0, ..)`: a negative p never exceeds r, so the answers are the same.
-// - Time is nanoseconds since the state was made (the default clock, tokio's), not since
-//   the UNIX epoch: only where the bins' edges fall changes.
+// - Time is nanoseconds since the state was made, on the throttle's clock (`clock.rs`: the
+//   clock of the first layer that uses it, else the default, tokio's), not since the UNIX
+//   epoch: only where the bins' edges fall changes.
 // - The book's padding is 1 and its window two minutes; grpc-go's are 8 and 30 s in 100
 //   bins, its defaults, which are this gate's (`sre_book()` sets the book's).
 // - What counts: a throttled outcome (a reason of `FailureKind::Throttling`: 429, gRPC's
@@ -32,11 +33,11 @@ use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use super::clock::GateClock;
 use super::partition::Scoped;
 use super::{Admission, Ask, GateBuilder, Heard, Kind};
 use crate::classify::FailureKind;
 use crate::info::StopReason;
-use crate::time::Instant;
 
 /// Client-side throttling, from the Google SRE book: once a server rejects a large share of
 /// a client's attempts as throttled, the client rejects a share of them itself, before they
@@ -97,8 +98,10 @@ pub struct SheddingSettings {
 /// The state of an [`AdaptiveThrottle`].
 pub struct Shedding {
     counts: Mutex<Counts>,
-    /// Time zero of the counts' clock.
-    base: Instant,
+    /// The throttle's clock.
+    clock: GateClock,
+    /// Time zero of the counts' time, on `clock` (since its epoch).
+    born: Duration,
     settings: SheddingSettings,
 }
 
@@ -282,10 +285,16 @@ impl GateBuilder<AdaptiveThrottle> {
 }
 
 impl Shedding {
-    fn made(settings: SheddingSettings, counts: Counts, base: Instant) -> Shedding {
+    fn made(
+        settings: SheddingSettings,
+        counts: Counts,
+        clock: GateClock,
+        born: Duration,
+    ) -> Shedding {
         Shedding {
             counts: Mutex::new(counts),
-            base,
+            clock,
+            born,
             settings,
         }
     }
@@ -296,7 +305,7 @@ impl Shedding {
 
     /// Nanoseconds on the state's clock.
     fn now(&self) -> i64 {
-        let elapsed = crate::time::default_now().saturating_duration_since(self.base);
+        let elapsed = self.clock.elapsed().saturating_sub(self.born);
         i64::try_from(elapsed.as_nanos()).unwrap_or(i64::MAX)
     }
 }
@@ -342,16 +351,26 @@ impl Kind for Shedding {
         Ok(())
     }
 
-    fn full(settings: &SheddingSettings) -> Shedding {
-        Shedding::made(*settings, Counts::new(settings), crate::time::default_now())
+    fn full(settings: &SheddingSettings, clock: &GateClock) -> Shedding {
+        let counts = Counts::new(settings);
+        Shedding::made(*settings, counts, clock.clone(), clock.birth())
+    }
+
+    fn clock(&self) -> Option<&GateClock> {
+        Some(&self.clock)
     }
 
     fn fresh(&self) -> Shedding {
-        Shedding::full(&self.settings)
+        Shedding::full(&self.settings, &self.clock)
     }
 
     fn successor(&self) -> Shedding {
-        Shedding::made(self.settings, self.lock().clone(), self.base)
+        Shedding::made(
+            self.settings,
+            self.lock().clone(),
+            self.clock.clone(),
+            self.born,
+        )
     }
 
     fn at_rest(&self) -> bool {

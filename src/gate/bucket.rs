@@ -13,11 +13,14 @@
 //
 // - The balance counts thousandths of a token ("units"), so a bucket holds at most 67 108
 //   tokens (`2^26 - 1` units is 67 108.863 tokens).
-// - The tick is the number of whole milliseconds since the bucket was made, modulo `2^38`.
+// - The tick is the number of whole milliseconds since its gate's epoch (`clock.rs`: the
+//   instant the gate was bound to a clock), modulo `2^38`; a bucket made later (a
+//   partition) is stamped with the tick it was made at.
 //   A refill of `m` tokens per second is exactly `m` units per millisecond, so refill is
 //   exact integer arithmetic: `elapsed_ms * m` units are credited and the tick moves to the
 //   current millisecond, so no time is lost or counted twice. Time spent full is not banked.
-// - A bucket that does not refill never reads the clock: its tick stays 0.
+// - The bucket holds no clock: its gate's state does, and hands it in (`now_tick`,
+//   `read_tick`). A bucket that does not refill never reads the clock: its tick stays 0.
 // - Deposits and saturating takes read no clock and leave the tick alone; the next
 //   withdrawal credits the refill. A withdrawal reads the clock once, before it loads the
 //   word, so with several threads it may carry a tick slightly older than the one another
@@ -42,7 +45,9 @@ use ::loom::sync::atomic::{AtomicU64, Ordering};
 #[cfg(not(all(test, tower_http_retry_loom)))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::time::Instant;
+use std::time::Duration;
+
+use super::clock::GateClock;
 
 /// Balance units per token: balances are kept in thousandths of a token.
 pub(crate) const UNITS_PER_TOKEN: u64 = 1_000;
@@ -76,27 +81,43 @@ const fn tick_of(state: u64) -> u64 {
 pub(crate) struct Bucket {
     /// Balance and last refill tick, packed by [`pack`].
     state: AtomicU64,
-    /// Tick zero: the instant the bucket was made.
-    epoch: Instant,
     /// Units added per elapsed millisecond (tokens per second); 0 for no refill.
     refill_per_ms: u64,
     /// Most units the bucket may hold; at most [`MAX_BALANCE_UNITS`].
     cap_units: u64,
 }
 
+/// The tick of `elapsed`: whole milliseconds, modulo `2^38`.
+fn tick(elapsed: Duration) -> u64 {
+    elapsed
+        .as_secs()
+        .wrapping_mul(1_000)
+        .wrapping_add(u64::from(elapsed.subsec_millis()))
+        & TICK_MASK
+}
+
 impl Bucket {
     /// A full bucket of `cap_units` (at most [`MAX_BALANCE_UNITS`]), refilled by
-    /// `refill_per_ms` units per millisecond.
+    /// `refill_per_ms` units per millisecond, stamped with tick 0.
     pub(crate) fn full(cap_units: u64, refill_per_ms: u64) -> Self {
         Self::with_start_tick(cap_units, refill_per_ms, 0)
     }
 
-    /// A full bucket whose state is stamped with `start_tick` (0 outside tests).
+    /// A full bucket made now on `clock`: stamped with the tick it reads, if it is bound
+    /// (a partition made after the gate's epoch), else with 0 (the epoch comes later).
+    pub(crate) fn full_on(cap_units: u64, refill_per_ms: u64, clock: &GateClock) -> Self {
+        let start = match refill_per_ms {
+            0 => 0,
+            _ => tick(clock.birth()),
+        };
+        Self::with_start_tick(cap_units, refill_per_ms, start)
+    }
+
+    /// A full bucket whose state is stamped with `start_tick`.
     fn with_start_tick(cap_units: u64, refill_per_ms: u64, start_tick: u64) -> Self {
         debug_assert!(cap_units <= MAX_BALANCE_UNITS);
         Self {
             state: AtomicU64::new(pack(cap_units, start_tick)),
-            epoch: crate::time::default_now(),
             refill_per_ms,
             cap_units,
         }
@@ -111,18 +132,23 @@ impl Bucket {
         self.refill_per_ms
     }
 
-    /// The current tick: whole milliseconds since the epoch, modulo `2^38`; always 0 for a
-    /// bucket that does not refill, which so reads no clock.
-    pub(crate) fn now_tick(&self) -> u64 {
+    /// The current tick on `clock` (binding it to the default clock if nothing has); always
+    /// 0 for a bucket that does not refill, which so reads no clock.
+    #[inline]
+    pub(crate) fn now_tick(&self, clock: &GateClock) -> u64 {
         if self.refill_per_ms == 0 {
             return 0;
         }
-        let elapsed = crate::time::default_now().saturating_duration_since(self.epoch);
-        elapsed
-            .as_secs()
-            .wrapping_mul(1_000)
-            .wrapping_add(u64::from(elapsed.subsec_millis()))
-            & TICK_MASK
+        tick(clock.elapsed())
+    }
+
+    /// The current tick for a read, which binds no clock: 0 while `clock` is unbound (no
+    /// time has passed for a gate no layer has used).
+    pub(crate) fn read_tick(&self, clock: &GateClock) -> u64 {
+        if self.refill_per_ms == 0 {
+            return 0;
+        }
+        clock.elapsed_if_bound().map_or(0, tick)
     }
 
     /// The state `state` becomes once refilled up to tick `now` (already masked). A tick
@@ -200,9 +226,9 @@ impl Bucket {
         }
     }
 
-    /// [`Bucket::withdraw_at`] now.
-    pub(crate) fn withdraw(&self, units: u64) -> bool {
-        self.withdraw_at(units, self.now_tick())
+    /// [`Bucket::withdraw_at`] now on `clock`.
+    pub(crate) fn withdraw(&self, units: u64, clock: &GateClock) -> bool {
+        self.withdraw_at(units, self.now_tick(clock))
     }
 
     /// The balance in units as of tick `now_ms` (taken modulo `2^38`), refill included,
@@ -212,9 +238,21 @@ impl Bucket {
         balance_of(self.refilled(current, now_ms & TICK_MASK))
     }
 
-    /// The balance in units now, refill included.
-    pub(crate) fn units(&self) -> u64 {
-        self.units_at(self.now_tick())
+    /// The balance in units now on `clock`, refill included (binding no clock).
+    pub(crate) fn units(&self, clock: &GateClock) -> u64 {
+        self.units_at(self.read_tick(clock))
+    }
+
+    /// [`Bucket::withdraw`] for a bucket that does not refill: no clock.
+    pub(crate) fn withdraw_still(&self, units: u64) -> bool {
+        debug_assert_eq!(self.refill_per_ms, 0);
+        self.withdraw_at(units, 0)
+    }
+
+    /// [`Bucket::units`] for a bucket that does not refill: no clock.
+    pub(crate) fn units_still(&self) -> u64 {
+        debug_assert_eq!(self.refill_per_ms, 0);
+        self.units_at(0)
     }
 }
 
@@ -330,29 +368,52 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn refill_follows_the_paused_tokio_clock_and_a_still_bucket_reads_none() {
-        let bucket = Bucket::full(3 * TOKEN, 10);
+        // An unbound gate's clock: its first withdrawal binds it to the default clock.
+        let clock = GateClock::default();
+        let bucket = Bucket::full_on(3 * TOKEN, 10, &clock);
         for _ in 0..3 {
-            assert!(bucket.withdraw(TOKEN));
+            assert!(bucket.withdraw(TOKEN, &clock));
         }
-        assert!(!bucket.withdraw(TOKEN));
+        assert!(!bucket.withdraw(TOKEN, &clock));
         tokio::time::advance(std::time::Duration::from_millis(99)).await;
         assert!(
-            !bucket.withdraw(TOKEN),
+            !bucket.withdraw(TOKEN, &clock),
             "granted after 99 ms at 10 tokens/s"
         );
         tokio::time::advance(std::time::Duration::from_millis(1)).await;
         assert!(
-            bucket.withdraw(TOKEN),
+            bucket.withdraw(TOKEN, &clock),
             "refused after 100 ms at 10 tokens/s"
         );
         tokio::time::advance(std::time::Duration::from_secs(3_600)).await;
-        assert_eq!(bucket.units(), 3_000);
+        assert_eq!(bucket.units(&clock), 3_000);
         // Without refill the tick stays 0, however much time passes.
-        let still = Bucket::full(TOKEN, 0);
-        assert!(still.withdraw(TOKEN));
+        let still = Bucket::full_on(TOKEN, 0, &clock);
+        assert!(still.withdraw(TOKEN, &clock));
         tokio::time::advance(std::time::Duration::from_secs(60)).await;
-        assert_eq!(still.now_tick(), 0);
+        assert_eq!(still.now_tick(&clock), 0);
         assert_eq!(raw(&still), (0, 0));
+    }
+
+    #[test]
+    fn a_bucket_counts_ticks_from_its_gates_binding_and_is_stamped_when_made_later() {
+        let manual = crate::time::ManualClock::new();
+        let clock = GateClock::default();
+        let bucket = Bucket::full_on(2 * TOKEN, 10, &clock);
+        // Unbound: no time has passed, and reading binds nothing.
+        manual.advance(std::time::Duration::from_secs(10));
+        assert_eq!((bucket.read_tick(&clock), bucket.units(&clock)), (0, 2_000));
+        clock.bind(&crate::time::Clock::custom(manual.clone()));
+        assert!(bucket.withdraw(2 * TOKEN, &clock));
+        manual.advance(std::time::Duration::from_millis(150));
+        assert_eq!(bucket.now_tick(&clock), 150);
+        assert_eq!(bucket.units(&clock), 1_500);
+        // A bucket made now starts at the current tick: the 150 ms before it earn nothing.
+        let later = Bucket::full_on(2 * TOKEN, 10, &clock);
+        assert!(later.withdraw(2 * TOKEN, &clock));
+        assert_eq!(raw(&later), (0, 150));
+        manual.advance(std::time::Duration::from_millis(50));
+        assert_eq!(later.units(&clock), 500);
     }
 
     #[test]

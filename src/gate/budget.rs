@@ -45,8 +45,9 @@
 // of a token.) Concurrent withdrawals never overdraw the bucket, and
 // concurrent deposits are never lost (only clipped at `C`).
 //
-// Time comes from the default clock (`time::default_now`: tokio's under the `tokio`
-// feature), so a test that pauses tokio's clock controls the refill.
+// Time comes from the budget's clock (`clock.rs`): the clock of the first layer that uses
+// it, else the default (tokio's under the `tokio` feature), so that a test that moves a
+// layer's `ManualClock`, or pauses tokio's clock, controls the refill.
 //
 // The bucket itself (its state word, the refill, the loom models) is `gate::bucket`; this is
 // the ratio kind over it: a deposit of `ratio` per request, a withdrawal of one token per
@@ -55,6 +56,7 @@
 use std::fmt;
 
 use super::bucket::{Bucket, MAX_BALANCE_UNITS, UNITS_PER_TOKEN};
+use super::clock::GateClock;
 use super::partition::Scoped;
 use super::{Admission, Ask, GateBuilder, Kind, amount_units, positive_units, tokens};
 use crate::info::StopReason;
@@ -122,6 +124,8 @@ pub struct Budget {
     bucket: Bucket,
     deposit_units: u64,
     settings: BudgetSettings,
+    /// The budget's clock, which the bucket's refill is measured on.
+    clock: GateClock,
 }
 
 impl RetryBudget {
@@ -141,7 +145,7 @@ impl RetryBudget {
     /// those of requests without one: see [`Gate::partition`](super::Gate::partition)).
     #[must_use]
     pub fn tokens(&self) -> f64 {
-        tokens(self.inner.bucket.units())
+        tokens(self.inner.units())
     }
 }
 
@@ -196,7 +200,11 @@ impl Budget {
     }
 
     fn withdraw(&self) -> bool {
-        self.bucket.withdraw(UNITS_PER_TOKEN)
+        self.bucket.withdraw(UNITS_PER_TOKEN, &self.clock)
+    }
+
+    fn units(&self) -> u64 {
+        self.bucket.units(&self.clock)
     }
 }
 
@@ -235,31 +243,37 @@ impl Kind for Budget {
         Ok(())
     }
 
-    fn full(s: &BudgetSettings) -> Budget {
+    fn full(s: &BudgetSettings, clock: &GateClock) -> Budget {
         let units = |name, value, max| amount_units(name, value, max).unwrap_or(0);
         Budget {
-            bucket: Bucket::full(
+            bucket: Bucket::full_on(
                 units("max_tokens", s.max_tokens, MAX_BALANCE_UNITS),
                 s.min_per_sec as u64,
+                clock,
             ),
             deposit_units: units("ratio", s.ratio, u64::MAX),
             settings: *s,
+            clock: clock.clone(),
         }
     }
 
+    fn clock(&self) -> Option<&GateClock> {
+        Some(&self.clock)
+    }
+
     fn fresh(&self) -> Budget {
-        Budget::full(&self.settings)
+        Budget::full(&self.settings, &self.clock)
     }
 
     fn successor(&self) -> Budget {
         let next = self.fresh();
         next.bucket
-            .take_saturating(self.bucket.cap_units() - self.bucket.units());
+            .take_saturating(self.bucket.cap_units() - self.units());
         next
     }
 
     fn at_rest(&self) -> bool {
-        self.bucket.units() == self.bucket.cap_units()
+        self.units() == self.bucket.cap_units()
     }
 
     #[inline]

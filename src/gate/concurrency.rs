@@ -42,6 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::fmt;
 
+use super::clock::GateClock;
 use super::partition::Scoped;
 use super::{Admission, Ask, GateBuilder, Kind, amount_units};
 use crate::info::StopReason;
@@ -222,6 +223,18 @@ impl Concurrency {
     }
 }
 
+impl Concurrency {
+    /// A full state of `s` (the kind reads no time).
+    fn of(s: &ConcurrencySettings) -> Concurrency {
+        Concurrency {
+            word: AtomicU64::new(0),
+            ratio_milli: amount_units("ratio", s.ratio, MILLI).unwrap_or(0),
+            min: u64::from(s.min_in_flight),
+            settings: *s,
+        }
+    }
+}
+
 impl Kind for Concurrency {
     type Settings = ConcurrencySettings;
     const NAME: &'static str = "concurrency budget";
@@ -253,17 +266,12 @@ impl Kind for Concurrency {
         Ok(())
     }
 
-    fn full(s: &ConcurrencySettings) -> Concurrency {
-        Concurrency {
-            word: AtomicU64::new(0),
-            ratio_milli: amount_units("ratio", s.ratio, MILLI).unwrap_or(0),
-            min: u64::from(s.min_in_flight),
-            settings: *s,
-        }
+    fn full(s: &ConcurrencySettings, _: &GateClock) -> Concurrency {
+        Concurrency::of(s)
     }
 
     fn fresh(&self) -> Concurrency {
-        Concurrency::full(&self.settings)
+        Concurrency::of(&self.settings)
     }
 
     fn successor(&self) -> Concurrency {

@@ -58,6 +58,7 @@ mod adaptive;
 mod adaptive_throttle;
 mod bucket;
 mod budget;
+mod clock;
 mod concurrency;
 #[cfg(test)]
 pub(crate) mod pacer;
@@ -81,10 +82,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::bucket::UNITS_PER_TOKEN;
+use self::clock::GateClock;
 use self::partition::{AuthorityKey, Part, Scoped};
 use crate::classify::{Classification, FailureKind};
 use crate::error::InvalidConfig;
 use crate::info::StopReason;
+use crate::time::Clock;
 
 /// A gate that a policy's retries pass: [`RetryBudget`], [`Throttle`] or [`RetryQuota`], or,
 /// counting what is in flight, [`ConcurrencyBudget`]; or that every attempt passes, first
@@ -152,8 +155,13 @@ pub trait Kind: Sized + Send + Sync + 'static {
     fn defaults() -> Self::Settings;
     /// The kind's own rules for its settings: `Err` with what is wrong, naming the setting.
     fn check(settings: &Self::Settings) -> Result<(), String>;
-    /// A full state of `settings`, which [`Kind::check`] accepted.
-    fn full(settings: &Self::Settings) -> Self;
+    /// A full state of `settings`, which [`Kind::check`] accepted, reading the time (if it
+    /// does) on `clock`, its gate's, which it keeps.
+    fn full(settings: &Self::Settings, clock: &GateClock) -> Self;
+    /// The clock the state reads, for a kind that reads the time.
+    fn clock(&self) -> Option<&GateClock> {
+        None
+    }
     /// A full state with this one's settings.
     fn fresh(&self) -> Self;
     /// A state with this one's settings, and its balance now (a partition made from the
@@ -331,6 +339,12 @@ macro_rules! kinds {
                 }
             }
 
+            fn bind(&self, clock: &Clock) {
+                match self {
+                    $(AnyGate::$name(gate) => gate.inner.bind(clock),)*
+                }
+            }
+
             fn partition_of(&self, key: Option<&AuthorityKey>) -> AnyGate {
                 match self {
                     $(AnyGate::$name(gate) => AnyGate::$name(<$handle as sealed::Sealed>::from_scoped(
@@ -492,8 +506,9 @@ impl<G: Gate> GateBuilder<G> {
                 "max_authorities is 0; it must be at least 1".to_string(),
             ));
         }
-        let state = <G::Kind as Kind>::full(&self.settings);
-        Ok(G::from_scoped(Scoped::new(state, self.authorities)))
+        let clock = GateClock::default();
+        let state = <G::Kind as Kind>::full(&self.settings, &clock);
+        Ok(G::from_scoped(Scoped::new(state, self.authorities, clock)))
     }
 }
 
@@ -734,6 +749,14 @@ impl Gates {
             hears_flight: list.iter().any(AnyGate::hears_flight),
             partitioned: list.iter().any(AnyGate::is_per_authority),
             list,
+        }
+    }
+
+    /// Binds every gate that is not bound yet to `clock`, a layer's: the first layer to
+    /// resolve a policy holding a gate gives the gate its clock ([`GateClock`]).
+    pub(crate) fn bind(&self, clock: &Clock) {
+        for gate in &self.list {
+            gate.bind(clock);
         }
     }
 

@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::clock::GateClock;
 use super::partition::Scoped;
 use super::{Admission, Ask, Kind};
 use crate::info::StopReason;
@@ -57,7 +58,7 @@ impl Pacer {
 
     fn with(settings: PacerSettings) -> Pacer {
         Pacer {
-            inner: Scoped::new(PacerState::full(&settings), None),
+            inner: Scoped::new(PacerState::of(&settings), None, GateClock::default()),
         }
     }
 
@@ -72,6 +73,19 @@ impl Pacer {
             self.inner.attempts.load(Ordering::Relaxed),
             self.inner.started.load(Ordering::Relaxed),
         )
+    }
+}
+
+impl PacerState {
+    /// A full state of `s` (the kind reads no time).
+    fn of(s: &PacerSettings) -> PacerState {
+        PacerState {
+            permits: AtomicU64::new(s.permits),
+            settings: *s,
+            requests: AtomicI64::new(0),
+            attempts: AtomicI64::new(0),
+            started: AtomicU64::new(0),
+        }
     }
 }
 
@@ -94,24 +108,18 @@ impl Kind for PacerState {
         Ok(())
     }
 
-    fn full(s: &PacerSettings) -> PacerState {
-        PacerState {
-            permits: AtomicU64::new(s.permits),
-            settings: *s,
-            requests: AtomicI64::new(0),
-            attempts: AtomicI64::new(0),
-            started: AtomicU64::new(0),
-        }
+    fn full(s: &PacerSettings, _: &GateClock) -> PacerState {
+        PacerState::of(s)
     }
 
     fn fresh(&self) -> PacerState {
-        PacerState::full(&self.settings)
+        PacerState::of(&self.settings)
     }
 
     fn successor(&self) -> PacerState {
         PacerState {
             permits: AtomicU64::new(self.permits.load(Ordering::Relaxed)),
-            ..PacerState::full(&self.settings)
+            ..PacerState::of(&self.settings)
         }
     }
 

@@ -30,7 +30,9 @@ use std::sync::{Arc, PoisonError, RwLock};
 use http::HeaderMap;
 use http::uri::{Authority, Uri};
 
-use crate::time::Instant;
+use super::Kind;
+use super::clock::GateClock;
+use crate::time::Clock;
 
 /// The most authorities a per-authority gate tracks unless told otherwise.
 pub(crate) const DEFAULT_MAX_AUTHORITIES: usize = 1_024;
@@ -200,10 +202,11 @@ impl<I> Scoped<I>
 where
     Arc<I>: Part,
 {
-    /// `inner`, and, with `authorities`, partitions of its settings, at most that many.
-    pub(crate) fn new(inner: I, authorities: Option<usize>) -> Self {
+    /// `inner`, and, with `authorities`, partitions of its settings, at most that many,
+    /// reading the time on `clock` (the gate's, which `inner` holds if it reads the time).
+    pub(crate) fn new(inner: I, authorities: Option<usize>, clock: GateClock) -> Self {
         let inner = Arc::new(inner);
-        let partitions = authorities.map(|max| Arc::new(Partitions::new(&inner, max)));
+        let partitions = authorities.map(|max| Arc::new(Partitions::new(&inner, max, clock)));
         Scoped { inner, partitions }
     }
 
@@ -242,18 +245,32 @@ where
     }
 }
 
+impl<K: Kind> Scoped<K> {
+    /// Gives the gate `clock`, unless it has one (its state's and its partitions' clock,
+    /// one for all of them).
+    pub(crate) fn bind(&self, clock: &Clock) {
+        if let Some(own) = self.inner.clock() {
+            own.bind(clock);
+        }
+        if let Some(partitions) = &self.partitions {
+            partitions.clock.bind(clock);
+        }
+    }
+}
+
 /// The partitions of one gate.
 pub(crate) struct Partitions<T> {
     map: RwLock<HashMap<Box<[u8]>, T>>,
     /// Shared by the authorities that found the map full of partitions in use.
     overflow: T,
     max: usize,
-    /// While the map is full, the earliest time (in milliseconds from `epoch`) at which an
+    /// While the map is full, the earliest time (in milliseconds on `clock`) at which an
     /// authority without a partition looks again for one at rest to replace: an authority
     /// in the overflow takes the read lock only, and the map is scanned at most once per
     /// [`RESCAN_MS`].
     next_scan_ms: AtomicU64,
-    epoch: Instant,
+    /// The gate's clock.
+    clock: GateClock,
 }
 
 /// How often, at most, a full map is scanned for a partition at rest.
@@ -261,13 +278,13 @@ const RESCAN_MS: u64 = 100;
 
 impl<T: Part> Partitions<T> {
     /// Partitions of `template`'s settings, at most `max` of them (at least 1).
-    pub(crate) fn new(template: &T, max: usize) -> Self {
+    pub(crate) fn new(template: &T, max: usize, clock: GateClock) -> Self {
         Partitions {
             map: RwLock::new(HashMap::new()),
             overflow: template.fresh(),
             max: max.max(1),
             next_scan_ms: AtomicU64::new(0),
-            epoch: crate::time::default_now(),
+            clock,
         }
     }
 
@@ -314,7 +331,7 @@ impl<T: Part> Partitions<T> {
     /// Whether this lookup may scan the full map for a partition at rest: at most one per
     /// [`RESCAN_MS`], so that authorities in the overflow do not all take the write lock.
     fn may_scan(&self) -> bool {
-        let elapsed = crate::time::default_now().saturating_duration_since(self.epoch);
+        let elapsed = self.clock.elapsed();
         let now = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         let next = self.next_scan_ms.load(Ordering::Relaxed);
         now >= next

@@ -42,6 +42,7 @@
 use std::fmt;
 
 use super::bucket::{Bucket, MAX_BALANCE_UNITS};
+use super::clock::GateClock;
 use super::partition::Scoped;
 use super::{Admission, Ask, GateBuilder, Heard, Kind, amount_units, tokens};
 use crate::classify::FailureKind;
@@ -187,7 +188,7 @@ impl RetryQuota {
     /// without one: see [`Gate::partition`](super::Gate::partition)).
     #[must_use]
     pub fn tokens(&self) -> f64 {
-        tokens(self.inner.bucket.units())
+        tokens(self.inner.bucket.units_still())
     }
 }
 
@@ -300,7 +301,7 @@ impl Quota {
     /// taken, or `None` (nothing taken).
     fn withdraw(&self, kind: FailureKind) -> Option<u64> {
         let units = self.cost_units(kind);
-        self.bucket.withdraw(units).then_some(units)
+        self.bucket.withdraw_still(units).then_some(units)
     }
 
     /// Gives back what a retry took (clipped at the maximum, like any deposit).
@@ -311,6 +312,21 @@ impl Quota {
     /// A first-try success.
     fn reward(&self) {
         self.bucket.deposit(self.reward_units);
+    }
+}
+
+impl Quota {
+    /// A full state of `s` (the kind reads no time).
+    fn of(s: &QuotaSettings) -> Quota {
+        let units = |value| amount_units("", value, MAX_BALANCE_UNITS).unwrap_or(0);
+        Quota {
+            bucket: Bucket::full(units(s.max_tokens), 0),
+            retry_units: units(s.retry_cost),
+            transient_units: units(s.transient_retry_cost),
+            throttling_units: units(s.throttling_retry_cost),
+            reward_units: units(s.success_reward),
+            settings: *s,
+        }
     }
 }
 
@@ -342,31 +358,23 @@ impl Kind for Quota {
         Ok(())
     }
 
-    fn full(s: &QuotaSettings) -> Quota {
-        let units = |value| amount_units("", value, MAX_BALANCE_UNITS).unwrap_or(0);
-        Quota {
-            bucket: Bucket::full(units(s.max_tokens), 0),
-            retry_units: units(s.retry_cost),
-            transient_units: units(s.transient_retry_cost),
-            throttling_units: units(s.throttling_retry_cost),
-            reward_units: units(s.success_reward),
-            settings: *s,
-        }
+    fn full(s: &QuotaSettings, _: &GateClock) -> Quota {
+        Quota::of(s)
     }
 
     fn fresh(&self) -> Quota {
-        Quota::full(&self.settings)
+        Quota::of(&self.settings)
     }
 
     fn successor(&self) -> Quota {
         let next = self.fresh();
         next.bucket
-            .take_saturating(self.bucket.cap_units() - self.bucket.units());
+            .take_saturating(self.bucket.cap_units() - self.bucket.units_still());
         next
     }
 
     fn at_rest(&self) -> bool {
-        self.bucket.units() == self.bucket.cap_units()
+        self.bucket.units_still() == self.bucket.cap_units()
     }
 
     fn admit(&self, ask: Ask) -> Admission {
@@ -440,7 +448,7 @@ impl RetryQuota {
     }
 
     fn whole(&self) -> u32 {
-        (self.inner.bucket.units() / super::bucket::UNITS_PER_TOKEN) as u32
+        (self.inner.bucket.units_still() / super::bucket::UNITS_PER_TOKEN) as u32
     }
 
     #[cfg(not(tower_http_retry_loom))]
@@ -450,7 +458,7 @@ impl RetryQuota {
 
     #[cfg(not(tower_http_retry_loom))]
     fn units(&self) -> u64 {
-        self.inner.bucket.units()
+        self.inner.bucket.units_still()
     }
 
     #[cfg(not(tower_http_retry_loom))]

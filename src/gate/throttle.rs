@@ -9,6 +9,7 @@
 use std::fmt;
 
 use super::bucket::{Bucket, UNITS_PER_TOKEN};
+use super::clock::GateClock;
 use super::partition::Scoped;
 use super::{Admission, Ask, GateBuilder, Heard, Kind, tokens};
 use crate::info::StopReason;
@@ -99,7 +100,7 @@ impl Throttle {
     /// one: see [`Gate::partition`](super::Gate::partition)).
     #[must_use]
     pub fn tokens(&self) -> f64 {
-        tokens(self.inner.bucket.units())
+        tokens(self.inner.bucket.units_still())
     }
 }
 
@@ -146,12 +147,25 @@ impl ThrottleState {
     }
 
     fn allows_retry(&self) -> bool {
-        self.above_threshold(self.bucket.units())
+        self.above_threshold(self.bucket.units_still())
     }
 
     /// `tokens > max_tokens / 2`, as `2 * units > max_units`: no rounding of the half.
     fn above_threshold(&self, units: u64) -> bool {
         units * 2 > self.bucket.cap_units()
+    }
+}
+
+impl ThrottleState {
+    /// A full state of `s` (the kind reads no time).
+    fn of(s: &ThrottleSettings) -> ThrottleState {
+        let units = |value| super::amount_units("", value, MAX_UNITS).unwrap_or(0);
+        let max_units = units(s.max_tokens);
+        ThrottleState {
+            bucket: Bucket::full(max_units, 0),
+            ratio_units: units(s.token_ratio.min(s.max_tokens)).min(max_units),
+            settings: *s,
+        }
     }
 }
 
@@ -180,29 +194,23 @@ impl Kind for ThrottleState {
         super::positive_units("token_ratio", ratio, MAX_UNITS).map(|_| ())
     }
 
-    fn full(s: &ThrottleSettings) -> ThrottleState {
-        let units = |value| super::amount_units("", value, MAX_UNITS).unwrap_or(0);
-        let max_units = units(s.max_tokens);
-        ThrottleState {
-            bucket: Bucket::full(max_units, 0),
-            ratio_units: units(s.token_ratio.min(s.max_tokens)).min(max_units),
-            settings: *s,
-        }
+    fn full(s: &ThrottleSettings, _: &GateClock) -> ThrottleState {
+        ThrottleState::of(s)
     }
 
     fn fresh(&self) -> ThrottleState {
-        ThrottleState::full(&self.settings)
+        ThrottleState::of(&self.settings)
     }
 
     fn successor(&self) -> ThrottleState {
         let next = self.fresh();
         next.bucket
-            .take_saturating(self.bucket.cap_units() - self.bucket.units());
+            .take_saturating(self.bucket.cap_units() - self.bucket.units_still());
         next
     }
 
     fn at_rest(&self) -> bool {
-        self.bucket.units() == self.bucket.cap_units()
+        self.bucket.units_still() == self.bucket.cap_units()
     }
 
     fn admit(&self, ask: Ask) -> Admission {
@@ -268,7 +276,7 @@ mod tests {
         }
 
         fn units(&self) -> u64 {
-            self.inner.bucket.units()
+            self.inner.bucket.units_still()
         }
     }
 
