@@ -43,3 +43,4 @@ mod routes;
 mod storm;
 mod time_limits;
 mod timer;
+mod timer_gates;
