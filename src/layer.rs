@@ -186,8 +186,11 @@ impl<M> RetryLayer<M> {
     /// Reads the time and sleeps with `timer` instead of the default (tokio's timer, under
     /// the `tokio` feature): every clock read and every wait of the layer's requests
     /// (backoff, `Retry-After` and its HTTP-date, attempt timeouts, the deadline, hedging
-    /// delays, a resumed body's idle timeout). The gates keep the default clock (see
-    /// [`Timer`](crate::Timer)). Without the `tokio` feature, a layer that ever waits needs one.
+    /// delays, a resumed body's idle timeout), and the time of its policies' gates (a
+    /// budget's refill, the adaptive limiter's and throttle's), unless another layer used a
+    /// gate first: a gate keeps the clock of the first layer that makes a service with it
+    /// (see [`Timer`](crate::Timer)). Without the `tokio` feature, a layer that ever waits
+    /// needs one.
     ///
     /// ```
     /// # #[cfg(feature = "test-util")] {

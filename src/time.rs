@@ -16,10 +16,11 @@
 //! std's clocks panic, `web_time`'s types are the ones to put here: the same API, a
 //! JavaScript clock behind it.)
 //!
-//! The shared gates (budgets, quotas, throttles, adaptive limiters and throttles, their
-//! per-server partitions) read [`default_now`]: they are built apart from any layer, shared
-//! by several, and read outside a request (`tokens()`, tower's `Budget`), so they have no
-//! layer timer to ask. ARCHITECTURE.md, "Time", says why.
+//! The shared gates (budgets, throttles, adaptive limiters and throttles, their per-server
+//! partitions) hold a clock of their own, one per gate (`gate/clock.rs`): built apart from
+//! any layer, shared by several and read outside a request (`tokens()`, tower's `Budget`),
+//! they take the clock of the first layer that makes a service with them, or the default if
+//! they need the time before any layer has them. ARCHITECTURE.md, "Time", says why.
 
 use std::fmt;
 use std::future::Future;
@@ -37,9 +38,12 @@ pub(crate) use std::time::{Instant, SystemTime};
 /// [`RetryLayer::timer`](crate::RetryLayer::timer). Every time the layer reads, and every
 /// wait it sleeps (backoff, `Retry-After`, attempt timeouts, the deadline, hedging delays,
 /// the resumption's idle timeout), comes from the one timer; the instants it returns must
-/// not go backwards. The gates (budgets, quotas, throttles, the adaptive limiter and
-/// throttle) are the exception: built apart from any layer and shared between layers, they
-/// measure refills and windows on the default clock (tokio's, else the platform's).
+/// not go backwards. The gates of its policies (a budget's refill, the adaptive limiter's
+/// rate and the adaptive throttle's window, a per-server gate's look for a place at rest)
+/// read it too: a gate takes the timer of the first layer that makes a service with it, and
+/// keeps it, so that layers sharing a gate should share a timer. A gate that needs the time
+/// before any layer has it (used on its own, through tower's `Budget`) keeps the default
+/// clock (tokio's, else the platform's); reading one (`tokens()`) sets nothing.
 ///
 /// A timer on `futures-timer` (any executor):
 ///

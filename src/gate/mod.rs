@@ -100,6 +100,14 @@ use crate::time::Clock;
 /// [`build`](GateBuilder::build), and each can keep its state per server
 /// ([`GateBuilder::per_authority`]).
 ///
+/// A gate that measures time (a budget's refill, the adaptive limiter's rate, the adaptive
+/// throttle's window, a per-server gate's look for a server's place to give up) reads the
+/// clock of the first layer that makes a service with it: that layer's
+/// [`timer`](crate::RetryLayer::timer), or the default (tokio's). It keeps that clock: a
+/// gate shared by layers on different timers follows the first, so give layers that share
+/// a gate the same timer. A gate used on its own before any layer (tower's `Budget`) keeps
+/// the default clock; reading one ([`RetryBudget::tokens`]) sets nothing.
+///
 /// The kinds are this crate's own; the trait cannot be implemented elsewhere.
 pub trait Gate: sealed::Sealed + Clone + fmt::Debug + Send + Sync + 'static {
     /// The state this gate keeps for requests to the server `uri` names: for a gate kept
