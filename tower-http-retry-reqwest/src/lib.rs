@@ -199,6 +199,33 @@
 //! continuation's 206 without `Content-Length` from a server that did not compress (a
 //! streamed range) is refused the same way.
 //!
+//! # On wasm32: reqwest's `fetch` client
+//!
+//! On `wasm32-unknown-unknown` (a browser, Node), reqwest's client is the platform's
+//! `fetch`, and this crate wraps it too: build it with `default-features = false` (the
+//! `middleware` feature as you need); the core's `wasm` feature, which it turns on there,
+//! gives the layer its JavaScript timer. What changes, because reqwest's wasm types have
+//! less in them:
+//!
+//! - **No `Send`.** The futures of [`ReqwestService`], of `send_with` and of
+//!   [`RetryMiddleware`] are not `Send` (the browser's are not), and need not be.
+//! - **[`ReqwestService`] answers `http::Response<reqwest::Response>`**: the head is a copy
+//!   of reqwest's (status, headers), with the layer's record in its extensions; the body is
+//!   reqwest's response, read with its own `text()`, `bytes()`, `json()`. It takes request
+//!   bodies whole: the attempt's body is collected, then handed to `fetch`.
+//! - **[`RequestBuilderExt::send_with`] returns that `http::Response`**, since reqwest's
+//!   wasm response has no extensions to hold the record; the request reaches the service as
+//!   an `http::Request<RequestBody>` (one buffer), with the builder's timeout (not its
+//!   `fetch` options).
+//! - **[`RetryMiddleware`] puts the record in the middleware extensions**
+//!   (`ClientWithMiddleware::execute_with_extensions` hands them back).
+//! - **Errors.** A failed `fetch` says no more than that it failed: only reqwest's
+//!   timeouts are recognised ([`recognize`]); anything else is an error the server may have
+//!   seen, retried only for requests that may be repeated.
+//! - **No resumable bodies**: `RetryLayer::resume` over a `ReqwestService` and
+//!   `RetryMiddleware::resume` are native only (a continuation is read through
+//!   `http_body`, which reqwest's wasm response is not).
+//!
 //! # Things to know
 //!
 //! - **reqwest's errors are classified like hyper's.** [`ReqwestService`] hands them to the
@@ -318,6 +345,10 @@ pub use self::middleware::RetryMiddleware;
 /// from the requests sent. Any body works: a `Full<Bytes>`, a `String`, a stream, a
 /// `reqwest::Body` (the default), also bodies that are `Send` but not `Sync`
 /// (`UnsyncBoxBody`, axum's body).
+///
+/// On wasm32 it wraps reqwest's `fetch` client: it answers `http::Response<reqwest::Response>`,
+/// sends each attempt's body whole, and nothing in it is `Send` (see
+/// [On wasm32](crate#on-wasm32-reqwests-fetch-client)).
 ///
 /// # Clone
 ///
@@ -614,7 +645,8 @@ impl Future for ResponseFuture {
 /// connection never existed, which is the stronger claim) is
 /// [`RetryReason::Connect`], a timeout [`RetryReason::Timeout`] (reqwest's own timeout
 /// error is a private type: only `is_timeout` can tell), and anything else `None`: judged
-/// by what it wraps (a reset, a closed connection, ...).
+/// by what it wraps (a reset, a closed connection, ...). On wasm32, where a failed `fetch`
+/// tells no connect error apart, only the timeout.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
