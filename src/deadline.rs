@@ -111,7 +111,8 @@ impl AttemptHook for DeadlineHeader {
 /// left. A chain of services then works within the first caller's budget.
 ///
 /// The instant is on the retry layer's [`Timer`](crate::Timer): tokio's by default, whose
-/// `tokio::time::Instant::into_std` gives one (paused time included).
+/// `tokio::time::Instant::into_std` gives one (paused time included). On
+/// `wasm32-unknown-unknown` it is a `web_time::Instant`.
 ///
 /// ```
 /// use std::time::Duration;

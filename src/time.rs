@@ -12,9 +12,17 @@
 //! - Without the `tokio` feature and without a timer of the user's, the clock is the
 //!   platform's monotonic clock and wall clock, and a wait panics, saying to set a timer.
 //!
-//! The monotonic instant is `std::time::Instant`. (On `wasm32-unknown-unknown`, where
-//! std's clocks panic, `web_time`'s types are the ones to put here: the same API, a
-//! JavaScript clock behind it.)
+//! - On `wasm32-unknown-unknown` (browsers, Node), where std's clocks panic, the default
+//!   clocks are JavaScript's (`performance.now()` and `Date.now()`, through `web-time`), and
+//!   the default sleep is a JavaScript timer (`setTimeout`, through `gloo-timers`) under the
+//!   `wasm` feature; without it a wait panics, saying to enable it or set a timer. tokio's
+//!   timer is never the default there (its clock is std's).
+//!
+//! The monotonic instant is `std::time::Instant`, except on `wasm32-unknown-unknown`, where
+//! std's cannot be made: there it is `web_time::Instant` (the same API, a JavaScript clock
+//! behind it; on every other target web-time's `Instant` is std's). The wall clock is
+//! `std::time::SystemTime` everywhere: std's arithmetic on it works on wasm32, only its
+//! `now()` panics, and the seam builds it from JavaScript's `Date.now()` there.
 //!
 //! The shared gates (budgets, quotas, throttles, adaptive limiters and throttles, their
 //! per-server partitions) read [`default_now`]: they are built apart from any layer, shared
@@ -27,7 +35,21 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-pub(crate) use std::time::{Instant, SystemTime};
+pub(crate) use std::time::SystemTime;
+
+/// The monotonic instant of the seam: std's, but web-time's where std's cannot be made.
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub(crate) use std::time::Instant;
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+pub(crate) use web_time::Instant;
+
+/// A timer's sleep: `Send + Sync` (the response future and a resumed body are then `Send`
+/// and `Sync`), except on `wasm32-unknown-unknown`, whose JavaScript timers are neither
+/// (and neither are the futures of the clients there, reqwest's `fetch` among them).
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub(crate) type BoxSleep = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+pub(crate) type BoxSleep = Pin<Box<dyn Future<Output = ()>>>;
 
 /// A source of time for the retry layer: a monotonic clock, a way to wait until an instant
 /// of it, and the wall clock (which an HTTP-date `Retry-After` is measured against).
@@ -40,6 +62,13 @@ pub(crate) use std::time::{Instant, SystemTime};
 /// not go backwards. The gates (budgets, quotas, throttles, the adaptive limiter and
 /// throttle) are the exception: built apart from any layer and shared between layers, they
 /// measure refills and windows on the default clock (tokio's, else the platform's).
+///
+/// On `wasm32-unknown-unknown` (browsers, Node) std's clocks panic, so there the signatures
+/// read `web_time::Instant` for the instants (`web-time`, which on every other target
+/// re-exports std's `Instant`), and `sleep_until` returns a
+/// `Pin<Box<dyn Future<Output = ()>>>`, neither `Send` nor `Sync`, as JavaScript's timers
+/// are not. The `wasm` feature gives that target a default timer (JavaScript's clocks and
+/// `setTimeout`): a timer of one's own is for another clock or another sleep.
 ///
 /// A timer on `futures-timer` (any executor):
 ///
@@ -69,16 +98,14 @@ pub(crate) use std::time::{Instant, SystemTime};
 /// assert!(timer.now() >= start + Duration::from_millis(20));
 /// ```
 pub trait Timer: Send + Sync + 'static {
-    /// The monotonic clock's time now.
-    fn now(&self) -> std::time::Instant;
+    /// The monotonic clock's time now (a `web_time::Instant` on `wasm32-unknown-unknown`).
+    fn now(&self) -> Instant;
 
     /// A future that completes once [`Timer::now`] has reached `at` (at once if it has).
     /// `Sync` as well as `Send`, as hyper's timer asks of its sleeps, so that the response
-    /// future and a resumed body stay `Sync`.
-    fn sleep_until(
-        &self,
-        at: std::time::Instant,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+    /// future and a resumed body stay `Sync`; neither on `wasm32-unknown-unknown`
+    /// (`Pin<Box<dyn Future<Output = ()>>>`).
+    fn sleep_until(&self, at: Instant) -> BoxSleep;
 
     /// The wall clock's time now, for an HTTP-date `Retry-After` (and `X-RateLimit-Reset`)
     /// without a `Date` header to measure against. The platform's wall clock by default.
@@ -136,7 +163,16 @@ impl Clock {
     }
 
     /// A sleep until `at`, carrying this clock (for reading the time and for resetting it).
-    #[cfg_attr(not(feature = "tokio"), allow(unreachable_code))]
+    #[cfg_attr(
+        not(any(
+            all(
+                feature = "tokio",
+                not(all(target_arch = "wasm32", target_os = "unknown"))
+            ),
+            all(feature = "wasm", target_arch = "wasm32", target_os = "unknown")
+        )),
+        allow(unreachable_code)
+    )]
     pub(crate) fn sleep_until(&self, at: Instant) -> Pin<Box<Sleep>> {
         let inner = match &self.0 {
             None => Inner::Native {
@@ -154,15 +190,21 @@ impl Clock {
 }
 
 /// The default monotonic clock's time now: tokio's (paused time included) under the
-/// `tokio` feature, else the platform's.
+/// `tokio` feature, else the platform's; JavaScript's on `wasm32-unknown-unknown`.
 #[inline]
 #[allow(clippy::disallowed_methods)] // the seam itself
 pub(crate) fn default_now() -> Instant {
-    #[cfg(feature = "tokio")]
+    #[cfg(all(
+        feature = "tokio",
+        not(all(target_arch = "wasm32", target_os = "unknown"))
+    ))]
     {
         tokio::time::Instant::now().into_std()
     }
-    #[cfg(not(feature = "tokio"))]
+    #[cfg(not(all(
+        feature = "tokio",
+        not(all(target_arch = "wasm32", target_os = "unknown"))
+    )))]
     {
         Instant::now()
     }
@@ -175,39 +217,157 @@ fn real_now() -> Instant {
     Instant::now()
 }
 
-/// The platform's wall clock.
+/// The platform's wall clock: JavaScript's `Date.now()` on `wasm32-unknown-unknown`, as a
+/// std `SystemTime`.
 #[allow(clippy::disallowed_methods)] // the seam itself
 pub(crate) fn system_wall_now() -> SystemTime {
-    SystemTime::now()
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+    {
+        SystemTime::now()
+    }
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    {
+        use web_time::web::SystemTimeExt as _;
+        web_time::SystemTime::now().to_std()
+    }
 }
 
-#[cfg(feature = "tokio")]
+#[cfg(all(
+    feature = "tokio",
+    not(all(target_arch = "wasm32", target_os = "unknown"))
+))]
 type Native = tokio::time::Sleep;
 
-#[cfg(feature = "tokio")]
+#[cfg(all(
+    feature = "tokio",
+    not(all(target_arch = "wasm32", target_os = "unknown"))
+))]
 #[allow(clippy::disallowed_methods)] // the seam itself
 fn native_sleep(at: Instant) -> Native {
     tokio::time::sleep_until(at.into())
 }
 
-/// Without tokio there is no default sleep: a future that is never made.
-#[cfg(not(feature = "tokio"))]
-enum Native {}
+#[cfg(all(feature = "wasm", target_arch = "wasm32", target_os = "unknown"))]
+type Native = js::JsSleep;
 
-#[cfg(not(feature = "tokio"))]
-impl Future for Native {
-    type Output = ();
-    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
-        match *self {}
+#[cfg(all(feature = "wasm", target_arch = "wasm32", target_os = "unknown"))]
+fn native_sleep(at: Instant) -> Native {
+    js::JsSleep::new(at)
+}
+
+/// Without tokio (or on wasm32 without the `wasm` feature) there is no default sleep: a
+/// future that is never made.
+#[cfg(not(any(
+    all(
+        feature = "tokio",
+        not(all(target_arch = "wasm32", target_os = "unknown"))
+    ),
+    all(feature = "wasm", target_arch = "wasm32", target_os = "unknown")
+)))]
+mod never {
+    use super::*;
+
+    pub(super) enum Native {}
+
+    impl Future for Native {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            match *self {}
+        }
+    }
+
+    impl Native {
+        pub(super) fn reset(self: Pin<&mut Self>, _: Instant) {
+            match *self {}
+        }
+    }
+
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+    pub(super) fn native_sleep(_: Instant) -> Native {
+        panic!(
+            "tower-http-retry has no timer to wait with: enable its `tokio` feature, or give \
+             the layer one with `RetryLayer::timer`"
+        )
+    }
+
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    pub(super) fn native_sleep(_: Instant) -> Native {
+        panic!(
+            "tower-http-retry has no timer to wait with on wasm32: enable its `wasm` feature \
+             (JavaScript's `setTimeout`), or give the layer one with `RetryLayer::timer`"
+        )
     }
 }
 
-#[cfg(not(feature = "tokio"))]
-fn native_sleep(_: Instant) -> Native {
-    panic!(
-        "tower-http-retry has no timer to wait with: enable its `tokio` feature, or give \
-         the layer one with `RetryLayer::timer`"
-    )
+#[cfg(not(any(
+    all(
+        feature = "tokio",
+        not(all(target_arch = "wasm32", target_os = "unknown"))
+    ),
+    all(feature = "wasm", target_arch = "wasm32", target_os = "unknown")
+)))]
+use never::{Native, native_sleep};
+
+/// The default sleep on wasm32: JavaScript's `setTimeout`, through gloo-timers.
+#[cfg(all(feature = "wasm", target_arch = "wasm32", target_os = "unknown"))]
+mod js {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use gloo_timers::future::TimeoutFuture;
+
+    use super::Instant;
+
+    /// setTimeout's longest delay (a signed 32-bit count of milliseconds: a longer one
+    /// fires at once). A longer wait re-arms when it fires.
+    const MAX_MS: u128 = i32::MAX as u128;
+
+    /// A wait until `at` on JavaScript's clock. The timer is armed at the first poll, for
+    /// the milliseconds left (rounded up); when it fires before `at` (its clock and
+    /// `performance.now()` round differently, or the wait was longer than one timer), it is
+    /// armed again for the rest.
+    pub(crate) struct JsSleep {
+        at: Instant,
+        timeout: Option<TimeoutFuture>,
+    }
+
+    impl JsSleep {
+        pub(super) fn new(at: Instant) -> Self {
+            JsSleep { at, timeout: None }
+        }
+
+        pub(super) fn reset(self: Pin<&mut Self>, at: Instant) {
+            let this = self.get_mut();
+            this.at = at;
+            // Dropping the armed timer clears it; the next poll arms one for the new time.
+            this.timeout = None;
+        }
+    }
+
+    impl Future for JsSleep {
+        type Output = ();
+
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            let this = self.get_mut();
+            loop {
+                let now = super::default_now();
+                if now >= this.at {
+                    this.timeout = None;
+                    return Poll::Ready(());
+                }
+                if let Some(timeout) = &mut this.timeout {
+                    if Pin::new(timeout).poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
+                let left = this.at - now;
+                let ms = left.as_nanos().div_ceil(1_000_000).min(MAX_MS);
+                // At most i32::MAX: the conversion cannot fail.
+                this.timeout = Some(TimeoutFuture::new(u32::try_from(ms).unwrap_or(u32::MAX)));
+            }
+        }
+    }
 }
 
 pin_project_lite::pin_project! {
@@ -224,7 +384,7 @@ pin_project_lite::pin_project! {
     #[project = InnerProj]
     enum Inner {
         Native { #[pin] sleep: Native },
-        Custom { sleep: Pin<Box<dyn Future<Output = ()> + Send + Sync>> },
+        Custom { sleep: BoxSleep },
     }
 }
 
@@ -239,10 +399,16 @@ impl Sleep {
     pub(crate) fn reset(self: Pin<&mut Self>, at: Instant) {
         let this = self.project();
         match this.inner.project() {
-            #[cfg(feature = "tokio")]
+            #[cfg(all(
+                feature = "tokio",
+                not(all(target_arch = "wasm32", target_os = "unknown"))
+            ))]
             InnerProj::Native { sleep } => sleep.reset(at.into()),
-            #[cfg(not(feature = "tokio"))]
-            InnerProj::Native { sleep } => match *sleep {},
+            #[cfg(not(all(
+                feature = "tokio",
+                not(all(target_arch = "wasm32", target_os = "unknown"))
+            )))]
+            InnerProj::Native { sleep } => sleep.reset(at),
             InnerProj::Custom { sleep } => {
                 if let Some(timer) = &this.clock.0 {
                     *sleep = timer.sleep_until(at);
@@ -273,9 +439,9 @@ mod manual {
     use std::pin::Pin;
     use std::sync::{Arc, Mutex, PoisonError};
     use std::task::{Context, Poll, Waker};
-    use std::time::{Duration, Instant, SystemTime};
+    use std::time::{Duration, SystemTime};
 
-    use super::Timer;
+    use super::{BoxSleep, Instant, Timer};
 
     /// A [`Timer`] that moves only when a test says so (`test-util` feature): for tests
     /// on targets without tokio's paused time, or with no runtime at all. Its monotonic
@@ -356,7 +522,7 @@ mod manual {
             self.lock().now
         }
 
-        fn sleep_until(&self, at: Instant) -> Pin<Box<dyn Future<Output = ()> + Send + Sync>> {
+        fn sleep_until(&self, at: Instant) -> BoxSleep {
             Box::pin(ManualSleep {
                 clock: self.clone(),
                 at,
