@@ -2,14 +2,14 @@
 //! reqwest's `fetch` client under the retry layer, as a `ReqwestService` and as a
 //! `RetryMiddleware`, against the native server of `examples/wasm_server.rs` on 127.0.0.1.
 //! Its address comes in at compile time, in `TOWER_HTTP_RETRY_WASM_SERVER`; without it the
-//! tests fail under `CI=true` and are skipped otherwise. `.ci/wasm` starts the server and
-//! runs them:
+//! tests fail under `CI=true` and are skipped otherwise (saying so on the console, shown
+//! with `-- --nocapture`). `.ci/wasm-reqwest` starts the server and runs them:
 //!
 //! ```text
 //! TOWER_HTTP_RETRY_WASM_SERVER=127.0.0.1:PORT \
 //! CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
 //! cargo test -p tower-http-retry-reqwest --target wasm32-unknown-unknown \
-//!     --no-default-features --features middleware --test wasm
+//!     --no-default-features --features middleware --test wasm -- --nocapture
 //! ```
 #![cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 
