@@ -6,12 +6,15 @@
 // extensions, its timeout), the service called once it is ready, and
 // `reqwest::Response::from` on the answer (which keeps the final URL and the record).
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use bytes::Bytes;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use http_body::Body;
 
 use tower::BoxError;
@@ -88,10 +91,21 @@ use tower_service::Service;
 /// - **Errors** come back as an [`Error`]: [`Error::as_reqwest`] gives reqwest's own error
 ///   (`is_timeout()`, `is_connect()`, `status()`, ...), [`Error::info`] the record. A
 ///   request reqwest cannot build (a bad URL or header) fails without reaching the service.
+///
+/// **On wasm32** (reqwest's `fetch` client), reqwest's response has no extensions and no
+/// conversion from an `http::Response`, so `send_with` answers with the service's
+/// `http::Response` as it is: over a [`ReqwestService`](crate::ReqwestService), its
+/// extensions hold the record and its body is the `reqwest::Response`
+/// (`response.into_body().text()`). The request reaches the service with its body in one
+/// buffer (`RequestBody`, an `http_body_util::Full<Bytes>`); a multipart form, which has none, fails
+/// without being sent. Of what the builder set beyond the method, URL, headers and body,
+/// only the timeout is carried (not its `fetch` options: mode, credentials, cache,
+/// referrer). The future is not `Send`, nor need the service be.
 pub trait RequestBuilderExt: sealed::Sealed {
     /// Builds the request and sends it through `service`, once `service` is ready; the
     /// answer as a `reqwest::Response`, with the layer's
     /// [`RetryInfo`](tower_http_retry::RetryInfo) in its extensions.
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
     fn send_with<S, RB>(
         self,
         service: &S,
@@ -106,9 +120,24 @@ pub trait RequestBuilderExt: sealed::Sealed {
         RB: Body + Send + Sync + 'static,
         RB::Data: Into<Bytes>,
         RB::Error: Into<BoxError>;
+
+    /// Builds the request and sends it through `service`, once `service` is ready; the
+    /// answer as the service gave it, an `http::Response` with the layer's
+    /// [`RetryInfo`](tower_http_retry::RetryInfo) in its extensions.
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    fn send_with<S, RB>(
+        self,
+        service: &S,
+    ) -> impl Future<Output = Result<http::Response<RB>, Error>> + 'static
+    where
+        S: Service<http::Request<crate::RequestBody>, Response = http::Response<RB>>
+            + Clone
+            + 'static,
+        S::Error: Into<BoxError>;
 }
 
 impl RequestBuilderExt for ::reqwest::RequestBuilder {
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
     fn send_with<S, RB>(
         self,
         service: &S,
@@ -139,8 +168,55 @@ impl RequestBuilderExt for ::reqwest::RequestBuilder {
             Ok(::reqwest::Response::from(response.map(into_reqwest)))
         }
     }
+
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    fn send_with<S, RB>(
+        self,
+        service: &S,
+    ) -> impl Future<Output = Result<http::Response<RB>, Error>> + 'static
+    where
+        S: Service<http::Request<crate::RequestBody>, Response = http::Response<RB>>
+            + Clone
+            + 'static,
+        S::Error: Into<BoxError>,
+    {
+        let request = self.build().map_err(Error::from).and_then(wasm_request);
+        let mut service = service.clone();
+        async move {
+            let request = request?;
+            std::future::poll_fn(|cx| service.poll_ready(cx))
+                .await
+                .map_err(|error| Error::from(error.into()))?;
+            service
+                .call(request)
+                .await
+                .map_err(|error| Error::from(error.into()))
+        }
+    }
 }
 
+/// reqwest's wasm request as an `http::Request` with its body in one buffer, and its
+/// timeout, which reqwest's own conversion drops, in the extensions.
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+fn wasm_request(request: ::reqwest::Request) -> Result<http::Request<crate::RequestBody>, Error> {
+    let timeout = request.timeout().copied();
+    let request = http::Request::try_from(request)?;
+    let (mut parts, body) = request.into_parts();
+    let Some(bytes) = body.as_bytes() else {
+        return Err(Error {
+            inner: Inner::Other("a multipart body cannot be sent again on wasm32".into()),
+        });
+    };
+    let body = crate::RequestBody::new(bytes::Bytes::copy_from_slice(bytes));
+    if let Some(timeout) = timeout {
+        parts
+            .extensions
+            .insert(crate::wasm::AttemptTimeout(timeout));
+    }
+    Ok(http::Request::from_parts(parts, body))
+}
+
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 /// A response body as reqwest's: a `reqwest::Body` (what `ReqwestService` answers with) as
 /// it is, any other (a resumable layer's `ResumeBody`) wrapped.
 pub(crate) fn into_reqwest<B>(body: B) -> ::reqwest::Body

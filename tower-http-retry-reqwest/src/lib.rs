@@ -199,6 +199,33 @@
 //! continuation's 206 without `Content-Length` from a server that did not compress (a
 //! streamed range) is refused the same way.
 //!
+//! # On wasm32: reqwest's `fetch` client
+//!
+//! On `wasm32-unknown-unknown` (a browser, Node), reqwest's client is the platform's
+//! `fetch`, and this crate wraps it too: build it with `default-features = false` (the
+//! `middleware` feature as you need); the core's `wasm` feature, which it turns on there,
+//! gives the layer its JavaScript timer. What changes, because reqwest's wasm types have
+//! less in them:
+//!
+//! - **No `Send`.** The futures of [`ReqwestService`], of `send_with` and of
+//!   [`RetryMiddleware`] are not `Send` (the browser's are not), and need not be.
+//! - **[`ReqwestService`] answers `http::Response<reqwest::Response>`**: the head is a copy
+//!   of reqwest's (status, headers), with the layer's record in its extensions; the body is
+//!   reqwest's response, read with its own `text()`, `bytes()`, `json()`. It takes request
+//!   bodies whole: the attempt's body is collected, then handed to `fetch`.
+//! - **[`RequestBuilderExt::send_with`] returns that `http::Response`**, since reqwest's
+//!   wasm response has no extensions to hold the record; the request reaches the service as
+//!   an `http::Request<RequestBody>` (one buffer), with the builder's timeout (not its
+//!   `fetch` options).
+//! - **[`RetryMiddleware`] puts the record in the middleware extensions**
+//!   (`ClientWithMiddleware::execute_with_extensions` hands them back).
+//! - **Errors.** A failed `fetch` says no more than that it failed: only reqwest's
+//!   timeouts are recognised ([`recognize`]); anything else is an error the server may have
+//!   seen, retried only for requests that may be repeated.
+//! - **No resumable bodies**: `RetryLayer::resume` over a `ReqwestService` and
+//!   `RetryMiddleware::resume` are native only (a continuation is read through
+//!   `http_body`, which reqwest's wasm response is not).
+//!
 //! # Things to know
 //!
 //! - **reqwest's errors are classified like hyper's.** [`ReqwestService`] hands them to the
@@ -243,23 +270,40 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::fmt;
-use std::future::Future;
 use std::marker::PhantomData;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::task::{Context, Poll, ready};
+use std::sync::{Arc, OnceLock};
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{Mutex, PoisonError},
+    task::{Context, Poll, ready},
+};
 
-use ::reqwest::{Client, ResponseBuilderExt, Url};
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+use ::reqwest::ResponseBuilderExt;
+use ::reqwest::{Client, Url};
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use bytes::Bytes;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use http_body::{Body, Frame, SizeHint};
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use pin_project_lite::pin_project;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use tower::BoxError;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use tower_service::Service;
 
+use tower_http_retry::Attempt;
 use tower_http_retry::classify::{Recognized, RetryReason};
-use tower_http_retry::{Attempt, AttemptKind, ReplayBody};
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+use tower_http_retry::{AttemptKind, ReplayBody};
 
 mod bridge;
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+mod wasm;
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+pub use self::wasm::{RequestBody, ResponseFuture};
 #[cfg(feature = "middleware")]
 mod middleware;
 
@@ -301,6 +345,10 @@ pub use self::middleware::RetryMiddleware;
 /// from the requests sent. Any body works: a `Full<Bytes>`, a `String`, a stream, a
 /// `reqwest::Body` (the default), also bodies that are `Send` but not `Sync`
 /// (`UnsyncBoxBody`, axum's body).
+///
+/// On wasm32 it wraps reqwest's `fetch` client: it answers `http::Response<reqwest::Response>`,
+/// sends each attempt's body whole, and nothing in it is `Send` (see
+/// [On wasm32](crate#on-wasm32-reqwests-fetch-client)).
 ///
 /// # Clone
 ///
@@ -367,7 +415,10 @@ pub use self::middleware::RetryMiddleware;
 /// # Ok(())
 /// # }
 /// ```
-pub struct ReqwestService<B = ::reqwest::Body> {
+pub struct ReqwestService<
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))] B = ::reqwest::Body,
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))] B = RequestBody,
+> {
     client: Client,
     /// The URLs of the origins this service and its clones sent to, shared.
     origins: Arc<Origins>,
@@ -427,6 +478,7 @@ impl<B> From<Client> for ReqwestService<B> {
     }
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 impl<B> Service<http::Request<ReplayBody<B>>> for ReqwestService<B>
 where
     B: Body + Send + Unpin + 'static,
@@ -534,12 +586,18 @@ fn to_reqwest(
     let mut converted = ::reqwest::Request::new(parts.method, url);
     *converted.headers_mut() = parts.headers;
     *converted.body_mut() = Some(body);
-    *converted.version_mut() = parts.version;
+    // reqwest's `fetch` client has no version to set: the browser picks it.
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+    {
+        *converted.version_mut() = parts.version;
+    }
     Ok(converted)
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 type Pending = <Client as Service<::reqwest::Request>>::Future;
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pin_project! {
     /// The response future of [`ReqwestService`].
     pub struct ResponseFuture {
@@ -550,6 +608,7 @@ pin_project! {
     }
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pin_project! {
     #[project = StateProj]
     enum State {
@@ -558,6 +617,7 @@ pin_project! {
     }
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 impl Future for ResponseFuture {
     type Output = Result<http::Response<::reqwest::Body>, Recognized>;
 
@@ -585,7 +645,8 @@ impl Future for ResponseFuture {
 /// connection never existed, which is the stronger claim) is
 /// [`RetryReason::Connect`], a timeout [`RetryReason::Timeout`] (reqwest's own timeout
 /// error is a private type: only `is_timeout` can tell), and anything else `None`: judged
-/// by what it wraps (a reset, a closed connection, ...).
+/// by what it wraps (a reset, a closed connection, ...). On wasm32, where a failed `fetch`
+/// tells no connect error apart, only the timeout.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -599,9 +660,11 @@ impl Future for ResponseFuture {
 /// # }
 /// ```
 pub fn recognize(error: &::reqwest::Error) -> Option<RetryReason> {
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
     if error.is_connect() {
-        Some(RetryReason::Connect)
-    } else if error.is_timeout() {
+        return Some(RetryReason::Connect);
+    }
+    if error.is_timeout() {
         Some(RetryReason::Timeout)
     } else {
         None
@@ -614,6 +677,7 @@ pub(crate) fn recognized(error: ::reqwest::Error) -> Recognized {
     Recognized::new(error, reason)
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 impl fmt::Debug for ResponseFuture {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
@@ -626,6 +690,7 @@ impl fmt::Debug for ResponseFuture {
     }
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 /// Whether `request` is the layer's continuation of a response body that broke.
 pub(crate) fn is_continuation<B>(request: &http::Request<B>) -> bool {
     request
@@ -634,6 +699,7 @@ pub(crate) fn is_continuation<B>(request: &http::Request<B>) -> bool {
         .is_some_and(|attempt| attempt.kind == AttemptKind::Continuation)
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 /// A continuation's 206 whose bytes cannot be shown to be the range asked for loses its
 /// `Content-Range`, so that the layer does not use it (the body ends with a `RetryError`,
 /// `StopReason::RangeMismatch`).
@@ -657,6 +723,7 @@ fn withhold_unproven_range<B>(response: &mut http::Response<B>) {
     }
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 /// `http::Response::from` drops the response's final URL; it is put back where
 /// `reqwest::Response::from` looks for it, so a round trip keeps it.
 pub(crate) fn into_http(response: ::reqwest::Response) -> http::Response<::reqwest::Body> {
@@ -670,6 +737,7 @@ pub(crate) fn into_http(response: ::reqwest::Response) -> http::Response<::reqwe
     response
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 /// `reqwest::Body::wrap` takes only `Sync` bodies, and many tower bodies are only `Send`.
 /// reqwest polls the body through `&mut`, so a `Mutex` that is never locked
 /// (`Mutex::get_mut`) makes any `Send` body `Sync`; `size_hint` and `is_end_stream`, which
@@ -680,6 +748,7 @@ struct SyncBody<B> {
     end: bool,
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 impl<B> SyncBody<B>
 where
     B: Body + Unpin,
@@ -693,6 +762,7 @@ where
     }
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 impl<B> Body for SyncBody<B>
 where
     B: Body + Unpin,
@@ -721,7 +791,8 @@ where
     }
 }
 
-#[cfg(test)]
+// Natively: proptest and tokio do not build for wasm32, whose test is tests/wasm.rs.
+#[cfg(all(test, not(all(target_arch = "wasm32", target_os = "unknown"))))]
 mod tests {
     use super::*;
     use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};

@@ -17,6 +17,12 @@
 // a job sent over a channel to `serve`, polled beside the layer's future inside `handle`,
 // which runs it down the chain (`Chain`, as above); a continuation goes to the client the
 // middleware was given (through `ReqwestService`).
+//
+// On wasm32 (reqwest's `fetch` client) the futures are not `Send`, reqwest-middleware's
+// trait is `?Send`, a request body is a buffer (handed to the layer as a `Full<Bytes>`, and
+// to `fetch` whole), and reqwest's response has no extensions: the record goes into the
+// middleware's extensions instead. The resumable mode is native only (its continuations
+// are `Send` tasks of the layer, reading `http_body` bodies).
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -31,14 +37,27 @@ use reqwest_middleware::{Middleware, Next};
 use tower::{BoxError, Layer};
 use tower_service::Service;
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use futures_channel::{mpsc, oneshot};
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use futures_core::Stream;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use reqwest::Client;
 
-use super::{ReqwestService, SyncBody};
+use super::ReqwestService;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+use super::SyncBody;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+use tower_http_retry::Resume;
 use tower_http_retry::{
-    AttemptTimedOut, DeadlineExceeded, ReplayBody, Resume, Retry, RetryLayer, RetryPolicy,
+    AttemptTimedOut, DeadlineExceeded, ReplayBody, Retry, RetryLayer, RetryPolicy,
 };
+
+/// The request body the layer is handed: reqwest's own natively, a buffer on wasm32.
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+type Sent = ::reqwest::Body;
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+type Sent = crate::RequestBody;
 
 /// A reqwest-middleware [`Middleware`] that runs a [`RetryLayer`]'s retry loop.
 ///
@@ -117,9 +136,18 @@ use tower_http_retry::{
 /// request, and every clone of the middleware, uses them, and shares the layer's budget, as
 /// the clones of one service made by the layer do.
 ///
+/// # On wasm32
+///
+/// Over reqwest's `fetch` client (wasm32-unknown-unknown, in a browser or Node) it runs the
+/// same loop, with these differences: reqwest's response there has no extensions, so the
+/// [`RetryInfo`](tower_http_retry::RetryInfo) goes into the middleware extensions, which the
+/// caller reads with `ClientWithMiddleware::execute_with_extensions` (also when the request
+/// failed); a request body is a buffer, sent again whole (a multipart form, which is not
+/// one, is sent once down the chain, without the layer); and there is no `resume`.
+///
 /// # Resumable bodies
 ///
-/// [`resume`](RetryMiddleware::resume) makes it a `RetryMiddleware<`[`Resume`]`>`, whose
+/// [`resume`](RetryMiddleware::resume) (not on wasm32) makes it a `RetryMiddleware<`[`Resume`]`>`, whose
 /// responses' bodies are continued when they break, as
 /// [`RetryLayer::resume`](tower_http_retry::RetryLayer::resume) describes: `bytes()`,
 /// `chunk()` and `bytes_stream()` go on across a cut connection.
@@ -237,6 +265,7 @@ impl RetryMiddleware {
     /// #     addr
     /// # }
     /// ```
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
     pub fn resume(self, client: Client) -> RetryMiddleware<Resume> {
         RetryMiddleware {
             layer: self.layer.resume(),
@@ -261,6 +290,11 @@ impl RetryMiddleware {
     ) -> reqwest_middleware::Result<::reqwest::Response> {
         let url = request.url().clone();
         let timeout = request.timeout().copied();
+        // A multipart form on wasm32 has no buffer to send again: once, past the layer.
+        #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+        if request.body().is_some_and(|body| body.as_bytes().is_none()) {
+            return next.run(request, extensions).await;
+        }
         let mut request = to_http(request)?;
         if let Some(policy) = extensions.get::<RetryPolicy>() {
             request.extensions_mut().insert(policy.clone());
@@ -283,6 +317,19 @@ impl RetryMiddleware {
         if let Some(last) = last.into_inner().unwrap_or_else(PoisonError::into_inner) {
             *extensions = last;
         }
+        // reqwest's wasm response has no extensions: the record goes to the middleware's.
+        #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+        {
+            let info = match &result {
+                Ok(response) => response.extensions().get::<tower_http_retry::RetryInfo>(),
+                Err(error) => error
+                    .downcast_ref::<tower_http_retry::RetryError>()
+                    .map(tower_http_retry::RetryError::info),
+            };
+            if let Some(info) = info {
+                extensions.insert(info.clone());
+            }
+        }
         match result {
             Ok(response) => Ok(uncarry(response)),
             Err(error) => Err(from_box(error)),
@@ -296,6 +343,7 @@ impl From<RetryLayer> for RetryMiddleware {
     }
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 impl RetryMiddleware<Resume> {
     async fn run<'a>(
         &'a self,
@@ -342,6 +390,7 @@ impl RetryMiddleware<Resume> {
     }
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 /// Polls `main` to its end, and `side` beside it while it runs.
 async fn beside<F: Future, G: Future<Output = ()>>(main: F, side: G) -> F::Output {
     let (mut main, mut side) = (std::pin::pin!(main), std::pin::pin!(side));
@@ -362,12 +411,14 @@ async fn beside<F: Future, G: Future<Output = ()>>(main: F, side: G) -> F::Outpu
     .await
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 /// An attempt handed to the middleware chain, and where its answer goes.
 type Job = (
     http::Request<ReplayBody<::reqwest::Body>>,
     oneshot::Sender<Result<http::Response<::reqwest::Body>, BoxError>>,
 );
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 /// Runs every attempt handed over down the chain, each as it comes (a hedge runs beside the
 /// attempt before it), until the queue closes.
 async fn serve(mut queue: mpsc::UnboundedReceiver<Job>, chain: Chain<'_>) {
@@ -396,6 +447,7 @@ async fn serve(mut queue: mpsc::UnboundedReceiver<Job>, chain: Chain<'_>) {
     .await
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 /// The answer of the chain with reqwest's response turned into an `http::Response` (its
 /// final URL kept), for the resumable layer, which reads the body.
 fn into_plain(response: http::Response<Carried>) -> http::Response<::reqwest::Body> {
@@ -403,6 +455,7 @@ fn into_plain(response: http::Response<Carried>) -> http::Response<::reqwest::Bo
     crate::into_http(response)
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 /// The service under a resumable middleware's layer: an attempt of the head goes down the
 /// middleware chain (the `serve` beside the layer's future runs it), a continuation of a
 /// body, sent after the middleware returned, to the client.
@@ -412,9 +465,11 @@ struct Bottom {
     client: ReqwestService,
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 type Pending =
     Pin<Box<dyn Future<Output = Result<http::Response<::reqwest::Body>, BoxError>> + Send>>;
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 impl Service<http::Request<ReplayBody<::reqwest::Body>>> for Bottom {
     type Response = http::Response<::reqwest::Body>;
     type Error = BoxError;
@@ -444,82 +499,85 @@ impl Service<http::Request<ReplayBody<::reqwest::Body>>> for Bottom {
 
 /// The middleware chain was gone before it answered an attempt (the middleware's call was
 /// dropped).
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 #[derive(Debug)]
 struct ChainGone;
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 impl fmt::Display for ChainGone {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("the middleware chain ended before the attempt was answered")
     }
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 impl StdError for ChainGone {}
 
-impl Middleware for RetryMiddleware<Resume> {
-    fn handle<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        req: ::reqwest::Request,
-        extensions: &'life1 mut Extensions,
-        next: Next<'life2>,
-    ) -> Pin<
-        Box<
-            dyn Future<Output = reqwest_middleware::Result<::reqwest::Response>>
-                + Send
-                + 'async_trait,
-        >,
-    >
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(self.run(req, extensions, next))
-    }
+/// The future of `Middleware::handle`, as `async_trait` makes it: `Send` except on
+/// wasm32, where reqwest-middleware declares the trait `?Send` (the browser's futures are
+/// not `Send`).
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+type Handled<'a> =
+    Pin<Box<dyn Future<Output = reqwest_middleware::Result<::reqwest::Response>> + Send + 'a>>;
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+type Handled<'a> =
+    Pin<Box<dyn Future<Output = reqwest_middleware::Result<::reqwest::Response>> + 'a>>;
+
+/// `Middleware` for each mode, written out as `async_trait` expands it, to need no macro
+/// crate of our own: the one body calls the mode's `run`.
+macro_rules! middleware {
+    ($($mode:ty),*) => {$(
+        impl Middleware for $mode {
+            fn handle<'life0, 'life1, 'life2, 'async_trait>(
+                &'life0 self,
+                req: ::reqwest::Request,
+                extensions: &'life1 mut Extensions,
+                next: Next<'life2>,
+            ) -> Handled<'async_trait>
+            where
+                'life0: 'async_trait,
+                'life1: 'async_trait,
+                'life2: 'async_trait,
+                Self: 'async_trait,
+            {
+                Box::pin(self.run(req, extensions, next))
+            }
+        }
+    )*};
 }
 
-// Written out as `async_trait` expands it, to need no macro crate of our own.
-impl Middleware for RetryMiddleware {
-    fn handle<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        req: ::reqwest::Request,
-        extensions: &'life1 mut Extensions,
-        next: Next<'life2>,
-    ) -> Pin<
-        Box<
-            dyn Future<Output = reqwest_middleware::Result<::reqwest::Response>>
-                + Send
-                + 'async_trait,
-        >,
-    >
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(self.run(req, extensions, next))
-    }
-}
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+middleware!(RetryMiddleware, RetryMiddleware<Resume>);
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+middleware!(RetryMiddleware);
 
 /// reqwest's request as an `http::Request`, its parts moved over one by one (reqwest's own
 /// conversion goes through `http::request::Builder`, which moves them more). What reqwest
 /// keeps in a request's extensions, its timeout, is carried by the chain beside it.
-fn to_http(
-    mut request: ::reqwest::Request,
-) -> Result<http::Request<::reqwest::Body>, ::reqwest::Error> {
+fn to_http(mut request: ::reqwest::Request) -> Result<http::Request<Sent>, ::reqwest::Error> {
     let Ok(uri) = http::Uri::try_from(request.url().as_str()) else {
         // A URL that is no URI: reqwest's conversion, for its error.
+        #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
         return http::Request::try_from(request);
+        #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+        return http::Request::try_from(request).map(|request| request.map(|_| Sent::default()));
     };
-    let body = request
-        .body_mut()
-        .take()
-        .unwrap_or_else(|| ::reqwest::Body::from(bytes::Bytes::new()));
+    let body = request.body_mut().take();
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+    let body = body.unwrap_or_else(|| ::reqwest::Body::from(bytes::Bytes::new()));
+    // Checked by the caller: a wasm32 body here is a buffer.
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    let body = body
+        .and_then(|body| body.as_bytes().map(bytes::Bytes::copy_from_slice))
+        .map(Sent::new)
+        .unwrap_or_default();
     let mut converted = http::Request::new(body);
     *converted.method_mut() = std::mem::take(request.method_mut());
     *converted.uri_mut() = uri;
-    *converted.version_mut() = request.version();
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+    {
+        *converted.version_mut() = request.version();
+    }
     *converted.headers_mut() = std::mem::take(request.headers_mut());
     Ok(converted)
 }
@@ -543,23 +601,32 @@ struct Chain<'a> {
     timeout: Option<Duration>,
 }
 
-impl Chain<'_> {
-    /// The attempt as a `reqwest::Request`, with the URL reqwest parsed.
-    fn to_reqwest(&self, request: http::Request<::reqwest::Body>) -> ::reqwest::Request {
-        let (parts, body) = request.into_parts();
-        let mut attempt = ::reqwest::Request::new(parts.method, self.url.clone());
-        *attempt.headers_mut() = parts.headers;
-        *attempt.body_mut() = Some(body);
+/// The attempt as a `reqwest::Request`, with the URL reqwest parsed and the request's own
+/// timeout.
+fn to_reqwest(
+    url: &::reqwest::Url,
+    timeout: Option<Duration>,
+    request: http::Request<::reqwest::Body>,
+) -> ::reqwest::Request {
+    let (parts, body) = request.into_parts();
+    let mut attempt = ::reqwest::Request::new(parts.method, url.clone());
+    *attempt.headers_mut() = parts.headers;
+    *attempt.body_mut() = Some(body);
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+    {
         *attempt.version_mut() = parts.version;
-        *attempt.timeout_mut() = self.timeout;
-        attempt
     }
+    *attempt.timeout_mut() = timeout;
+    attempt
 }
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 type Attempt<'a> =
     Pin<Box<dyn Future<Output = Result<http::Response<Carried>, BoxError>> + Send + 'a>>;
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+type Attempt<'a> = Pin<Box<dyn Future<Output = Result<http::Response<Carried>, BoxError>> + 'a>>;
 
-impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
+impl<'a> Service<http::Request<ReplayBody<Sent>>> for Chain<'a> {
     type Response = http::Response<Carried>;
     type Error = BoxError;
     type Future = Attempt<'a>;
@@ -568,13 +635,27 @@ impl<'a> Service<http::Request<ReplayBody<::reqwest::Body>>> for Chain<'a> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: http::Request<ReplayBody<::reqwest::Body>>) -> Self::Future {
-        let request = request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body)));
-        let request = self.to_reqwest(request);
+    fn call(&mut self, request: http::Request<ReplayBody<Sent>>) -> Self::Future {
+        let (url, timeout) = (self.url, self.timeout);
+        #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+        let request = to_reqwest(
+            url,
+            timeout,
+            request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body))),
+        );
         let next = self.next.clone();
         let mut extensions = self.extensions.clone();
         let last = self.last;
         Box::pin(async move {
+            // `fetch` takes the body whole: collected from the layer's replay buffer.
+            #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+            let request = {
+                use http_body_util::BodyExt;
+                let (parts, body) = request.into_parts();
+                let body = body.collect().await?.to_bytes();
+                let body = ::reqwest::Body::from(body);
+                to_reqwest(url, timeout, http::Request::from_parts(parts, body))
+            };
             let result = next.run(request, &mut extensions).await;
             *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(extensions);
             match result {
@@ -600,9 +681,13 @@ struct Carried(::reqwest::Response);
 fn carry(mut response: ::reqwest::Response) -> http::Response<Carried> {
     let mut head = http::Response::new(());
     *head.status_mut() = response.status();
-    *head.version_mut() = response.version();
     *head.headers_mut() = std::mem::take(response.headers_mut());
-    *head.extensions_mut() = std::mem::take(response.extensions_mut());
+    // reqwest's wasm response has neither.
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+    {
+        *head.version_mut() = response.version();
+        *head.extensions_mut() = std::mem::take(response.extensions_mut());
+    }
     head.map(|()| Carried(response))
 }
 
@@ -611,7 +696,10 @@ fn carry(mut response: ::reqwest::Response) -> http::Response<Carried> {
 fn uncarry(response: http::Response<Carried>) -> ::reqwest::Response {
     let (head, Carried(mut response)) = response.into_parts();
     *response.headers_mut() = head.headers;
-    *response.extensions_mut() = head.extensions;
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+    {
+        *response.extensions_mut() = head.extensions;
+    }
     response
 }
 

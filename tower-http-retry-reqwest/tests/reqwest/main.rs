@@ -1,6 +1,8 @@
 //! The reqwest crate's tests, one binary: `ReqwestService`, the request-builder bridge
 //! (`send_with`) and `RetryMiddleware` (feature `middleware`) against a real hyper server on
-//! 127.0.0.1, in real time, on both runtimes.
+//! 127.0.0.1, in real time, on both runtimes. Native only: tokio, hyper and the test server do
+//! not build for wasm32 (tests/wasm.rs runs there).
+#![cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
