@@ -51,10 +51,13 @@ use crate::service::Retry;
 ///
 /// # Runtime
 ///
-/// Waits, deadlines and attempt timeouts are tokio timers, so the services must run on a
-/// tokio runtime with time enabled (`#[tokio::main]` and `#[tokio::test]` enable it; a
-/// hand-built runtime needs `enable_time` or `enable_all`). Without it a call panics at its
-/// first retry, or at once when its policy has a deadline or an attempt timeout.
+/// Waits, deadlines and attempt timeouts are tokio timers by default (the `tokio` feature),
+/// so the services must run on a tokio runtime with time enabled (`#[tokio::main]` and
+/// `#[tokio::test]` enable it; a hand-built runtime needs `enable_time` or `enable_all`).
+/// Without it a call panics at its first retry, or at once when its policy has a deadline
+/// or an attempt timeout. On another executor, give the layer its timer
+/// ([`RetryLayer::timer`]); on `wasm32-unknown-unknown` the `wasm` feature gives it
+/// JavaScript's (the [time guide](crate::guide::time), "Runtimes and targets").
 pub struct RetryLayer<M = ()> {
     config: Arc<Config>,
     /// Every policy of the configuration resolved, once, when the layer first makes a
