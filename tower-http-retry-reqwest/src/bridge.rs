@@ -5,17 +5,13 @@
 // conversion to an `http::Request` (which keeps what reqwest keeps in a request's
 // extensions, its timeout), the service called once it is ready, and
 // `reqwest::Response::from` on the answer (which keeps the final URL and the record).
+//
+// The trait declares `send_with` once per target (their types differ); each target's
+// module implements it (native.rs, wasm.rs).
 
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use bytes::Bytes;
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use http_body::Body;
 
 use tower::BoxError;
 use tower_http_retry::classify::Recognized;
@@ -117,8 +113,8 @@ pub trait RequestBuilderExt: sealed::Sealed {
             + 'static,
         S::Error: Into<BoxError>,
         S::Future: Send,
-        RB: Body + Send + Sync + 'static,
-        RB::Data: Into<Bytes>,
+        RB: http_body::Body + Send + Sync + 'static,
+        RB::Data: Into<bytes::Bytes>,
         RB::Error: Into<BoxError>;
 
     /// Builds the request and sends it through `service`, once `service` is ready; the
@@ -136,105 +132,20 @@ pub trait RequestBuilderExt: sealed::Sealed {
         S::Error: Into<BoxError>;
 }
 
-impl RequestBuilderExt for ::reqwest::RequestBuilder {
-    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-    fn send_with<S, RB>(
-        self,
-        service: &S,
-    ) -> impl Future<Output = Result<::reqwest::Response, Error>> + Send + 'static
-    where
-        S: Service<http::Request<::reqwest::Body>, Response = http::Response<RB>>
-            + Clone
-            + Send
-            + 'static,
-        S::Error: Into<BoxError>,
-        S::Future: Send,
-        RB: Body + Send + Sync + 'static,
-        RB::Data: Into<Bytes>,
-        RB::Error: Into<BoxError>,
-    {
-        // Built now, so that the future holds no builder (and its client).
-        let request = self.build().and_then(http::Request::try_from);
-        let mut service = service.clone();
-        async move {
-            let request = request?;
-            std::future::poll_fn(|cx| service.poll_ready(cx))
-                .await
-                .map_err(|error| Error::from(error.into()))?;
-            let response = service
-                .call(request)
-                .await
-                .map_err(|error| Error::from(error.into()))?;
-            Ok(::reqwest::Response::from(response.map(into_reqwest)))
-        }
-    }
-
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    fn send_with<S, RB>(
-        self,
-        service: &S,
-    ) -> impl Future<Output = Result<http::Response<RB>, Error>> + 'static
-    where
-        S: Service<http::Request<crate::RequestBody>, Response = http::Response<RB>>
-            + Clone
-            + 'static,
-        S::Error: Into<BoxError>,
-    {
-        let request = self.build().map_err(Error::from).and_then(wasm_request);
-        let mut service = service.clone();
-        async move {
-            let request = request?;
-            std::future::poll_fn(|cx| service.poll_ready(cx))
-                .await
-                .map_err(|error| Error::from(error.into()))?;
-            service
-                .call(request)
-                .await
-                .map_err(|error| Error::from(error.into()))
-        }
-    }
-}
-
-/// reqwest's wasm request as an `http::Request` with its body in one buffer, and its
-/// timeout, which reqwest's own conversion drops, in the extensions.
-#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-fn wasm_request(request: ::reqwest::Request) -> Result<http::Request<crate::RequestBody>, Error> {
-    let timeout = request.timeout().copied();
-    let request = http::Request::try_from(request)?;
-    let (mut parts, body) = request.into_parts();
-    let Some(bytes) = body.as_bytes() else {
-        return Err(Error {
-            inner: Inner::Other("a multipart body cannot be sent again on wasm32".into()),
-        });
-    };
-    let body = crate::RequestBody::new(bytes::Bytes::copy_from_slice(bytes));
-    if let Some(timeout) = timeout {
-        parts
-            .extensions
-            .insert(crate::wasm::AttemptTimeout(timeout));
-    }
-    Ok(http::Request::from_parts(parts, body))
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-/// A response body as reqwest's: a `reqwest::Body` (what `ReqwestService` answers with) as
-/// it is, any other (a resumable layer's `ResumeBody`) wrapped.
-pub(crate) fn into_reqwest<B>(body: B) -> ::reqwest::Body
+/// `request` sent through `service` once it is ready: what `send_with`'s future does on
+/// either target.
+pub(crate) async fn ready_call<S, R>(mut service: S, request: R) -> Result<S::Response, Error>
 where
-    B: Body + Send + Sync + 'static,
-    B::Data: Into<Bytes>,
-    B::Error: Into<BoxError>,
+    S: Service<R>,
+    S::Error: Into<BoxError>,
 {
-    let mut body = Some(body);
-    if let Some(body) = (&mut body as &mut dyn Any).downcast_mut::<Option<::reqwest::Body>>() {
-        if let Some(body) = body.take() {
-            return body;
-        }
-    }
-    match body {
-        Some(body) => ::reqwest::Body::wrap(body),
-        None => ::reqwest::Body::from(Bytes::new()),
-    }
+    std::future::poll_fn(|cx| service.poll_ready(cx))
+        .await
+        .map_err(|error| Error::from(error.into()))?;
+    service
+        .call(request)
+        .await
+        .map_err(|error| Error::from(error.into()))
 }
 
 mod sealed {

@@ -272,38 +272,23 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use std::{
-    future::Future,
-    pin::Pin,
-    sync::{Mutex, PoisonError},
-    task::{Context, Poll, ready},
-};
 
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use ::reqwest::ResponseBuilderExt;
 use ::reqwest::{Client, Url};
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use bytes::Bytes;
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use http_body::{Body, Frame, SizeHint};
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use pin_project_lite::pin_project;
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use tower::BoxError;
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use tower_service::Service;
-
 use tower_http_retry::Attempt;
 use tower_http_retry::classify::{Recognized, RetryReason};
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use tower_http_retry::{AttemptKind, ReplayBody};
 
-mod bridge;
+// What differs by target is in one module each: reqwest's native client (hyper's transport)
+// or its wasm32 client (`fetch`).
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+mod native;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub use self::native::ResponseFuture;
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 mod wasm;
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 pub use self::wasm::{RequestBody, ResponseFuture};
+
+mod bridge;
 #[cfg(feature = "middleware")]
 mod middleware;
 
@@ -336,10 +321,10 @@ pub use self::middleware::RetryMiddleware;
 /// [`ResumeBody`](tower_http_retry::ResumeBody)`<reqwest::Body>`, which
 /// `response.map(reqwest::Body::wrap)` makes reqwest's again (`send_with` does it). Its
 /// continuations come here too, marked as such by the layer
-/// ([`AttemptKind::Continuation`]); a continuation answered 206 with neither
-/// `Content-Length` nor `Content-Encoding`, as reqwest's decompression leaves a body it
-/// decoded, reaches the layer without its `Content-Range`, so it is not used: see
-/// [Resumable downloads](crate#resumable-downloads).
+/// ([`AttemptKind::Continuation`](tower_http_retry::AttemptKind::Continuation)); a
+/// continuation answered 206 with neither `Content-Length` nor `Content-Encoding`, as
+/// reqwest's decompression leaves a body it decoded, reaches the layer without its
+/// `Content-Range`, so it is not used: see [Resumable downloads](crate#resumable-downloads).
 ///
 /// `B` is the caller's request body type (the layer hands down `ReplayBody<B>`), inferred
 /// from the requests sent. Any body works: a `Full<Bytes>`, a `String`, a stream, a
@@ -478,36 +463,6 @@ impl<B> From<Client> for ReqwestService<B> {
     }
 }
 
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-impl<B> Service<http::Request<ReplayBody<B>>> for ReqwestService<B>
-where
-    B: Body + Send + Unpin + 'static,
-    B::Error: Into<BoxError>,
-{
-    type Response = http::Response<::reqwest::Body>;
-    type Error = Recognized;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Service::<::reqwest::Request>::poll_ready(&mut self.client, cx).map_err(recognized)
-    }
-
-    fn call(&mut self, request: http::Request<ReplayBody<B>>) -> Self::Future {
-        let continuation = is_continuation(&request);
-        let request = request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body)));
-        let state = match to_reqwest(&self.origins, request) {
-            Ok(request) => State::Sending {
-                future: self.client.call(request),
-            },
-            Err(error) => State::Failed { error: Some(error) },
-        };
-        ResponseFuture {
-            state,
-            continuation,
-        }
-    }
-}
-
 /// The URLs of the first few origins (scheme and authority) a service sent to, each parsed
 /// once. reqwest takes a request's URL as a `Url`, and its own conversion from an
 /// `http::Request` prints the URI and parses the text again on every call (about 7 000
@@ -594,53 +549,6 @@ fn to_reqwest(
     Ok(converted)
 }
 
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-type Pending = <Client as Service<::reqwest::Request>>::Future;
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-pin_project! {
-    /// The response future of [`ReqwestService`].
-    pub struct ResponseFuture {
-        #[pin]
-        state: State,
-        // The layer's continuation of a response body (`RetryLayer::resume`).
-        continuation: bool,
-    }
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-pin_project! {
-    #[project = StateProj]
-    enum State {
-        Sending { #[pin] future: Pending },
-        Failed { error: Option<::reqwest::Error> },
-    }
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-impl Future for ResponseFuture {
-    type Output = Result<http::Response<::reqwest::Body>, Recognized>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        match this.state.project() {
-            StateProj::Sending { future } => {
-                let response = ready!(future.poll(cx)).map_err(recognized)?;
-                let mut response = into_http(response);
-                if *this.continuation {
-                    withhold_unproven_range(&mut response);
-                }
-                Poll::Ready(Ok(response))
-            }
-            StateProj::Failed { error } => Poll::Ready(Err(recognized(
-                error
-                    .take()
-                    .expect("ResponseFuture polled after completion"),
-            ))),
-        }
-    }
-}
-
 /// What a `reqwest::Error` is, as a failure: a connect error (a connect timeout too: the
 /// connection never existed, which is the stronger claim) is
 /// [`RetryReason::Connect`], a timeout [`RetryReason::Timeout`] (reqwest's own timeout
@@ -677,128 +585,11 @@ pub(crate) fn recognized(error: ::reqwest::Error) -> Recognized {
     Recognized::new(error, reason)
 }
 
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-impl fmt::Debug for ResponseFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self.state {
-            State::Sending { .. } => "sending",
-            State::Failed { .. } => "failed",
-        };
-        f.debug_struct("ResponseFuture")
-            .field("state", &state)
-            .finish()
-    }
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-/// Whether `request` is the layer's continuation of a response body that broke.
-pub(crate) fn is_continuation<B>(request: &http::Request<B>) -> bool {
-    request
-        .extensions()
-        .get::<Attempt>()
-        .is_some_and(|attempt| attempt.kind == AttemptKind::Continuation)
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-/// A continuation's 206 whose bytes cannot be shown to be the range asked for loses its
-/// `Content-Range`, so that the layer does not use it (the body ends with a `RetryError`,
-/// `StopReason::RangeMismatch`).
-///
-/// A reqwest built with `gzip`, `brotli`, `zstd` or `deflate` decompresses a response
-/// whose `Content-Encoding` it knows, whoever asked for the encoding, and removes
-/// `Content-Encoding` and `Content-Length` from its head: the layer then counts decoded
-/// bytes, which a range (counted in the bytes as sent) does not continue, and a 206 it
-/// decoded is a stream cut in the middle, decoded from there. Such a 206 has neither field
-/// left; one that reqwest did not decode has its `Content-Encoding`, or `Content-Length`
-/// (which a server knows for a range of a stored file: nginx sends it). A 206 with neither
-/// is refused, whichever it was: a continuation is accepted only where it provably
-/// continues the bytes handed over.
-fn withhold_unproven_range<B>(response: &mut http::Response<B>) {
-    let headers = response.headers();
-    if response.status() == http::StatusCode::PARTIAL_CONTENT
-        && !headers.contains_key(http::header::CONTENT_LENGTH)
-        && !headers.contains_key(http::header::CONTENT_ENCODING)
-    {
-        response.headers_mut().remove(http::header::CONTENT_RANGE);
-    }
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-/// `http::Response::from` drops the response's final URL; it is put back where
-/// `reqwest::Response::from` looks for it, so a round trip keeps it.
-pub(crate) fn into_http(response: ::reqwest::Response) -> http::Response<::reqwest::Body> {
-    let url = response.url().clone();
-    let mut response = http::Response::from(response);
-    if let Ok(marker) = http::Response::builder().url(url).body(()) {
-        response
-            .extensions_mut()
-            .extend(marker.into_parts().0.extensions);
-    }
-    response
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-/// `reqwest::Body::wrap` takes only `Sync` bodies, and many tower bodies are only `Send`.
-/// reqwest polls the body through `&mut`, so a `Mutex` that is never locked
-/// (`Mutex::get_mut`) makes any `Send` body `Sync`; `size_hint` and `is_end_stream`, which
-/// take `&self`, answer from copies taken after every poll (nothing else changes them).
-struct SyncBody<B> {
-    body: Mutex<ReplayBody<B>>,
-    hint: SizeHint,
-    end: bool,
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-impl<B> SyncBody<B>
-where
-    B: Body + Unpin,
-{
-    fn new(body: ReplayBody<B>) -> Self {
-        Self {
-            hint: body.size_hint(),
-            end: body.is_end_stream(),
-            body: Mutex::new(body),
-        }
-    }
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-impl<B> Body for SyncBody<B>
-where
-    B: Body + Unpin,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.get_mut();
-        let body = this.body.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let frame = ready!(Pin::new(&mut *body).poll_frame(cx));
-        this.hint = body.size_hint();
-        this.end = body.is_end_stream();
-        Poll::Ready(frame)
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.hint
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.end
-    }
-}
-
 // Natively: proptest and tokio do not build for wasm32, whose test is tests/wasm.rs.
 #[cfg(all(test, not(all(target_arch = "wasm32", target_os = "unknown"))))]
 mod tests {
     use super::*;
-    use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
     use proptest::prelude::*;
-
-    fn sync<T: Sync>(_: &T) {}
 
     /// What reqwest's own conversion makes of `uri`.
     fn parsed(uri: &http::Uri) -> Option<Url> {
@@ -934,18 +725,5 @@ mod tests {
                 None => prop_assert!(parsed(&uri).is_none(), "{}", text),
             }
         }
-    }
-
-    #[tokio::test]
-    async fn a_send_only_body_is_made_sync_and_keeps_its_hint_and_end() {
-        let body = UnsyncBoxBody::new(Full::new(Bytes::from_static(b"hello")));
-        let mut body = SyncBody::new(ReplayBody::new(body, 1024));
-        sync(&body);
-        assert_eq!(body.size_hint().exact(), Some(5));
-        assert!(!body.is_end_stream());
-        let frame = body.frame().await.unwrap().unwrap();
-        assert_eq!(frame.into_data().unwrap(), Bytes::from_static(b"hello"));
-        assert_eq!(body.size_hint().exact(), Some(0));
-        assert!(body.is_end_stream());
     }
 }

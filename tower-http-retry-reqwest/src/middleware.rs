@@ -10,19 +10,13 @@
 // (classification, keys, replay of streaming bodies, budget, deadline, `Retry-After`,
 // [`RetryInfo`](tower_http_retry::RetryInfo)) is the layer's own, made once, in one loop.
 //
-// The resumable mode (`RetryMiddleware<Resume>`) cannot hand the layer that `Service`:
-// `Next` borrows reqwest-middleware's chain for the length of `handle`, while a body's
-// continuations are sent after `handle` returned, from clones of the service the layer
-// wraps, which must be `'static`. So the layer wraps `Bottom`: a head attempt is
-// a job sent over a channel to `serve`, polled beside the layer's future inside `handle`,
-// which runs it down the chain (`Chain`, as above); a continuation goes to the client the
-// middleware was given (through `ReqwestService`).
+// The resumable mode (`RetryMiddleware<Resume>`, native only) has its own service under the
+// layer: see resume.rs.
 //
 // On wasm32 (reqwest's `fetch` client) the futures are not `Send`, reqwest-middleware's
 // trait is `?Send`, a request body is a buffer (handed to the layer as a `Full<Bytes>`, and
 // to `fetch` whole), and reqwest's response has no extensions: the record goes into the
-// middleware's extensions instead. The resumable mode is native only (its continuations
-// are `Send` tasks of the layer, reading `http_body` bodies).
+// middleware's extensions instead.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -35,29 +29,28 @@ use std::time::Duration;
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
 use tower::{BoxError, Layer};
-use tower_service::Service;
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use futures_channel::{mpsc, oneshot};
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use futures_core::Stream;
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use reqwest::Client;
-
-use super::ReqwestService;
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use super::SyncBody;
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use tower_http_retry::Resume;
 use tower_http_retry::{
     AttemptTimedOut, DeadlineExceeded, ReplayBody, Retry, RetryLayer, RetryPolicy,
 };
+use tower_service::Service;
+
+use super::ReqwestService;
+
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+mod resume;
 
 /// The request body the layer is handed: reqwest's own natively, a buffer on wasm32.
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 type Sent = ::reqwest::Body;
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 type Sent = crate::RequestBody;
+
+/// A boxed future, `Send` except on wasm32, where reqwest-middleware declares its trait
+/// `?Send` (the browser's futures are not `Send`).
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
 /// A reqwest-middleware [`Middleware`] that runs a [`RetryLayer`]'s retry loop.
 ///
@@ -147,7 +140,7 @@ type Sent = crate::RequestBody;
 ///
 /// # Resumable bodies
 ///
-/// [`resume`](RetryMiddleware::resume) (not on wasm32) makes it a `RetryMiddleware<`[`Resume`]`>`, whose
+/// [`resume`](RetryMiddleware::resume) (not on wasm32) makes it a `RetryMiddleware<`[`Resume`](tower_http_retry::Resume)`>`, whose
 /// responses' bodies are continued when they break, as
 /// [`RetryLayer::resume`](tower_http_retry::RetryLayer::resume) describes: `bytes()`,
 /// `chunk()` and `bytes_stream()` go on across a cut connection.
@@ -266,7 +259,7 @@ impl RetryMiddleware {
     /// # }
     /// ```
     #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-    pub fn resume(self, client: Client) -> RetryMiddleware<Resume> {
+    pub fn resume(self, client: ::reqwest::Client) -> RetryMiddleware<tower_http_retry::Resume> {
         RetryMiddleware {
             layer: self.layer.resume(),
             client: Some(ReqwestService::new(client)),
@@ -343,185 +336,8 @@ impl From<RetryLayer> for RetryMiddleware {
     }
 }
 
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-impl RetryMiddleware<Resume> {
-    async fn run<'a>(
-        &'a self,
-        request: ::reqwest::Request,
-        extensions: &'a mut Extensions,
-        next: Next<'a>,
-    ) -> reqwest_middleware::Result<::reqwest::Response> {
-        let url = request.url().clone();
-        let timeout = request.timeout().copied();
-        // reqwest's own conversion, which keeps the request's timeout in its extensions:
-        // a continuation's head is a copy of this request's, sent by the client.
-        let mut request = http::Request::try_from(request)?;
-        if let Some(policy) = extensions.get::<RetryPolicy>() {
-            request.extensions_mut().insert(policy.clone());
-        }
-        let client = self
-            .client
-            .clone()
-            .expect("a resumable RetryMiddleware has its client");
-        let (jobs, queue) = mpsc::unbounded();
-        let last = Mutex::new(None);
-        let chain = Chain {
-            next,
-            extensions: extensions.clone(),
-            last: &last,
-            url: &url,
-            timeout,
-        };
-        let mut service: Retry<Bottom, Resume> = Layer::layer(&self.layer, Bottom { jobs, client });
-        let retry = async {
-            std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
-            service.call(request).await
-        };
-        let result = beside(retry, serve(queue, chain)).await;
-        if let Some(last) = last.into_inner().unwrap_or_else(PoisonError::into_inner) {
-            *extensions = last;
-        }
-        match result {
-            Ok(response) => Ok(::reqwest::Response::from(
-                response.map(crate::bridge::into_reqwest),
-            )),
-            Err(error) => Err(from_box(error)),
-        }
-    }
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-/// Polls `main` to its end, and `side` beside it while it runs.
-async fn beside<F: Future, G: Future<Output = ()>>(main: F, side: G) -> F::Output {
-    let (mut main, mut side) = (std::pin::pin!(main), std::pin::pin!(side));
-    let mut side_done = false;
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(output) = main.as_mut().poll(cx) {
-            return Poll::Ready(output);
-        }
-        if !side_done && side.as_mut().poll(cx).is_ready() {
-            side_done = true;
-            // What the side did may have readied the main future.
-            if let Poll::Ready(output) = main.as_mut().poll(cx) {
-                return Poll::Ready(output);
-            }
-        }
-        Poll::Pending
-    })
-    .await
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-/// An attempt handed to the middleware chain, and where its answer goes.
-type Job = (
-    http::Request<ReplayBody<::reqwest::Body>>,
-    oneshot::Sender<Result<http::Response<::reqwest::Body>, BoxError>>,
-);
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-/// Runs every attempt handed over down the chain, each as it comes (a hedge runs beside the
-/// attempt before it), until the queue closes.
-async fn serve(mut queue: mpsc::UnboundedReceiver<Job>, chain: Chain<'_>) {
-    let mut running: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = Vec::new();
-    let mut open = true;
-    std::future::poll_fn(|cx| {
-        while open {
-            match Pin::new(&mut queue).poll_next(cx) {
-                Poll::Ready(Some((request, answer))) => {
-                    let attempt = chain.clone().call(request);
-                    running.push(Box::pin(async move {
-                        let result = attempt.await.map(into_plain);
-                        let _ = answer.send(result);
-                    }));
-                }
-                Poll::Ready(None) => open = false,
-                Poll::Pending => break,
-            }
-        }
-        running.retain_mut(|attempt| attempt.as_mut().poll(cx).is_pending());
-        match open || !running.is_empty() {
-            true => Poll::Pending,
-            false => Poll::Ready(()),
-        }
-    })
-    .await
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-/// The answer of the chain with reqwest's response turned into an `http::Response` (its
-/// final URL kept), for the resumable layer, which reads the body.
-fn into_plain(response: http::Response<Carried>) -> http::Response<::reqwest::Body> {
-    let response = uncarry(response);
-    crate::into_http(response)
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-/// The service under a resumable middleware's layer: an attempt of the head goes down the
-/// middleware chain (the `serve` beside the layer's future runs it), a continuation of a
-/// body, sent after the middleware returned, to the client.
-#[derive(Clone)]
-struct Bottom {
-    jobs: mpsc::UnboundedSender<Job>,
-    client: ReqwestService,
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-type Pending =
-    Pin<Box<dyn Future<Output = Result<http::Response<::reqwest::Body>, BoxError>> + Send>>;
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-impl Service<http::Request<ReplayBody<::reqwest::Body>>> for Bottom {
-    type Response = http::Response<::reqwest::Body>;
-    type Error = BoxError;
-    type Future = Pending;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.client.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, mut request: http::Request<ReplayBody<::reqwest::Body>>) -> Pending {
-        if !crate::is_continuation(&request) {
-            let (answer, answered) = oneshot::channel();
-            match self.jobs.unbounded_send((request, answer)) {
-                Ok(()) => {
-                    return Box::pin(async move {
-                        answered.await.unwrap_or_else(|_| Err(ChainGone.into()))
-                    });
-                }
-                // The middleware returned: nothing runs the chain any more.
-                Err(error) => request = error.into_inner().0,
-            }
-        }
-        let answer = self.client.call(request);
-        Box::pin(async move { answer.await.map_err(Into::into) })
-    }
-}
-
-/// The middleware chain was gone before it answered an attempt (the middleware's call was
-/// dropped).
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-#[derive(Debug)]
-struct ChainGone;
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-impl fmt::Display for ChainGone {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the middleware chain ended before the attempt was answered")
-    }
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-impl StdError for ChainGone {}
-
-/// The future of `Middleware::handle`, as `async_trait` makes it: `Send` except on
-/// wasm32, where reqwest-middleware declares the trait `?Send` (the browser's futures are
-/// not `Send`).
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-type Handled<'a> =
-    Pin<Box<dyn Future<Output = reqwest_middleware::Result<::reqwest::Response>> + Send + 'a>>;
-#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-type Handled<'a> =
-    Pin<Box<dyn Future<Output = reqwest_middleware::Result<::reqwest::Response>> + 'a>>;
+/// The future of `Middleware::handle`, as `async_trait` makes it.
+type Handled<'a> = Boxed<'a, reqwest_middleware::Result<::reqwest::Response>>;
 
 /// `Middleware` for each mode, written out as `async_trait` expands it, to need no macro
 /// crate of our own: the one body calls the mode's `run`.
@@ -546,10 +362,9 @@ macro_rules! middleware {
     )*};
 }
 
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-middleware!(RetryMiddleware, RetryMiddleware<Resume>);
-#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 middleware!(RetryMiddleware);
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+middleware!(RetryMiddleware<tower_http_retry::Resume>);
 
 /// reqwest's request as an `http::Request`, its parts moved over one by one (reqwest's own
 /// conversion goes through `http::request::Builder`, which moves them more). What reqwest
@@ -620,11 +435,8 @@ fn to_reqwest(
     attempt
 }
 
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-type Attempt<'a> =
-    Pin<Box<dyn Future<Output = Result<http::Response<Carried>, BoxError>> + Send + 'a>>;
-#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-type Attempt<'a> = Pin<Box<dyn Future<Output = Result<http::Response<Carried>, BoxError>> + 'a>>;
+/// An attempt down the chain.
+type Attempt<'a> = Boxed<'a, Result<http::Response<Carried>, BoxError>>;
 
 impl<'a> Service<http::Request<ReplayBody<Sent>>> for Chain<'a> {
     type Response = http::Response<Carried>;
@@ -641,7 +453,7 @@ impl<'a> Service<http::Request<ReplayBody<Sent>>> for Chain<'a> {
         let request = to_reqwest(
             url,
             timeout,
-            request.map(|body| ::reqwest::Body::wrap(SyncBody::new(body))),
+            request.map(|body| ::reqwest::Body::wrap(crate::native::SyncBody::new(body))),
         );
         let next = self.next.clone();
         let mut extensions = self.extensions.clone();

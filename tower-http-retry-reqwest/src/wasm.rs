@@ -1,4 +1,5 @@
-// `ReqwestService` over reqwest's wasm32 client (`fetch`, in a browser or Node).
+// `ReqwestService` and `RequestBuilderExt::send_with` over reqwest's wasm32 client (`fetch`,
+// in a browser or Node). The native counterpart is native.rs.
 //
 // reqwest's wasm client is no tower `Service` (`Client::execute` sends), its request body
 // is a buffer handed to `fetch` whole (no `http_body::Body`, no `Body::wrap`), and its
@@ -24,7 +25,8 @@ use tower_http_retry::ReplayBody;
 use tower_http_retry::classify::Recognized;
 use tower_service::Service;
 
-use super::{Origins, ReqwestService, recognized, to_reqwest};
+use crate::bridge::{Error, ready_call};
+use crate::{Origins, RequestBuilderExt, ReqwestService, recognized, to_reqwest};
 
 /// The request body of a [`ReqwestService`] on wasm32 by default, and the one
 /// [`RequestBuilderExt::send_with`](crate::RequestBuilderExt::send_with) hands it: the
@@ -116,4 +118,37 @@ pub(crate) fn into_http(response: ::reqwest::Response) -> http::Response<::reqwe
     *head.status_mut() = response.status();
     *head.headers_mut() = response.headers().clone();
     head.map(|()| response)
+}
+
+impl RequestBuilderExt for ::reqwest::RequestBuilder {
+    fn send_with<S, RB>(
+        self,
+        service: &S,
+    ) -> impl Future<Output = Result<http::Response<RB>, Error>> + 'static
+    where
+        S: Service<http::Request<RequestBody>, Response = http::Response<RB>> + Clone + 'static,
+        S::Error: Into<BoxError>,
+    {
+        let request = self.build().map_err(Error::from).and_then(wasm_request);
+        let service = service.clone();
+        async move { ready_call(service, request?).await }
+    }
+}
+
+/// reqwest's wasm request as an `http::Request` with its body in one buffer, and its
+/// timeout, which reqwest's own conversion drops, in the extensions.
+fn wasm_request(request: ::reqwest::Request) -> Result<http::Request<RequestBody>, Error> {
+    let timeout = request.timeout().copied();
+    let request = http::Request::try_from(request)?;
+    let (mut parts, body) = request.into_parts();
+    let Some(bytes) = body.as_bytes() else {
+        return Err(Error::from(BoxError::from(
+            "a multipart body cannot be sent again on wasm32",
+        )));
+    };
+    let body = RequestBody::new(Bytes::copy_from_slice(bytes));
+    if let Some(timeout) = timeout {
+        parts.extensions.insert(AttemptTimeout(timeout));
+    }
+    Ok(http::Request::from_parts(parts, body))
 }
