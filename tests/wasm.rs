@@ -15,7 +15,6 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -31,27 +30,17 @@ use tower_http_retry::{
 use wasm_bindgen_test::wasm_bindgen_test;
 use web_time::Instant;
 
+// `drive`: a future polled to its end on a `ManualClock` moved by hand.
+#[path = "common/manual.rs"]
+mod manual;
+use manual::drive;
+
 const MS: Duration = Duration::from_millis(1);
 
 /// JavaScript's wall clock, read apart from the layer: `Date.now()`.
 fn js_wall_now() -> SystemTime {
     // Whole milliseconds since the epoch, as a float.
     UNIX_EPOCH + Duration::from_millis(js_sys::Date::now() as u64)
-}
-
-/// Polls `future` to its end, moving `clock` on by a millisecond whenever it waits (at most
-/// ten thousand times): how long it took on the clock, and its output.
-fn drive<F: Future>(clock: &ManualClock, future: F) -> (Duration, F::Output) {
-    let mut future = std::pin::pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    let start = clock.now();
-    for _ in 0..10_000 {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return (clock.now() - start, output);
-        }
-        clock.advance(MS);
-    }
-    panic!("the request did not end within 10 s on the clock");
 }
 
 /// Header names and values.

@@ -6,7 +6,6 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -17,22 +16,9 @@ use tower_http_retry::{
     Backoff, Hedging, Jitter, ManualClock, ReplayBody, RetryInfo, RetryLayer, RetryPolicy, Timer,
 };
 
-const MS: Duration = Duration::from_millis(1);
+use crate::common::manual::drive;
 
-/// Polls `future` to its end on this thread, moving `clock` on by a millisecond whenever it
-/// waits (at most ten thousand times): how long it took on the clock, and its output.
-fn drive<F: Future>(clock: &ManualClock, future: F) -> (Duration, F::Output) {
-    let mut future = std::pin::pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    let start = clock.now();
-    for _ in 0..10_000 {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return (clock.now() - start, output);
-        }
-        clock.advance(MS);
-    }
-    panic!("the request did not end within 10 s on the clock");
-}
+const MS: Duration = Duration::from_millis(1);
 
 /// A scripted server: the n-th call waits `steps[n].0` on the clock, then answers
 /// `steps[n].1` (with the headers `steps[n].2` makes from the clock's wall time); the

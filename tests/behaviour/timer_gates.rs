@@ -7,29 +7,15 @@ use std::future::Future;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use crate::common::manual::drive;
 use crate::common::{Mock, get};
 use tower::{Layer, ServiceExt};
 use tower_http_retry::{
     AdaptiveLimiter, AdaptiveThrottle, Backoff, Gate, LocallyRefused, ManualClock, RetryBudget,
-    RetryError, RetryInfo, RetryLayer, RetryPolicy, StopReason, Timer,
+    RetryError, RetryInfo, RetryLayer, RetryPolicy, StopReason,
 };
 
 const MS: Duration = Duration::from_millis(1);
-
-/// Polls `future` to its end on this thread, moving `clock` on by a millisecond whenever it
-/// waits (at most ten thousand times): how long it took on the clock, and its output.
-fn drive<F: Future>(clock: &ManualClock, future: F) -> (Duration, F::Output) {
-    let mut future = std::pin::pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    let start = clock.now();
-    for _ in 0..10_000 {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return (clock.now() - start, output);
-        }
-        clock.advance(MS);
-    }
-    panic!("the request did not end within 10 s on the clock");
-}
 
 /// Polls `future` once: it must end without waiting (the clock does not move).
 fn at_once<F: Future>(future: F) -> F::Output {

@@ -4,6 +4,7 @@
 
 pub mod cut_proxy;
 pub mod files;
+pub mod manual;
 pub mod nginx;
 pub mod server;
 pub mod transport;
