@@ -3,6 +3,7 @@ use std::convert::Infallible;
 use tower::ServiceExt;
 
 use super::*;
+use crate::deadline::*;
 use crate::hook::AttemptKind;
 
 fn attempt(time_left: Option<Duration>, timeout: Option<Duration>) -> Attempt {
